@@ -1,0 +1,59 @@
+//! Log configuration, with Kafka's names and defaults where Kafka has the setting.
+
+use std::time::Duration;
+
+/// When an appended batch counts as acknowledged-safe on this replica.
+///
+/// This is explicit on purpose: the default flushes before acknowledging, and a
+/// deployment that relaxes it says so in its config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `fdatasync` before the append is acknowledged. Concurrent appends to one
+    /// partition share one `fdatasync` (group commit).
+    FlushBeforeAck,
+    /// Acknowledge after the append reaches the segment buffer; a background task
+    /// flushes every dirty partition at this interval (Kafka's `log.flush.interval.ms`).
+    /// A crash can lose up to one interval of acknowledged writes on this replica.
+    Interval(Duration),
+}
+
+/// Per-partition log settings.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll the active segment before it would exceed this size.
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll a non-empty active segment older than this.
+    pub segment_ms: Option<Duration>,
+    /// `index.interval.bytes`: bytes of log between two offset-index entries.
+    pub index_interval_bytes: u64,
+    /// Disk space reserved ahead of the write position, in steps of this size
+    /// (fallocate), so appends never wait on block allocation. 0 turns it off.
+    pub preallocate_step_bytes: u64,
+    /// Size of the DMA buffer an active segment fills before writing it out.
+    pub append_chunk_bytes: usize,
+    /// Chunk writes of one segment in flight at once; more appends wait.
+    pub max_inflight_writes: usize,
+    /// `message.max.bytes`: largest batch accepted.
+    pub max_batch_bytes: usize,
+    pub durability: Durability,
+}
+
+impl LogConfig {
+    pub const KIB: u64 = 1024;
+    pub const MIB: u64 = 1024 * 1024;
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1024 * Self::MIB,
+            segment_ms: Some(Duration::from_secs(7 * 24 * 3600)),
+            index_interval_bytes: 4 * Self::KIB,
+            preallocate_step_bytes: 32 * Self::MIB,
+            append_chunk_bytes: Self::MIB as usize,
+            max_inflight_writes: 4,
+            max_batch_bytes: 1024 * 1024 + 12 + 61,
+            durability: Durability::FlushBeforeAck,
+        }
+    }
+}

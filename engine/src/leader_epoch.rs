@@ -1,0 +1,145 @@
+//! The leader-epoch cache: for each leader epoch, the first offset written in it.
+//! Persisted as `leader-epoch-checkpoint` (Kafka's format). Replication uses it to
+//! answer OffsetsForLeaderEpoch and to find where a follower's log diverges.
+
+use std::path::{Path, PathBuf};
+
+use crate::checkpoint::{self, LEADER_EPOCH_FILE};
+use crate::error::Result;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEntry {
+    pub epoch: i32,
+    pub start_offset: i64,
+}
+
+#[derive(Debug)]
+pub struct LeaderEpochCache {
+    path: PathBuf,
+    /// Strictly increasing in both fields.
+    entries: Vec<EpochEntry>,
+}
+
+impl LeaderEpochCache {
+    pub async fn load(dir: &Path) -> Result<LeaderEpochCache> {
+        let path = dir.join(LEADER_EPOCH_FILE);
+        let mut entries = Vec::new();
+        if let Some(rows) = checkpoint::read(&path, 2).await? {
+            for row in rows {
+                let epoch = checkpoint::parse_i64(&path, &row[0])? as i32;
+                let start_offset = checkpoint::parse_i64(&path, &row[1])?;
+                entries.push(EpochEntry {
+                    epoch,
+                    start_offset,
+                });
+            }
+        }
+        // A file written by a buggy or foreign writer: keep the longest valid prefix.
+        let valid = entries
+            .windows(2)
+            .position(|w| w[1].epoch <= w[0].epoch || w[1].start_offset < w[0].start_offset)
+            .map_or(entries.len(), |i| i + 1);
+        entries.truncate(valid);
+        Ok(LeaderEpochCache { path, entries })
+    }
+
+    pub fn entries(&self) -> &[EpochEntry] {
+        &self.entries
+    }
+
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.entries.last().map(|e| e.epoch)
+    }
+
+    /// Records that `epoch` starts at `start_offset` if it is newer than the latest
+    /// epoch. Returns whether the cache changed (and must be persisted).
+    pub fn assign(&mut self, epoch: i32, start_offset: i64) -> bool {
+        if epoch < 0 || self.latest_epoch().is_some_and(|e| epoch <= e) {
+            return false;
+        }
+        // An epoch that starts where the previous one did replaces it (no records).
+        while self
+            .entries
+            .last()
+            .is_some_and(|e| e.start_offset >= start_offset)
+        {
+            self.entries.pop();
+        }
+        self.entries.push(EpochEntry {
+            epoch,
+            start_offset,
+        });
+        true
+    }
+
+    /// The end offset of `epoch` (the start of the next larger epoch, or
+    /// `log_end_offset` for the latest), and the largest epoch `<= epoch`, as
+    /// OffsetsForLeaderEpoch answers. `None` when no epoch that old is known.
+    pub fn end_offset_for(&self, epoch: i32, log_end_offset: i64) -> Option<(i32, i64)> {
+        let i = self.entries.partition_point(|e| e.epoch <= epoch);
+        let found = self.entries.get(i.checked_sub(1)?)?;
+        let end = self
+            .entries
+            .get(i)
+            .map_or(log_end_offset, |next| next.start_offset);
+        Some((found.epoch, end))
+    }
+
+    /// Forgets epochs that start at or after `offset` (the log was cut there).
+    pub fn truncate_from_end(&mut self, offset: i64) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.start_offset < offset);
+        before != self.entries.len()
+    }
+
+    pub async fn persist(&self) -> Result<()> {
+        let rows: Vec<Vec<String>> = self
+            .entries
+            .iter()
+            .map(|e| vec![e.epoch.to_string(), e.start_offset.to_string()])
+            .collect();
+        checkpoint::write(&self.path, &rows).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache() -> LeaderEpochCache {
+        LeaderEpochCache {
+            path: PathBuf::from("unused"),
+            entries: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn assign_and_lookup() {
+        let mut c = cache();
+        assert!(c.assign(0, 0));
+        assert!(!c.assign(0, 10));
+        assert!(c.assign(2, 10));
+        assert!(c.assign(5, 30));
+        assert_eq!(c.end_offset_for(0, 50), Some((0, 10)));
+        assert_eq!(c.end_offset_for(1, 50), Some((0, 10)));
+        assert_eq!(c.end_offset_for(2, 50), Some((2, 30)));
+        assert_eq!(c.end_offset_for(9, 50), Some((5, 50)));
+        assert!(c.truncate_from_end(30));
+        assert_eq!(c.latest_epoch(), Some(2));
+        assert_eq!(c.end_offset_for(-1, 50), None);
+    }
+
+    #[test]
+    fn empty_epoch_is_replaced() {
+        let mut c = cache();
+        c.assign(1, 5);
+        c.assign(2, 5);
+        assert_eq!(
+            c.entries(),
+            &[EpochEntry {
+                epoch: 2,
+                start_offset: 5
+            }]
+        );
+    }
+}

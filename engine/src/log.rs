@@ -1,0 +1,528 @@
+//! The partition log: an ordered set of segments, the last one active.
+//!
+//! This is where a produce becomes bytes on disk: `append` validates the batch,
+//! stamps its base offset and leader epoch in place (outside the CRC), copies it
+//! into the active segment's DMA buffer (`segment::appender`), indexes it, and
+//! keeps it in the core's batch cache for the fetch path. Durability is the
+//! caller's next step (`flush`, group-committed by `partition::Partition`).
+//!
+//! Offsets: `log_start_offset` is the first offset still in the log,
+//! `log_end_offset` the offset the next batch gets, `flushed_offset` the offset
+//! below which everything is on disk (fdatasync'd), `recovery_point` the value last
+//! checkpointed for recovery (`<= flushed_offset`).
+//!
+//! Ownership: a log is owned by one core and used through `&mut self`; it is
+//! neither `Send` nor shared.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::batch::{self, decode_records, BatchHeader};
+use crate::batch_cache::BatchCache;
+use crate::config::LogConfig;
+use crate::error::{LogError, Result};
+use crate::leader_epoch::LeaderEpochCache;
+use crate::recovery::{self, scan_segment, write_recovery_point};
+use crate::segment::scan::scan;
+use crate::segment::Segment;
+
+/// How an append gets its offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendMode {
+    /// A leader append: the batch gets the next offsets and this leader epoch.
+    Leader { leader_epoch: i32 },
+    /// A follower append: the batch keeps the offsets and epoch the leader gave it.
+    Replica,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub records: i32,
+    pub bytes: usize,
+}
+
+/// Batches returned by a read, whole and in order.
+#[derive(Debug, Clone, Default)]
+pub struct ReadBatches {
+    pub batches: Vec<Bytes>,
+    /// The offset after the last batch returned (the start of the next read).
+    pub next_offset: i64,
+}
+
+impl ReadBatches {
+    pub fn bytes(&self) -> usize {
+        self.batches.iter().map(Bytes::len).sum()
+    }
+}
+
+/// Smallest read from disk on a cache miss.
+const READ_CHUNK_MIN_BYTES: usize = 64 << 10;
+
+pub struct PartitionLog {
+    dir: PathBuf,
+    topic: String,
+    partition: i32,
+    config: LogConfig,
+    /// By base offset; the last one is active. Never empty.
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    flushed_offset: i64,
+    recovery_point: i64,
+    epochs: LeaderEpochCache,
+    cache: BatchCache,
+    cache_id: u64,
+}
+
+impl PartitionLog {
+    /// Opens (recovering) or creates the log in `dir`.
+    pub async fn open(
+        dir: &Path,
+        topic: &str,
+        partition: i32,
+        config: LogConfig,
+        cache: BatchCache,
+    ) -> Result<PartitionLog> {
+        std::fs::create_dir_all(dir).map_err(|e| LogError::io("create dir", dir, e))?;
+        let recovered = recovery::recover(dir, &config).await?;
+        if recovered.truncated_bytes > 0 {
+            tracing::warn!(dir = %dir.display(), bytes = recovered.truncated_bytes, "recovery cut an invalid tail");
+        }
+        let mut epochs = LeaderEpochCache::load(dir).await?;
+        if epochs.truncate_from_end(recovered.log_end_offset) {
+            epochs.persist().await?;
+        }
+        let cache_id = cache.register();
+        let mut log = PartitionLog {
+            dir: dir.to_path_buf(),
+            topic: topic.to_string(),
+            partition,
+            config,
+            segments: recovered.segments,
+            log_start_offset: recovered.log_start_offset,
+            log_end_offset: recovered.log_end_offset,
+            flushed_offset: recovered.log_end_offset,
+            recovery_point: 0,
+            epochs,
+            cache,
+            cache_id,
+        };
+        // Recovery flushed the active segment: everything left is durable.
+        log.checkpoint_recovery_point().await?;
+        Ok(log)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+    pub fn flushed_offset(&self) -> i64 {
+        self.flushed_offset
+    }
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+    pub fn leader_epochs(&self) -> &LeaderEpochCache {
+        &self.epochs
+    }
+    pub fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.values()
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(Segment::size).sum()
+    }
+
+    fn active(&mut self) -> &mut Segment {
+        // Invariant: `segments` is never empty (open creates one, truncate keeps one).
+        #[allow(clippy::expect_used)]
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a partition log always has an active segment")
+    }
+
+    /// Appends one batch. The batch is validated first (CRC, lengths, record
+    /// count); an invalid batch is rejected with nothing written.
+    pub async fn append(&mut self, mut batch: BytesMut, mode: AppendMode) -> Result<AppendInfo> {
+        if batch.len() > self.config.max_batch_bytes {
+            return Err(LogError::BatchTooLarge {
+                size: batch.len(),
+                limit: self.config.max_batch_bytes,
+            });
+        }
+        let mut header = batch::validate(&batch)?;
+        match mode {
+            AppendMode::Leader { leader_epoch } => {
+                batch::stamp(&mut batch, self.log_end_offset, leader_epoch)?;
+                header.base_offset = self.log_end_offset;
+                header.partition_leader_epoch = leader_epoch;
+            }
+            AppendMode::Replica => {
+                if header.base_offset < self.log_end_offset {
+                    return Err(LogError::NonContiguousAppend {
+                        base_offset: header.base_offset,
+                        log_end_offset: self.log_end_offset,
+                    });
+                }
+            }
+        }
+        if self
+            .epochs
+            .assign(header.partition_leader_epoch, header.base_offset)
+        {
+            self.epochs.persist().await?;
+        }
+        if self.should_roll(&header) {
+            self.roll(header.base_offset).await?;
+        }
+        let interval = self.config.index_interval_bytes;
+        self.active().append(&batch, &header, interval).await?;
+        self.log_end_offset = header.next_offset();
+        let bytes = batch.len();
+        self.cache.insert(
+            self.cache_id,
+            header.base_offset,
+            header.last_offset(),
+            batch.freeze(),
+        );
+        Ok(AppendInfo {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            max_timestamp: header.max_timestamp,
+            records: header.records_count,
+            bytes,
+        })
+    }
+
+    fn should_roll(&mut self, header: &BatchHeader) -> bool {
+        let segment_bytes = self.config.segment_bytes;
+        let segment_ms = self.config.segment_ms;
+        let active = self.active();
+        if active.is_empty() {
+            return false;
+        }
+        active.size() + header.total_len() as u64 > segment_bytes
+            || segment_ms.is_some_and(|ms| active.age() >= ms)
+            || !active.can_hold(header.last_offset())
+    }
+
+    /// Closes the active segment (flushed, trimmed, indexes written) and starts a
+    /// new one at `base_offset`.
+    async fn roll(&mut self, base_offset: i64) -> Result<()> {
+        self.active().close_active().await?;
+        let closed_end = self.active().next_offset();
+        self.flushed_offset = self.flushed_offset.max(closed_end);
+        let segment = Segment::create(&self.dir, base_offset, &self.config).await?;
+        tracing::debug!(dir = %self.dir.display(), base_offset, "rolled segment");
+        self.segments.insert(base_offset, segment);
+        self.checkpoint_recovery_point().await
+    }
+
+    /// Writes out and fdatasyncs everything appended: `flushed_offset` becomes the
+    /// log end offset.
+    pub async fn flush(&mut self) -> Result<()> {
+        let end = self.log_end_offset;
+        self.active().flush().await?;
+        self.flushed_offset = end;
+        Ok(())
+    }
+
+    /// First half of a group-committed flush: everything appended is written out
+    /// (no sync). Returns the offset a sync of the active file makes durable.
+    pub async fn write_out(&mut self) -> Result<i64> {
+        let end = self.log_end_offset;
+        self.active().write_out().await?;
+        Ok(end)
+    }
+
+    /// The active segment's file, for an fdatasync done outside the log's lock.
+    pub fn active_file(&mut self) -> std::rc::Rc<glommio::io::DmaFile> {
+        self.active().file().clone()
+    }
+
+    /// Second half of a group-committed flush.
+    pub fn mark_flushed(&mut self, offset: i64) {
+        self.flushed_offset = self.flushed_offset.max(offset.min(self.log_end_offset));
+    }
+
+    /// A sync done outside failed: the log goes offline.
+    pub fn poison(&mut self, reason: &str) {
+        self.active().poison(reason);
+    }
+
+    /// Persists `flushed_offset` as the recovery point.
+    pub async fn checkpoint_recovery_point(&mut self) -> Result<()> {
+        if self.recovery_point == self.flushed_offset && self.recovery_point != 0 {
+            return Ok(());
+        }
+        write_recovery_point(&self.dir, &self.topic, self.partition, self.flushed_offset).await?;
+        self.recovery_point = self.flushed_offset;
+        Ok(())
+    }
+
+    /// Whole batches from the one holding `offset`, at most `max_bytes` (the first
+    /// batch always whole, like Kafka), stopping before any batch at or past
+    /// `upper_bound` (the high watermark for consumers, the log end for followers).
+    pub async fn read(
+        &mut self,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound: i64,
+    ) -> Result<ReadBatches> {
+        self.check_offset(offset)?;
+        let upper = upper_bound.min(self.log_end_offset);
+        if offset >= upper {
+            return Ok(ReadBatches {
+                batches: Vec::new(),
+                next_offset: offset,
+            });
+        }
+        if let Some(hit) = self.cache.read(self.cache_id, offset, max_bytes, upper) {
+            return Ok(ReadBatches {
+                batches: hit.batches,
+                next_offset: hit.next_offset,
+            });
+        }
+        self.read_from_disk(offset, max_bytes, upper).await
+    }
+
+    pub fn check_offset(&self, offset: i64) -> Result<()> {
+        if offset < self.log_start_offset || offset > self.log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads the batch cache alone (no disk, no lock needed by callers).
+    pub fn read_cached(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound: i64,
+    ) -> Option<ReadBatches> {
+        let upper = upper_bound.min(self.log_end_offset);
+        if offset < self.log_start_offset || offset >= upper {
+            return None;
+        }
+        self.cache
+            .read(self.cache_id, offset, max_bytes, upper)
+            .map(|hit| ReadBatches {
+                batches: hit.batches,
+                next_offset: hit.next_offset,
+            })
+    }
+
+    async fn read_from_disk(
+        &mut self,
+        offset: i64,
+        max_bytes: usize,
+        upper: i64,
+    ) -> Result<ReadBatches> {
+        let bases: Vec<i64> = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map(|(b, _)| *b)
+            .into_iter()
+            .chain(self.segments.range(offset + 1..).map(|(b, _)| *b))
+            .collect();
+        for base in bases {
+            let Some(segment) = self.segments.get_mut(&base) else {
+                continue;
+            };
+            if segment.next_offset() <= offset {
+                continue;
+            }
+            segment.write_out().await?;
+            let rel = (offset - base).clamp(0, i64::from(u32::MAX)) as u32;
+            let start = segment
+                .offset_index()
+                .lookup(rel)
+                .map_or(0, |e| u64::from(e.position));
+            let chunk = max_bytes.clamp(READ_CHUNK_MIN_BYTES, 16 << 20);
+            let mut out = ReadBatches {
+                batches: Vec::new(),
+                next_offset: offset,
+            };
+            let mut total = 0usize;
+            let path = segment.log_path();
+            scan(
+                segment.file(),
+                &path,
+                start,
+                segment.size(),
+                chunk,
+                |_, h, bytes| {
+                    if h.last_offset() < offset {
+                        return ControlFlow::Continue(());
+                    }
+                    if h.base_offset >= upper
+                        || (!out.batches.is_empty() && total + bytes.len() > max_bytes)
+                    {
+                        return ControlFlow::Break(());
+                    }
+                    total += bytes.len();
+                    out.next_offset = h.next_offset();
+                    out.batches.push(Bytes::copy_from_slice(bytes));
+                    ControlFlow::Continue(())
+                },
+            )
+            .await?;
+            return Ok(out);
+        }
+        Ok(ReadBatches {
+            batches: Vec::new(),
+            next_offset: offset,
+        })
+    }
+
+    /// The first offset whose record timestamp is `>= timestamp`, with that
+    /// timestamp (ListOffsets by time). `None` when every record is older.
+    pub async fn offset_for_timestamp(&mut self, timestamp: i64) -> Result<Option<(i64, i64)>> {
+        let Some(base) = self
+            .segments
+            .values()
+            .find(|s| s.max_timestamp() >= timestamp)
+            .map(Segment::base_offset)
+        else {
+            return Ok(None);
+        };
+        let Some(segment) = self.segments.get_mut(&base) else {
+            return Ok(None);
+        };
+        segment.write_out().await?;
+        // Batches up to the time index entry below `timestamp` are all older.
+        let from_rel = segment
+            .time_index()
+            .lookup(timestamp)
+            .map_or(0, |e| e.relative_offset.saturating_add(1));
+        let start = segment
+            .offset_index()
+            .lookup(from_rel)
+            .map_or(0, |e| u64::from(e.position));
+        let mut found: Option<Bytes> = None;
+        let path = segment.log_path();
+        scan(
+            segment.file(),
+            &path,
+            start,
+            segment.size(),
+            1 << 20,
+            |_, h, bytes| {
+                if h.max_timestamp >= timestamp && h.last_offset() >= base + i64::from(from_rel) {
+                    found = Some(Bytes::copy_from_slice(bytes));
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
+            },
+        )
+        .await?;
+        let Some(batch) = found else { return Ok(None) };
+        let records = decode_records(&batch, self.config.max_batch_bytes.saturating_mul(64))?;
+        Ok(records
+            .iter()
+            .find(|r| r.timestamp >= timestamp)
+            .map(|r| (r.offset, r.timestamp)))
+    }
+
+    /// Removes every batch from the one holding `offset` on (Kafka's truncateTo):
+    /// afterwards the log ends at that batch's base offset. Replication uses it when
+    /// a follower's log diverges from its new leader's.
+    pub async fn truncate_to(&mut self, offset: i64) -> Result<()> {
+        if offset >= self.log_end_offset {
+            return Ok(());
+        }
+        let offset = offset.max(self.log_start_offset);
+        // Segments wholly at or past the cut go, keeping the first as the new home.
+        let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
+        let keep_first = self.segments.range(..offset).next_back().is_none();
+        for base in &doomed {
+            if keep_first && *base == doomed[0] {
+                continue;
+            }
+            if let Some(segment) = self.segments.remove(base) {
+                segment.delete().await?;
+            }
+        }
+        let interval = self.config.index_interval_bytes;
+        let config = self.config.clone();
+        let segment = self.active();
+        segment.write_out().await?;
+        let base = segment.base_offset();
+        // Find the batch holding `offset`; cut at its position.
+        let mut cut: Option<(u64, i64)> = None;
+        let path = segment.log_path();
+        scan(
+            segment.file(),
+            &path,
+            0,
+            segment.size(),
+            4 << 20,
+            |pos, h, _| {
+                if h.last_offset() >= offset {
+                    cut = Some((pos, h.base_offset));
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
+            },
+        )
+        .await?;
+        let (position, _) = cut.unwrap_or((segment.size(), segment.next_offset()));
+        let scanned = scan_segment(segment.file(), &path, base, position, interval, false).await?;
+        segment.truncate(scanned.state, &config).await?;
+        self.log_end_offset = self.active().next_offset();
+        self.cache.truncate(self.cache_id, self.log_end_offset);
+        if self.epochs.truncate_from_end(self.log_end_offset) {
+            self.epochs.persist().await?;
+        }
+        self.flushed_offset = self.flushed_offset.min(self.log_end_offset);
+        self.checkpoint_recovery_point().await?;
+        self.active().flush().await?;
+        self.flushed_offset = self.log_end_offset;
+        Ok(())
+    }
+
+    /// Flushes, closes the active segment (trimmed, indexes written) and
+    /// checkpoints the recovery point: a clean stop.
+    pub async fn close(mut self) -> Result<()> {
+        self.active().close_active().await?;
+        self.flushed_offset = self.log_end_offset;
+        self.checkpoint_recovery_point().await?;
+        self.cache.remove_log(self.cache_id);
+        Ok(())
+    }
+
+    /// Deletes the log and its directory.
+    pub async fn delete(mut self) -> Result<()> {
+        self.cache.remove_log(self.cache_id);
+        let segments = std::mem::take(&mut self.segments);
+        for (_, segment) in segments {
+            segment.delete().await?;
+        }
+        std::fs::remove_dir_all(&self.dir).map_err(|e| LogError::io("remove dir", &self.dir, e))
+    }
+}

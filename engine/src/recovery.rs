@@ -1,0 +1,341 @@
+//! Opening a partition directory after a clean stop or a crash.
+//!
+//! Rules:
+//! - The recovery point (`recovery-point-offset-checkpoint`) is an offset below
+//!   which the log is known flushed. Every segment from the one holding the
+//!   recovery point to the last is read in full and each batch's length and
+//!   CRC-32C are checked; the indexes of those segments are rebuilt from the scan.
+//! - The first batch that fails at or past the recovery point ends the log: a
+//!   torn write or garbage (a crash mid-write). The file is cut there and later
+//!   segments are deleted; nothing past the cut is served.
+//! - A batch that fails *before* the recovery point is bitrot in flushed data: it
+//!   is never cut silently. Recovery stops with `RecoveryError::CorruptFlushedData`
+//!   naming the file, position and offset, and the partition stays offline.
+//! - Segments wholly before the recovery point are trusted: their `.index` and
+//!   `.timeindex` are loaded and checked against the log, and rebuilt by a scan
+//!   when missing or inconsistent. (`skiff-tools verify` checks every CRC.)
+//! - Zeros after the data of a segment are preallocated space, trimmed here.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use glommio::io::DmaFile;
+use thiserror::Error;
+
+use crate::batch::crc_matches;
+use crate::checkpoint::{self, RECOVERY_POINT_FILE};
+use crate::config::LogConfig;
+use crate::error::{LogError, Result};
+use crate::fsutil;
+use crate::segment::index::{OffsetIndex, TimeIndex};
+use crate::segment::scan::{scan, ScanStop};
+use crate::segment::{
+    parse_segment_name, segment_path, Segment, SegmentState, INDEX_SUFFIX, LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+};
+
+const SCAN_CHUNK_BYTES: usize = 4 << 20;
+
+#[derive(Debug, Error)]
+pub enum RecoveryError {
+    #[error(
+        "{}: corrupt batch at position {position} (offset {offset}), below the recovery point {recovery_point}: {reason}; the partition stays offline until the segment is repaired",
+        path.display()
+    )]
+    CorruptFlushedData {
+        path: PathBuf,
+        position: u64,
+        offset: i64,
+        recovery_point: i64,
+        reason: String,
+    },
+}
+
+/// The state of a partition log after recovery.
+pub struct Recovered {
+    pub segments: BTreeMap<i64, Segment>,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    /// Bytes cut from the end of the log (torn writes, garbage).
+    pub truncated_bytes: u64,
+}
+
+/// What a full scan of one segment found.
+pub struct ScannedSegment {
+    pub state: SegmentState,
+    /// Where and why the valid data stops, if not at the end of the file.
+    pub problem: Option<(u64, String)>,
+}
+
+/// Reads `[0, end)` of a segment and rebuilds its state (indexes, next offset, max
+/// timestamp), checking every batch's CRC when `check_crc`. Stops at the first
+/// batch that fails or whose offsets go backwards.
+pub async fn scan_segment(
+    file: &DmaFile,
+    path: &Path,
+    base_offset: i64,
+    end: u64,
+    index_interval_bytes: u64,
+    check_crc: bool,
+) -> Result<ScannedSegment> {
+    let mut state = SegmentState::empty(base_offset);
+    let mut bad: Option<String> = None;
+    let outcome = scan(
+        file,
+        path,
+        0,
+        end,
+        SCAN_CHUNK_BYTES,
+        |pos, header, bytes| {
+            if header.base_offset < state.next_offset {
+                bad = Some(format!(
+                    "base offset {} goes backwards (expected at least {})",
+                    header.base_offset, state.next_offset
+                ));
+                return ControlFlow::Break(());
+            }
+            if check_crc {
+                if let Err(e) = crc_matches(bytes) {
+                    bad = Some(e.to_string());
+                    return ControlFlow::Break(());
+                }
+            }
+            state.add_batch(base_offset, pos, header, index_interval_bytes);
+            ControlFlow::Continue(())
+        },
+    )
+    .await?;
+    let problem = match outcome.stop {
+        ScanStop::End => None,
+        ScanStop::Visitor => Some((outcome.position, bad.unwrap_or_default())),
+        ScanStop::Partial => Some((
+            outcome.position,
+            "batch extends past the end of the file (torn write)".into(),
+        )),
+        ScanStop::BadHeader(e) => Some((outcome.position, e)),
+    };
+    Ok(ScannedSegment { state, problem })
+}
+
+pub async fn read_recovery_point(dir: &Path) -> Result<i64> {
+    let path = dir.join(RECOVERY_POINT_FILE);
+    match checkpoint::read(&path, 3).await? {
+        Some(rows) if !rows.is_empty() => checkpoint::parse_i64(&path, &rows[0][2]),
+        _ => Ok(0),
+    }
+}
+
+pub async fn write_recovery_point(
+    dir: &Path,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<()> {
+    let row = vec![topic.to_string(), partition.to_string(), offset.to_string()];
+    checkpoint::write(&dir.join(RECOVERY_POINT_FILE), &[row]).await
+}
+
+/// Recovers the partition in `dir` (see the module docs). The last segment comes
+/// back active.
+pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
+    let recovery_point = read_recovery_point(dir).await?;
+    let bases = list_segments(dir)?;
+    // The segment holding the recovery point and every later one get a full scan.
+    let first_scanned = bases
+        .iter()
+        .rposition(|&b| b <= recovery_point)
+        .unwrap_or(0);
+
+    let mut segments = BTreeMap::new();
+    let mut truncated_bytes = 0u64;
+    let mut i = 0;
+    while i < bases.len() {
+        let base = bases[i];
+        let path = segment_path(dir, base, LOG_SUFFIX);
+        let file = Rc::new(fsutil::open_dma(&path, false).await?);
+        let file_size = file
+            .file_size()
+            .await
+            .map_err(|e| LogError::io("stat", &path, e))?;
+        let next_base = bases.get(i + 1).copied();
+
+        let loaded = if i < first_scanned {
+            load_closed_segment(dir, &file, &path, base, file_size, config).await?
+        } else {
+            None
+        };
+        let state = match loaded {
+            Some(state) => state,
+            None => {
+                let scanned = scan_segment(
+                    &file,
+                    &path,
+                    base,
+                    file_size,
+                    config.index_interval_bytes,
+                    true,
+                )
+                .await?;
+                let state = scanned.state;
+                if let Some((position, reason)) = scanned.problem {
+                    if state.next_offset < recovery_point {
+                        return Err(RecoveryError::CorruptFlushedData {
+                            path,
+                            position,
+                            offset: state.next_offset,
+                            recovery_point,
+                            reason,
+                        }
+                        .into());
+                    }
+                    let contiguous = next_base == Some(state.next_offset);
+                    if !contiguous {
+                        tracing::warn!(
+                            path = %path.display(), position, offset = state.next_offset, %reason,
+                            "truncating the log at the first invalid batch past the recovery point"
+                        );
+                    }
+                    truncated_bytes += file_size - position;
+                    file.truncate(position)
+                        .await
+                        .map_err(|e| LogError::io("truncate", &path, e))?;
+                    if !contiguous {
+                        // Nothing after a cut is part of the log.
+                        for &later in &bases[i + 1..] {
+                            truncated_bytes += delete_segment_files(dir, later).await?;
+                        }
+                        let segment = Segment::from_state(dir, base, file, state);
+                        segment.write_indexes().await?;
+                        segments.insert(base, segment);
+                        break;
+                    }
+                }
+                let segment = Segment::from_state(dir, base, file.clone(), state);
+                if next_base.is_some() {
+                    segment.write_indexes().await?;
+                }
+                segments.insert(base, segment);
+                i += 1;
+                continue;
+            }
+        };
+        segments.insert(base, Segment::from_state(dir, base, file, state));
+        i += 1;
+    }
+
+    // An empty segment left behind by a crash during a roll is harmless but
+    // confusing; keep at most one (the last).
+    let log_start_offset = segments.values().next().map_or(0, |s| s.base_offset());
+    if segments.is_empty() {
+        let segment = Segment::create(dir, log_start_offset.max(recovery_point), config).await?;
+        segments.insert(segment.base_offset(), segment);
+    } else if let Some(last) = segments.values_mut().next_back() {
+        last.activate(config).await?;
+        last.flush().await?;
+    }
+    let log_end_offset = segments
+        .values()
+        .next_back()
+        .map_or(0, Segment::next_offset);
+    Ok(Recovered {
+        segments,
+        log_start_offset,
+        log_end_offset,
+        truncated_bytes,
+    })
+}
+
+/// Loads a trusted closed segment from its index files; `None` when they are
+/// missing or disagree with the log (the caller rebuilds by scanning).
+async fn load_closed_segment(
+    dir: &Path,
+    file: &DmaFile,
+    path: &Path,
+    base: i64,
+    file_size: u64,
+    config: &LogConfig,
+) -> Result<Option<SegmentState>> {
+    let Some(index_bytes) = fsutil::read_file(&segment_path(dir, base, INDEX_SUFFIX)).await? else {
+        return Ok(None);
+    };
+    let Some(time_bytes) = fsutil::read_file(&segment_path(dir, base, TIME_INDEX_SUFFIX)).await?
+    else {
+        return Ok(None);
+    };
+    let Ok(offset_index) = OffsetIndex::decode(&index_bytes, file_size) else {
+        tracing::warn!(path = %path.display(), "offset index inconsistent with the log; rebuilding");
+        return Ok(None);
+    };
+    // Scan the tail after the last index entry to learn the next offset.
+    let tail_start = offset_index
+        .entries()
+        .last()
+        .map_or(0, |e| u64::from(e.position));
+    let mut next_offset = base;
+    let mut max_timestamp = -1;
+    let mut bytes_after = 0u64;
+    let outcome = scan(
+        file,
+        path,
+        tail_start,
+        file_size,
+        SCAN_CHUNK_BYTES,
+        |_, h, _| {
+            next_offset = h.next_offset();
+            max_timestamp = max_timestamp.max(h.max_timestamp);
+            bytes_after += h.total_len() as u64;
+            ControlFlow::Continue(())
+        },
+    )
+    .await?;
+    if !matches!(outcome.stop, ScanStop::End) {
+        tracing::warn!(path = %path.display(), "closed segment does not end on a batch boundary; rescanning");
+        return Ok(None);
+    }
+    let Ok(time_index) = TimeIndex::decode(&time_bytes, (next_offset - base).max(0) as u64) else {
+        tracing::warn!(path = %path.display(), "time index inconsistent with the log; rebuilding");
+        return Ok(None);
+    };
+    let max_timestamp = max_timestamp.max(time_index.last().map_or(-1, |e| e.timestamp));
+    let _ = config;
+    Ok(Some(SegmentState {
+        size: file_size,
+        next_offset,
+        max_timestamp,
+        offset_index,
+        time_index,
+        bytes_since_index_entry: bytes_after,
+    }))
+}
+
+/// Base offsets of the segments in `dir`, ascending. Leftover temporary files of
+/// an interrupted atomic write are removed.
+pub fn list_segments(dir: &Path) -> Result<Vec<i64>> {
+    let mut bases = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".tmp") {
+            let _ = std::fs::remove_file(entry.path());
+            continue;
+        }
+        if let Some((base, LOG_SUFFIX)) = parse_segment_name(name) {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+async fn delete_segment_files(dir: &Path, base: i64) -> Result<u64> {
+    let log = segment_path(dir, base, LOG_SUFFIX);
+    let size = std::fs::metadata(&log).map_or(0, |m| m.len());
+    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        fsutil::remove(&segment_path(dir, base, suffix)).await?;
+    }
+    Ok(size)
+}

@@ -1,0 +1,326 @@
+//! The segment appender: turns appended bytes into aligned O_DIRECT writes.
+//!
+//! Appends are copied into a DMA buffer of `append_chunk_bytes` (the one copy on the
+//! produce path: O_DIRECT needs aligned memory). A full chunk is written whole by a
+//! background task, up to `max_inflight_writes` at once, while the next chunk fills.
+//! `write_out` writes the partly filled chunk too, padded with zeros to the next
+//! block, so everything appended is readable from the file; the padding block is
+//! rewritten with more data by the next write. Writes never overlap while in flight:
+//! `write_out` waits for every chunk write before it rewrites a partial block.
+//!
+//! Disk space is reserved ahead of the write position (`fallocate` without
+//! KEEP_SIZE) in `preallocate_step_bytes` steps, so the file is longer than its
+//! data while the segment is active and the bytes after the data read as zeros.
+//! `finish` trims the file to its data when the segment is rolled or closed.
+//!
+//! Any failed write or fdatasync poisons the appender: after a failed flush the
+//! state of the file is unknown, so nothing more is written or acknowledged.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use glommio::io::{DmaBuffer, DmaFile};
+use glommio::task::JoinHandle;
+
+use crate::error::{LogError, Result};
+
+type WriteTask = JoinHandle<std::io::Result<usize>>;
+
+pub struct Appender {
+    file: Rc<DmaFile>,
+    path: PathBuf,
+    align: u64,
+    chunk_bytes: usize,
+    max_inflight_writes: usize,
+    preallocate_step_bytes: u64,
+    /// The chunk being filled; allocated on the first append after a dispatch.
+    buf: Option<DmaBuffer>,
+    /// File position of `buf[0]`; always aligned.
+    buf_pos: u64,
+    /// Bytes of data in `buf`.
+    buf_len: usize,
+    /// Prefix of `buf` already written to the file; the next write of this chunk
+    /// starts at this value aligned down.
+    buf_written: usize,
+    /// Chunk writes in flight, oldest first, with the file position each ends at.
+    inflight: VecDeque<(u64, usize, WriteTask)>,
+    /// Every byte below this position has been written (not necessarily synced).
+    written: u64,
+    /// File space is reserved up to here.
+    preallocated: u64,
+    failed: Option<String>,
+}
+
+impl Appender {
+    /// An appender that continues the file at `end` (the end of its valid data).
+    /// The partial block before `end` is read back so the first write keeps it.
+    pub async fn open(
+        file: Rc<DmaFile>,
+        path: PathBuf,
+        end: u64,
+        chunk_bytes: usize,
+        max_inflight_writes: usize,
+        preallocate_step_bytes: u64,
+    ) -> Result<Appender> {
+        let align = file.alignment().max(512);
+        assert!(
+            chunk_bytes as u64 % align == 0 && chunk_bytes > 0,
+            "append chunk must be a multiple of {align}"
+        );
+        let file_size = file
+            .file_size()
+            .await
+            .map_err(|e| LogError::io("stat", &path, e))?;
+        let mut appender = Appender {
+            file,
+            path,
+            align,
+            chunk_bytes,
+            max_inflight_writes: max_inflight_writes.max(1),
+            preallocate_step_bytes,
+            buf: None,
+            buf_pos: end - end % align,
+            buf_len: 0,
+            buf_written: 0,
+            inflight: VecDeque::new(),
+            written: end,
+            preallocated: file_size,
+            failed: None,
+        };
+        appender.load_tail(end).await?;
+        Ok(appender)
+    }
+
+    /// Logical end of the data: the position the next append lands at.
+    pub fn end(&self) -> u64 {
+        self.buf_pos + self.buf_len as u64
+    }
+
+    /// Every byte below this position can be read from the file.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    pub fn file(&self) -> &Rc<DmaFile> {
+        &self.file
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.failed {
+            Some(reason) => Err(LogError::Offline(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, op: &'static str, e: impl std::fmt::Display) -> LogError {
+        let reason = format!("{op} {}: {e}", self.path.display());
+        tracing::error!(%reason, "segment write failed; partition goes offline");
+        self.failed = Some(reason.clone());
+        LogError::Offline(reason)
+    }
+
+    /// Appends `data` at `end()` and returns the position it starts at. Waits only
+    /// when `max_inflight_writes` chunk writes are already in flight.
+    pub async fn append(&mut self, data: &[u8]) -> Result<u64> {
+        self.check()?;
+        let position = self.end();
+        let mut src = data;
+        while !src.is_empty() {
+            let chunk_bytes = self.chunk_bytes;
+            let file = &self.file;
+            let buf = self
+                .buf
+                .get_or_insert_with(|| file.alloc_dma_buffer(chunk_bytes));
+            let n = src.len().min(chunk_bytes - self.buf_len);
+            buf.as_bytes_mut()[self.buf_len..self.buf_len + n].copy_from_slice(&src[..n]);
+            self.buf_len += n;
+            src = &src[n..];
+            if self.buf_len == chunk_bytes {
+                self.dispatch_full_chunk().await?;
+            }
+        }
+        Ok(position)
+    }
+
+    async fn dispatch_full_chunk(&mut self) -> Result<()> {
+        let Some(buf) = self.buf.take() else {
+            return Ok(());
+        };
+        let start = self.align_down(self.buf_written as u64) as usize;
+        let write_buf = if start == 0 {
+            buf
+        } else {
+            // Part of this chunk went out with an earlier write_out: write the rest.
+            let mut rest = self.file.alloc_dma_buffer(self.chunk_bytes - start);
+            rest.as_bytes_mut()
+                .copy_from_slice(&buf.as_bytes()[start..]);
+            rest
+        };
+        let pos = self.buf_pos + start as u64;
+        self.buf_pos += self.chunk_bytes as u64;
+        self.buf_len = 0;
+        self.buf_written = 0;
+        self.submit(write_buf, pos).await
+    }
+
+    async fn submit(&mut self, buf: DmaBuffer, pos: u64) -> Result<()> {
+        let len = buf.len();
+        self.reserve(pos + len as u64).await?;
+        while self.inflight.len() >= self.max_inflight_writes {
+            self.complete_oldest().await?;
+        }
+        let file = self.file.clone();
+        let task = glommio::spawn_local(async move {
+            file.write_at(buf, pos).await.map_err(std::io::Error::from)
+        })
+        .detach();
+        self.inflight.push_back((pos + len as u64, len, task));
+        Ok(())
+    }
+
+    async fn complete_oldest(&mut self) -> Result<()> {
+        let Some((end, len, task)) = self.inflight.pop_front() else {
+            return Ok(());
+        };
+        match task.await {
+            Some(Ok(n)) if n == len => {
+                self.written = self.written.max(end.min(self.end()));
+                Ok(())
+            }
+            Some(Ok(n)) => Err(self.fail("short write", format!("{n} of {len} bytes"))),
+            Some(Err(e)) => Err(self.fail("write", e)),
+            None => Err(self.fail("write", "write task cancelled")),
+        }
+    }
+
+    /// Writes everything appended so far (the partial chunk padded with zeros to a
+    /// block) and waits for it: afterwards `written() == end()`. Not durable until
+    /// `sync`.
+    pub async fn write_out(&mut self) -> Result<()> {
+        self.check()?;
+        while !self.inflight.is_empty() {
+            self.complete_oldest().await?;
+        }
+        if self.buf_len > self.buf_written {
+            let start = self.align_down(self.buf_written as u64) as usize;
+            let stop = self.align_up(self.buf_len as u64) as usize;
+            let mut out = self.file.alloc_dma_buffer(stop - start);
+            if let Some(buf) = &self.buf {
+                let dst = out.as_bytes_mut();
+                dst[..self.buf_len - start].copy_from_slice(&buf.as_bytes()[start..self.buf_len]);
+                dst[self.buf_len - start..].fill(0);
+            }
+            self.submit(out, self.buf_pos + start as u64).await?;
+            self.complete_oldest().await?;
+            self.buf_written = self.buf_len;
+        }
+        self.written = self.end();
+        Ok(())
+    }
+
+    /// `write_out` then `fdatasync`: everything appended so far is durable.
+    pub async fn flush(&mut self) -> Result<()> {
+        self.write_out().await?;
+        self.sync().await
+    }
+
+    /// `fdatasync` of the file alone (callers that did `write_out` under a lock and
+    /// sync outside it use `file()` instead).
+    pub async fn sync(&mut self) -> Result<()> {
+        self.check()?;
+        if let Err(e) = self.file.fdatasync().await {
+            return Err(self.fail("fdatasync", e));
+        }
+        Ok(())
+    }
+
+    /// Marks the appender failed after an fdatasync done elsewhere failed.
+    pub fn poison(&mut self, reason: &str) {
+        self.failed.get_or_insert_with(|| reason.to_string());
+    }
+
+    /// Flushes, trims the preallocated space and syncs: the file now holds exactly
+    /// its data. Used when the segment is rolled or closed.
+    pub async fn finish(&mut self) -> Result<()> {
+        self.write_out().await?;
+        let end = self.end();
+        if let Err(e) = self.file.truncate(end).await {
+            return Err(self.fail("truncate", e));
+        }
+        self.preallocated = end;
+        self.sync().await
+    }
+
+    /// Cuts the file at `end` (which must be at or below the current end) and
+    /// continues appending from there.
+    pub async fn truncate(&mut self, end: u64) -> Result<()> {
+        self.check()?;
+        assert!(
+            end <= self.end(),
+            "truncate forward: {end} > {}",
+            self.end()
+        );
+        while !self.inflight.is_empty() {
+            self.complete_oldest().await?;
+        }
+        if let Err(e) = self.file.truncate(end).await {
+            return Err(self.fail("truncate", e));
+        }
+        self.preallocated = end;
+        self.buf = None;
+        self.buf_pos = self.align_down(end);
+        self.buf_len = 0;
+        self.buf_written = 0;
+        self.written = end;
+        self.load_tail(end).await
+    }
+
+    /// Reads the block holding `end` into a fresh chunk so appends continue it.
+    async fn load_tail(&mut self, end: u64) -> Result<()> {
+        let block = self.align_down(end);
+        let head = (end - block) as usize;
+        if head == 0 {
+            return Ok(());
+        }
+        let read = match self.file.read_at_aligned(block, self.align as usize).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.fail("read", e)),
+        };
+        if read.len() < head {
+            let got = read.len();
+            return Err(self.fail("read", format!("tail block short: {got} < {head} bytes")));
+        }
+        let mut buf = self.file.alloc_dma_buffer(self.chunk_bytes);
+        buf.as_bytes_mut()[..head].copy_from_slice(&read[..head]);
+        self.buf = Some(buf);
+        self.buf_pos = block;
+        self.buf_len = head;
+        self.buf_written = head;
+        Ok(())
+    }
+
+    async fn reserve(&mut self, upto: u64) -> Result<()> {
+        if self.preallocate_step_bytes == 0 || upto <= self.preallocated {
+            return Ok(());
+        }
+        let step = self.preallocate_step_bytes;
+        let target = upto.div_ceil(step) * step;
+        if let Err(e) = self.file.pre_allocate(target, false).await {
+            // Not every filesystem supports fallocate; writes extend the file anyway.
+            tracing::debug!(path = %self.path.display(), error = %e, "preallocation unavailable");
+            self.preallocate_step_bytes = 0;
+            return Ok(());
+        }
+        self.preallocated = target;
+        Ok(())
+    }
+
+    fn align_down(&self, v: u64) -> u64 {
+        v - v % self.align
+    }
+
+    fn align_up(&self, v: u64) -> u64 {
+        v.div_ceil(self.align) * self.align
+    }
+}

@@ -1,0 +1,318 @@
+//! One segment of a partition log: `<base offset, 20 digits>.log` with its
+//! `.index` and `.timeindex` (formats in `index`).
+//!
+//! The `.log` holds RecordBatch v2 bytes back to back, exactly as they travel on
+//! the wire (base offset and partition leader epoch stamped by the leader). While a
+//! segment is active its file is longer than its data (see `appender`); the
+//! bytes after the data are zeros. A closed segment's file holds exactly its data.
+
+pub mod appender;
+pub mod index;
+pub mod scan;
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use glommio::io::DmaFile;
+
+use crate::batch::BatchHeader;
+use crate::config::LogConfig;
+use crate::error::{LogError, Result};
+use crate::fsutil;
+use appender::Appender;
+use index::{OffsetIndex, TimeIndex};
+
+pub const LOG_SUFFIX: &str = "log";
+pub const INDEX_SUFFIX: &str = "index";
+pub const TIME_INDEX_SUFFIX: &str = "timeindex";
+
+/// `dir/<base offset, 20 digits>.<suffix>`.
+pub fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
+    dir.join(format!("{base_offset:020}.{suffix}"))
+}
+
+/// The base offset named by a segment file name, if it is one of ours.
+pub fn parse_segment_name(name: &str) -> Option<(i64, &str)> {
+    let (stem, suffix) = name.split_once('.')?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((stem.parse().ok()?, suffix))
+}
+
+pub struct Segment {
+    base_offset: i64,
+    dir: PathBuf,
+    file: Rc<DmaFile>,
+    /// Present while this is the active segment.
+    appender: Option<Appender>,
+    state: SegmentState,
+    /// When this segment became active, for `segment.ms`.
+    opened_at: Instant,
+}
+
+/// What is known about a segment's contents: built by appends, or by recovery
+/// scanning the file.
+pub struct SegmentState {
+    /// Bytes of batch data (the file may be longer while active).
+    pub size: u64,
+    /// The offset after the last batch; the base offset when empty.
+    pub next_offset: i64,
+    /// Largest batch max-timestamp in the segment, -1 when empty.
+    pub max_timestamp: i64,
+    pub offset_index: OffsetIndex,
+    pub time_index: TimeIndex,
+    pub bytes_since_index_entry: u64,
+}
+
+impl SegmentState {
+    pub fn empty(base_offset: i64) -> SegmentState {
+        SegmentState {
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            offset_index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+            bytes_since_index_entry: 0,
+        }
+    }
+
+    /// Records the batch at `position` (appends and recovery scans). Like Kafka,
+    /// an offset-index entry names the batch's last offset, and one is added once
+    /// `index_interval_bytes` of log went by without one.
+    pub fn add_batch(
+        &mut self,
+        base_offset: i64,
+        position: u64,
+        header: &BatchHeader,
+        index_interval_bytes: u64,
+    ) {
+        let rel_last = (header.last_offset() - base_offset) as u32;
+        self.max_timestamp = self.max_timestamp.max(header.max_timestamp);
+        if self.bytes_since_index_entry > index_interval_bytes {
+            self.offset_index.push(rel_last, position as u32);
+            self.time_index.maybe_push(self.max_timestamp, rel_last);
+            self.bytes_since_index_entry = 0;
+        }
+        self.bytes_since_index_entry += header.total_len() as u64;
+        self.next_offset = header.next_offset();
+        self.size = position + header.total_len() as u64;
+    }
+}
+
+impl Segment {
+    /// Creates an empty active segment.
+    pub async fn create(dir: &Path, base_offset: i64, config: &LogConfig) -> Result<Segment> {
+        let path = segment_path(dir, base_offset, LOG_SUFFIX);
+        let file = Rc::new(fsutil::open_dma(&path, true).await?);
+        let mut segment =
+            Segment::from_state(dir, base_offset, file, SegmentState::empty(base_offset));
+        segment.activate(config).await?;
+        fsutil::sync_dir(dir).await?;
+        Ok(segment)
+    }
+
+    /// A segment whose contents recovery has established.
+    pub fn from_state(
+        dir: &Path,
+        base_offset: i64,
+        file: Rc<DmaFile>,
+        state: SegmentState,
+    ) -> Segment {
+        Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file,
+            appender: None,
+            state,
+            opened_at: Instant::now(),
+        }
+    }
+
+    /// Makes this the active segment: appends continue at `size`.
+    pub async fn activate(&mut self, config: &LogConfig) -> Result<()> {
+        let appender = Appender::open(
+            self.file.clone(),
+            self.log_path(),
+            self.state.size,
+            config.append_chunk_bytes,
+            config.max_inflight_writes,
+            config.preallocate_step_bytes,
+        )
+        .await?;
+        self.appender = Some(appender);
+        self.opened_at = Instant::now();
+        Ok(())
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.state.next_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.state.size
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.state.max_timestamp
+    }
+    pub fn is_empty(&self) -> bool {
+        self.state.size == 0
+    }
+    pub fn is_active(&self) -> bool {
+        self.appender.is_some()
+    }
+    pub fn age(&self) -> std::time::Duration {
+        self.opened_at.elapsed()
+    }
+    pub fn log_path(&self) -> PathBuf {
+        segment_path(&self.dir, self.base_offset, LOG_SUFFIX)
+    }
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.state.offset_index
+    }
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.state.time_index
+    }
+    pub fn file(&self) -> &Rc<DmaFile> {
+        &self.file
+    }
+
+    /// Whether `offset - base_offset` still fits the indexes' u32.
+    pub fn can_hold(&self, last_offset: i64) -> bool {
+        last_offset - self.base_offset <= i64::from(u32::MAX)
+    }
+
+    fn appender(&mut self) -> Result<&mut Appender> {
+        let path = self.log_path();
+        self.appender.as_mut().ok_or_else(|| {
+            LogError::Offline(format!("{} is not the active segment", path.display()))
+        })
+    }
+
+    /// Appends one batch (already validated and stamped) and indexes it.
+    pub async fn append(
+        &mut self,
+        batch: &[u8],
+        header: &BatchHeader,
+        index_interval_bytes: u64,
+    ) -> Result<u64> {
+        debug_assert!(header.base_offset >= self.state.next_offset);
+        let position = self.appender()?.append(batch).await?;
+        debug_assert_eq!(position, self.state.size);
+        self.state
+            .add_batch(self.base_offset, position, header, index_interval_bytes);
+        Ok(position)
+    }
+
+    /// Makes every appended byte readable from the file (no fsync).
+    pub async fn write_out(&mut self) -> Result<()> {
+        match self.appender.as_mut() {
+            Some(a) if a.written() < a.end() => a.write_out().await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether bytes below `position` can be read from the file already.
+    pub fn is_written_to(&self, position: u64) -> bool {
+        self.appender
+            .as_ref()
+            .is_none_or(|a| a.written() >= position)
+    }
+
+    pub async fn flush(&mut self) -> Result<()> {
+        match self.appender.as_mut() {
+            Some(a) => a.flush().await,
+            None => Ok(()),
+        }
+    }
+
+    pub fn poison(&mut self, reason: &str) {
+        if let Some(a) = self.appender.as_mut() {
+            a.poison(reason);
+        }
+    }
+
+    /// Turns the active segment into a closed one: data flushed and trimmed, the
+    /// final time index entry added, both indexes written.
+    pub async fn close_active(&mut self) -> Result<()> {
+        let Some(mut appender) = self.appender.take() else {
+            return Ok(());
+        };
+        appender.finish().await?;
+        let state = &mut self.state;
+        if state.next_offset > self.base_offset {
+            let rel_last = (state.next_offset - 1 - self.base_offset) as u32;
+            state.time_index.maybe_push(state.max_timestamp, rel_last);
+        }
+        self.write_indexes().await
+    }
+
+    pub async fn write_indexes(&self) -> Result<()> {
+        fsutil::write_file_atomic(
+            &segment_path(&self.dir, self.base_offset, INDEX_SUFFIX),
+            &self.state.offset_index.encode(),
+        )
+        .await?;
+        fsutil::write_file_atomic(
+            &segment_path(&self.dir, self.base_offset, TIME_INDEX_SUFFIX),
+            &self.state.time_index.encode(),
+        )
+        .await
+    }
+
+    /// Reads `len` bytes at `position` of the log file into a `Bytes`. A read
+    /// from disk copies once out of the DMA buffer (glommio's read buffers are
+    /// not `Send` and cannot become `Bytes` themselves).
+    pub async fn read(&self, position: u64, len: usize) -> Result<Bytes> {
+        let end = (position + len as u64).min(self.state.size);
+        if position >= end {
+            return Ok(Bytes::new());
+        }
+        let want = (end - position) as usize;
+        let data = self
+            .file
+            .read_at(position, want)
+            .await
+            .map_err(|e| LogError::io("read", self.log_path(), e))?;
+        Ok(Bytes::copy_from_slice(&data[..data.len().min(want)]))
+    }
+
+    /// Cuts the segment to `state` (rebuilt by scanning the part that stays) and
+    /// makes it the active segment.
+    pub async fn truncate(&mut self, state: SegmentState, config: &LogConfig) -> Result<()> {
+        if self.appender.is_none() {
+            self.activate(config).await?;
+        }
+        self.appender()?.truncate(state.size).await?;
+        self.state = state;
+        // Indexes on disk may name the cut part; drop them until the next close.
+        fsutil::remove(&segment_path(&self.dir, self.base_offset, INDEX_SUFFIX)).await?;
+        fsutil::remove(&segment_path(
+            &self.dir,
+            self.base_offset,
+            TIME_INDEX_SUFFIX,
+        ))
+        .await
+    }
+
+    /// Deletes the segment's files.
+    pub async fn delete(self) -> Result<()> {
+        let Segment {
+            dir,
+            base_offset,
+            file,
+            appender,
+            ..
+        } = self;
+        drop(appender);
+        drop(file);
+        for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            fsutil::remove(&segment_path(&dir, base_offset, suffix)).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! Helpers shared by the engine's integration tests.
+
+use std::future::Future;
+use std::path::Path;
+
+use bytes::{Bytes, BytesMut};
+use glommio::{LocalExecutorBuilder, Placement};
+use skiff_engine::batch::{BatchBuilder, Compression};
+use skiff_engine::batch_cache::BatchCache;
+use skiff_engine::{LogConfig, PartitionLog};
+
+/// Runs `f` on a fresh glommio executor (tests run on threads of the test harness).
+pub fn run<F, Fut, T>(f: F) -> T
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    LocalExecutorBuilder::new(Placement::Unbound)
+        .spawn(f)
+        .expect("spawn executor")
+        .join()
+        .expect("executor")
+}
+
+/// A batch of `records` records of `value_len` bytes, keys `k{seed}-{i}`.
+pub fn batch(seed: u64, records: usize, value_len: usize, timestamp: i64) -> Bytes {
+    let mut b = BatchBuilder::new().compression(Compression::None);
+    for i in 0..records {
+        let key = format!("k{seed}-{i}");
+        let value = vec![(seed as u8).wrapping_add(i as u8); value_len];
+        b.push(
+            timestamp + i as i64,
+            Some(key.as_bytes()),
+            Some(&value),
+            &[],
+        );
+    }
+    b.build().unwrap()
+}
+
+pub fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 64 * 1024,
+        index_interval_bytes: 1024,
+        preallocate_step_bytes: 256 * 1024,
+        append_chunk_bytes: 16 * 1024,
+        ..LogConfig::default()
+    }
+}
+
+pub async fn open(dir: &Path, config: LogConfig) -> skiff_engine::Result<PartitionLog> {
+    PartitionLog::open(dir, "t", 0, config, BatchCache::new(64 << 20)).await
+}
+
+pub async fn open_uncached(dir: &Path, config: LogConfig) -> skiff_engine::Result<PartitionLog> {
+    PartitionLog::open(dir, "t", 0, config, BatchCache::new(0)).await
+}
+
+pub fn mutable(b: &Bytes) -> BytesMut {
+    BytesMut::from(&b[..])
+}
+
+/// Every batch of the log from `from`, read in steps.
+pub async fn read_all(log: &mut PartitionLog, from: i64) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    while offset < log.log_end_offset() {
+        let r = log.read(offset, 256 * 1024, i64::MAX).await.unwrap();
+        assert!(!r.batches.is_empty(), "no progress at {offset}");
+        offset = r.next_offset;
+        out.extend(r.batches);
+    }
+    out
+}

@@ -1,0 +1,287 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Partition log behaviour on real files through io_uring.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use skiff_engine::batch::{BatchHeader, BatchScanner};
+use skiff_engine::{AppendMode, LogError};
+
+const LEADER: AppendMode = AppendMode::Leader { leader_epoch: 3 };
+
+#[test]
+fn append_read_roll_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        let mut sent = Vec::new();
+        for i in 0..200u64 {
+            let b = batch(
+                i,
+                1 + (i % 5) as usize,
+                100 + (i as usize * 37) % 900,
+                1000 + i as i64 * 10,
+            );
+            let info = log.append(mutable(&b), LEADER).await.unwrap();
+            assert_eq!(
+                info.base_offset,
+                sent.iter()
+                    .map(|(_, n): &(bytes::Bytes, i64)| *n)
+                    .sum::<i64>()
+            );
+            sent.push((b, 1 + (i % 5) as i64));
+        }
+        assert!(log.segments().count() > 3, "small segment.bytes must roll");
+        let leo = log.log_end_offset();
+        let got = read_all(&mut log, 0).await;
+        assert_eq!(got.len(), sent.len());
+        let mut next = 0;
+        for (g, (s, n)) in got.iter().zip(&sent) {
+            let h = BatchHeader::parse(g).unwrap();
+            assert_eq!(h.base_offset, next);
+            assert_eq!(h.partition_leader_epoch, 3);
+            assert_eq!(&g[61..], &s[61..], "payload byte-exact");
+            skiff_engine::batch::crc_matches(g).unwrap();
+            next += n;
+        }
+        log.close().await.unwrap();
+
+        // Reopen: every read now comes from disk (the cache is empty).
+        let mut log = open_uncached(&path, small_config()).await.unwrap();
+        assert_eq!(log.log_end_offset(), leo);
+        let again = read_all(&mut log, 0).await;
+        assert_eq!(again, got);
+        // A read from the middle of a batch returns that whole batch.
+        let r = log.read(7, 1, i64::MAX).await.unwrap();
+        let h = BatchHeader::parse(&r.batches[0]).unwrap();
+        assert!(h.base_offset <= 7 && h.last_offset() >= 7);
+        assert_eq!(
+            r.batches.len(),
+            1,
+            "max_bytes=1 still returns one whole batch"
+        );
+        // upper_bound stops before a batch at or past it.
+        let r = log.read(0, 1 << 20, 3).await.unwrap();
+        assert!(r
+            .batches
+            .iter()
+            .all(|b| BatchHeader::parse(b).unwrap().base_offset < 3));
+        assert!(matches!(
+            log.read(leo + 1, 100, i64::MAX).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        assert!(log
+            .read(leo, 100, i64::MAX)
+            .await
+            .unwrap()
+            .batches
+            .is_empty());
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn invalid_batches_are_rejected_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        log.append(mutable(&batch(1, 2, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        let good = batch(2, 2, 10, 0);
+        let mut bad_crc = mutable(&good);
+        let last = bad_crc.len() - 1;
+        bad_crc[last] ^= 1;
+        assert!(matches!(
+            log.append(bad_crc, LEADER).await,
+            Err(LogError::InvalidBatch(_))
+        ));
+        let mut short = mutable(&good);
+        short.truncate(good.len() - 3);
+        assert!(matches!(
+            log.append(short, LEADER).await,
+            Err(LogError::InvalidBatch(_))
+        ));
+        let mut bad_magic = mutable(&good);
+        bad_magic[16] = 1;
+        assert!(matches!(
+            log.append(bad_magic, LEADER).await,
+            Err(LogError::InvalidBatch(_))
+        ));
+        let huge = batch(3, 1, 2 << 20, 0);
+        assert!(matches!(
+            log.append(mutable(&huge), LEADER).await,
+            Err(LogError::BatchTooLarge { .. })
+        ));
+        assert_eq!(log.log_end_offset(), 2);
+        log.close().await.unwrap();
+        let mut log = open(&path, small_config()).await.unwrap();
+        assert_eq!(log.log_end_offset(), 2);
+        assert_eq!(read_all(&mut log, 0).await.len(), 1);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn offset_for_timestamp_finds_first_record_at_or_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        // Batch i holds 4 records at timestamps 1000*i + 0..4.
+        for i in 0..100i64 {
+            log.append(mutable(&batch(i as u64, 4, 300, 1000 * i)), LEADER)
+                .await
+                .unwrap();
+        }
+        for reopen in [false, true] {
+            if reopen {
+                log.close().await.unwrap();
+                log = open_uncached(&path, small_config()).await.unwrap();
+            }
+            assert_eq!(log.offset_for_timestamp(0).await.unwrap(), Some((0, 0)));
+            assert_eq!(
+                log.offset_for_timestamp(5002).await.unwrap(),
+                Some((22, 5002))
+            );
+            assert_eq!(
+                log.offset_for_timestamp(5003).await.unwrap(),
+                Some((23, 5003))
+            );
+            assert_eq!(
+                log.offset_for_timestamp(5004).await.unwrap(),
+                Some((24, 6000))
+            );
+            assert_eq!(
+                log.offset_for_timestamp(99_003).await.unwrap(),
+                Some((399, 99_003))
+            );
+            assert_eq!(log.offset_for_timestamp(99_004).await.unwrap(), None);
+        }
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn truncate_to_cuts_whole_batches_and_appends_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        for i in 0..100u64 {
+            let epoch = if i < 50 { 1 } else { 2 };
+            log.append(
+                mutable(&batch(i, 3, 500, 0)),
+                AppendMode::Leader {
+                    leader_epoch: epoch,
+                },
+            )
+            .await
+            .unwrap();
+        }
+        assert_eq!(log.leader_epochs().entries().len(), 2);
+        // Offset 100 is inside batch 33 (offsets 99..=101): the whole batch goes.
+        log.truncate_to(100).await.unwrap();
+        assert_eq!(log.log_end_offset(), 99);
+        assert_eq!(
+            log.leader_epochs().entries().len(),
+            1,
+            "epoch 2 started at 150, cut"
+        );
+        let info = log
+            .append(mutable(&batch(1000, 2, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        assert_eq!(info.base_offset, 99);
+        let all = read_all(&mut log, 0).await;
+        assert_eq!(all.len(), 34);
+        log.close().await.unwrap();
+        let mut log = open_uncached(&path, small_config()).await.unwrap();
+        assert_eq!(log.log_end_offset(), 101);
+        assert_eq!(read_all(&mut log, 0).await, all);
+        // Truncating to the very start leaves an empty, usable log.
+        log.truncate_to(0).await.unwrap();
+        assert_eq!(log.log_end_offset(), 0);
+        assert_eq!(
+            log.append(mutable(&batch(5, 1, 10, 0)), LEADER)
+                .await
+                .unwrap()
+                .base_offset,
+            0
+        );
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn replica_appends_keep_leader_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        let mut b = mutable(&batch(1, 3, 10, 0));
+        skiff_engine::batch::stamp(&mut b, 0, 7).unwrap();
+        log.append(b, AppendMode::Replica).await.unwrap();
+        let mut stale = mutable(&batch(2, 1, 10, 0));
+        skiff_engine::batch::stamp(&mut stale, 1, 7).unwrap();
+        assert!(matches!(
+            log.append(stale, AppendMode::Replica).await,
+            Err(LogError::NonContiguousAppend { .. })
+        ));
+        assert_eq!(log.leader_epochs().latest_epoch(), Some(7));
+        log.close().await.unwrap();
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
+
+    /// Any sequence of appends and truncations reads back exactly what a model
+    /// (a Vec of batches) holds, before and after reopening.
+    #[test]
+    fn model_check_append_truncate(ops in proptest::collection::vec((0u8..10, 1usize..6, 1usize..3000), 1..60)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t-0");
+        run(move || async move {
+            let mut log = open(&path, small_config()).await.unwrap();
+            let mut model: Vec<(i64, bytes::Bytes)> = Vec::new();
+            for (i, (op, records, size)) in ops.into_iter().enumerate() {
+                if op == 0 && !model.is_empty() {
+                    let cut = model[model.len() / 2].0;
+                    log.truncate_to(cut).await.unwrap();
+                    model.retain(|(base, _)| *base < cut);
+                } else {
+                    let b = batch(i as u64, records, size, i as i64);
+                    let info = log.append(mutable(&b), LEADER).await.unwrap();
+                    model.push((info.base_offset, b));
+                }
+            }
+            for pass in 0..2 {
+                if pass == 1 {
+                    log.close().await.unwrap();
+                    log = open_uncached(&path, small_config()).await.unwrap();
+                }
+                let got = read_all(&mut log, 0).await;
+                assert_eq!(got.len(), model.len());
+                for (g, (base, b)) in got.iter().zip(&model) {
+                    assert_eq!(BatchHeader::parse(g).unwrap().base_offset, *base);
+                    assert_eq!(&g[61..], &b[61..]);
+                }
+            }
+            // The active segment's file holds exactly its batches after close.
+            log.close().await.unwrap();
+            for entry in std::fs::read_dir(&path).unwrap() {
+                let p = entry.unwrap().path();
+                if p.extension().is_some_and(|e| e == "log") {
+                    let data = std::fs::read(&p).unwrap();
+                    let mut scanner = BatchScanner::new(&data);
+                    let n = scanner.by_ref().count();
+                    assert_eq!(scanner.position(), data.len(), "{} has trailing bytes after {n} batches", p.display());
+                }
+            }
+        });
+    }
+}
