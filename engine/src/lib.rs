@@ -29,3 +29,8 @@ pub mod segment;
 pub use config::{Durability, LogConfig};
 pub use error::{LogError, Result};
 pub use log::{AppendInfo, AppendMode, PartitionLog, ReadBatches};
+pub mod partition;
+pub mod shard;
+
+pub use partition::{OffsetQuery, Partition};
+pub use shard::{Runtime, Shard, ShardConfig, ShardTable, TopicPartition};

@@ -509,6 +509,12 @@ impl PartitionLog {
     /// Flushes, closes the active segment (trimmed, indexes written) and
     /// checkpoints the recovery point: a clean stop.
     pub async fn close(mut self) -> Result<()> {
+        self.shutdown().await
+    }
+
+    /// `close` for a log still reachable through shared handles: afterwards the
+    /// active segment is closed and appends fail; reads still work.
+    pub async fn shutdown(&mut self) -> Result<()> {
         self.active().close_active().await?;
         self.flushed_offset = self.log_end_offset;
         self.checkpoint_recovery_point().await?;

@@ -1,0 +1,624 @@
+//! The shard runtime: one glommio executor per core, each owning a disjoint set of
+//! partitions.
+//!
+//! - `Runtime::start` spawns one pinned `LocalExecutor` per configured core. The
+//!   executors join a glommio channel mesh; a shard's id is its index in the mesh.
+//! - `ShardTable::shard_of` maps a partition to its shard with a fixed function of
+//!   (topic, partition), so every core computes the owner on its own: no shared
+//!   table, no lock, no atomic on the hot path. Consecutive partitions of a topic
+//!   land on consecutive shards.
+//! - `Shard` is the per-core handle (not `Send`): its partition calls run locally
+//!   when this shard owns the partition and are shipped to the owner over the mesh
+//!   otherwise (`invoke_on`), the answer coming back on a oneshot channel.
+//! - Threads outside the runtime (the binary's main thread, tests, benchmarks) use
+//!   `Runtime::submit` to run a closure on a shard.
+//! - Background work per shard (periodic flush for `Durability::Interval`, recovery
+//!   point checkpoints) runs in a low-share task queue so it cannot starve appends.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_channel::{mpsc, oneshot};
+use futures_util::StreamExt;
+use glommio::channels::channel_mesh::{MeshBuilder, Senders};
+use glommio::{Latency, LocalExecutorBuilder, Placement, Shares};
+
+use crate::batch_cache::{BatchCache, CacheStats};
+use crate::config::{Durability, LogConfig};
+use crate::error::{LogError, Result};
+use crate::log::{AppendInfo, AppendMode, PartitionLog, ReadBatches};
+use crate::partition::{OffsetQuery, Partition};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    /// Parses a partition directory name `<topic>-<partition>`.
+    pub fn from_dir_name(name: &str) -> Option<TopicPartition> {
+        let (topic, partition) = name.rsplit_once('-')?;
+        if topic.is_empty()
+            || partition.is_empty()
+            || !partition.bytes().all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        Some(TopicPartition::new(topic, partition.parse().ok()?))
+    }
+
+    pub fn dir_name(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// Which shard owns a partition: `(crc32c(topic) + partition) mod shards`.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardTable {
+    shards: usize,
+}
+
+impl ShardTable {
+    pub fn new(shards: usize) -> Self {
+        ShardTable {
+            shards: shards.max(1),
+        }
+    }
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+    pub fn shard_of(&self, tp: &TopicPartition) -> usize {
+        let h = u64::from(crc32c::crc32c(tp.topic.as_bytes()));
+        ((h + tp.partition.max(0) as u64) % self.shards as u64) as usize
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    pub data_dir: PathBuf,
+    /// CPUs to pin one executor each to; `None` entries run unpinned. The shard
+    /// count is `cpus.len()`.
+    pub cpus: Vec<Option<usize>>,
+    pub log: LogConfig,
+    /// Bytes of recently appended batches each core keeps for reads.
+    pub batch_cache_bytes_max: usize,
+    /// Memory glommio registers with io_uring for DMA buffers, per core.
+    pub io_memory_bytes: usize,
+    /// How often each core persists its partitions' recovery points
+    /// (Kafka's `log.flush.offset.checkpoint.interval.ms`).
+    pub checkpoint_interval: Duration,
+    /// Bound on cross-core requests queued towards one shard from one peer.
+    pub mesh_channel_capacity: usize,
+}
+
+impl ShardConfig {
+    /// `shards` unpinned executors: tests and machines that share cores.
+    pub fn unpinned(data_dir: impl Into<PathBuf>, shards: usize) -> Self {
+        ShardConfig {
+            data_dir: data_dir.into(),
+            cpus: vec![None; shards.max(1)],
+            log: LogConfig::default(),
+            batch_cache_bytes_max: 256 << 20,
+            io_memory_bytes: 64 << 20,
+            checkpoint_interval: Duration::from_secs(60),
+            mesh_channel_capacity: 1024,
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce(Rc<Shard>) -> Pin<Box<dyn Future<Output = ()>>> + Send>;
+
+/// The per-core handle to the engine.
+pub struct Shard {
+    id: usize,
+    table: ShardTable,
+    config: ShardConfig,
+    cache: BatchCache,
+    partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
+    peers: Senders<Job>,
+}
+
+impl Shard {
+    pub fn id(&self) -> usize {
+        self.id
+    }
+    pub fn table(&self) -> ShardTable {
+        self.table
+    }
+    pub fn config(&self) -> &ShardConfig {
+        &self.config
+    }
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// This core's partition, if it owns it.
+    pub fn local(&self, tp: &TopicPartition) -> Option<Rc<Partition>> {
+        self.partitions.borrow().get(tp).cloned()
+    }
+
+    /// The partitions this core owns.
+    pub fn local_partitions(&self) -> Vec<TopicPartition> {
+        let mut v: Vec<_> = self.partitions.borrow().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Runs `f` on shard `target` (here, when it is this shard) and returns its
+    /// result.
+    pub async fn invoke_on<F, Fut, T>(self: &Rc<Self>, target: usize, f: F) -> Result<T>
+    where
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        if target == self.id {
+            return Ok(f(self.clone()).await);
+        }
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |shard| {
+            Box::pin(async move {
+                let _ = tx.send(f(shard).await);
+            })
+        });
+        self.peers
+            .send_to(target, job)
+            .await
+            .map_err(|_| LogError::RuntimeStopped)?;
+        rx.await.map_err(|_| LogError::RuntimeStopped)
+    }
+
+    async fn on_owner<F, Fut, T>(self: &Rc<Self>, tp: &TopicPartition, f: F) -> Result<T>
+    where
+        F: FnOnce(Rc<Partition>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T>> + 'static,
+        T: Send + 'static,
+    {
+        let owner = self.table.shard_of(tp);
+        let tp = tp.clone();
+        self.invoke_on(owner, move |shard| async move {
+            let partition = shard
+                .local(&tp)
+                .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+            f(partition).await
+        })
+        .await?
+    }
+
+    pub async fn create_partition(self: &Rc<Self>, tp: &TopicPartition) -> Result<()> {
+        let owner = self.table.shard_of(tp);
+        let tp = tp.clone();
+        self.invoke_on(owner, move |shard| async move {
+            shard.open_local(&tp, true).await
+        })
+        .await?
+    }
+
+    pub async fn delete_partition(self: &Rc<Self>, tp: &TopicPartition) -> Result<()> {
+        let owner = self.table.shard_of(tp);
+        let tp = tp.clone();
+        self.invoke_on(owner, move |shard| async move {
+            let partition = shard
+                .partitions
+                .borrow_mut()
+                .remove(&tp)
+                .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+            match Rc::try_unwrap(partition) {
+                Ok(p) => p.delete().await,
+                Err(shared) => {
+                    // In-flight requests still hold it: close, then remove the files.
+                    shared.close().await?;
+                    let dir = shard.config.data_dir.join(tp.dir_name());
+                    std::fs::remove_dir_all(&dir).map_err(|e| LogError::io("remove dir", &dir, e))
+                }
+            }
+        })
+        .await?
+    }
+
+    pub async fn append(
+        self: &Rc<Self>,
+        tp: &TopicPartition,
+        batch: BytesMut,
+        mode: AppendMode,
+    ) -> Result<AppendInfo> {
+        self.on_owner(tp, move |p| async move { p.append(batch, mode).await })
+            .await
+    }
+
+    pub async fn read(
+        self: &Rc<Self>,
+        tp: &TopicPartition,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound: i64,
+    ) -> Result<ReadBatches> {
+        self.on_owner(tp, move |p| async move {
+            p.read(offset, max_bytes, upper_bound).await
+        })
+        .await
+    }
+
+    pub async fn list_offset(
+        self: &Rc<Self>,
+        tp: &TopicPartition,
+        query: OffsetQuery,
+    ) -> Result<Option<(i64, i64)>> {
+        self.on_owner(tp, move |p| async move { p.list_offset(query).await })
+            .await
+    }
+
+    pub async fn truncate_to(self: &Rc<Self>, tp: &TopicPartition, offset: i64) -> Result<()> {
+        self.on_owner(tp, move |p| async move { p.truncate_to(offset).await })
+            .await
+    }
+
+    async fn open_local(&self, tp: &TopicPartition, create: bool) -> Result<()> {
+        if self.partitions.borrow().contains_key(tp) {
+            return if create {
+                Err(LogError::PartitionExists(tp.to_string()))
+            } else {
+                Ok(())
+            };
+        }
+        let dir = self.config.data_dir.join(tp.dir_name());
+        if create && dir.exists() {
+            return Err(LogError::PartitionExists(tp.to_string()));
+        }
+        let log = PartitionLog::open(
+            &dir,
+            &tp.topic,
+            tp.partition,
+            self.config.log.clone(),
+            self.cache.clone(),
+        )
+        .await?;
+        self.partitions
+            .borrow_mut()
+            .insert(tp.clone(), Rc::new(Partition::new(log)));
+        Ok(())
+    }
+
+    /// Opens every partition directory of the data dir that this shard owns.
+    async fn open_owned(&self) -> Result<()> {
+        for tp in list_partition_dirs(&self.config.data_dir)? {
+            if self.table.shard_of(&tp) == self.id {
+                self.open_local(&tp, false).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn close_all(&self) -> Result<()> {
+        let partitions: Vec<_> = self.partitions.borrow_mut().drain().collect();
+        let mut first_error = None;
+        for (tp, p) in partitions {
+            if let Err(e) = p.close().await {
+                tracing::error!(partition = %tp, error = %e, "close failed");
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn snapshot(&self) -> Vec<Rc<Partition>> {
+        self.partitions.borrow().values().cloned().collect()
+    }
+}
+
+/// Partition directories under a data dir.
+pub fn list_partition_dirs(data_dir: &Path) -> Result<Vec<TopicPartition>> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(data_dir).map_err(|e| LogError::io("list", data_dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("list", data_dir, e))?;
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if let Some(tp) = entry
+            .file_name()
+            .to_str()
+            .and_then(TopicPartition::from_dir_name)
+        {
+            out.push(tp);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The running shards of one node.
+pub struct Runtime {
+    submit: Vec<mpsc::UnboundedSender<Job>>,
+    stop: Vec<oneshot::Sender<()>>,
+    threads: Vec<glommio::ExecutorJoinHandle<Result<()>>>,
+    table: ShardTable,
+}
+
+impl Runtime {
+    /// Starts one executor per configured CPU, recovers the partitions each owns,
+    /// and returns once every shard serves.
+    pub fn start(config: ShardConfig) -> Result<Runtime> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| LogError::io("create dir", &config.data_dir, e))?;
+        let shards = config.cpus.len().max(1);
+        let table = ShardTable::new(shards);
+        let mesh = MeshBuilder::<Job, _>::full(shards, config.mesh_channel_capacity);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<
+            Result<(usize, mpsc::UnboundedSender<Job>, oneshot::Sender<()>)>,
+        >();
+        let mut threads = Vec::with_capacity(shards);
+        for (i, cpu) in config.cpus.iter().enumerate() {
+            let placement = cpu.map_or(Placement::Unbound, Placement::Fixed);
+            let (mesh, config, ready_tx) = (mesh.clone(), config.clone(), ready_tx.clone());
+            let handle = LocalExecutorBuilder::new(placement)
+                .name(&format!("skiff-shard-{i}"))
+                .io_memory(config.io_memory_bytes)
+                .spawn(move || async move { run_shard(mesh, config, table, ready_tx).await })
+                .map_err(|e| {
+                    LogError::io("spawn executor", "", std::io::Error::other(e.to_string()))
+                })?;
+            threads.push(handle);
+        }
+        drop(ready_tx);
+        let mut submit: Vec<Option<mpsc::UnboundedSender<Job>>> = vec![None; shards];
+        let mut stop: Vec<Option<oneshot::Sender<()>>> = (0..shards).map(|_| None).collect();
+        let mut first_error = None;
+        for _ in 0..shards {
+            match ready_rx.recv() {
+                Ok(Ok((id, tx, stop_tx))) => {
+                    submit[id] = Some(tx);
+                    stop[id] = Some(stop_tx);
+                }
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(LogError::RuntimeStopped);
+                }
+            }
+        }
+        let runtime = Runtime {
+            submit: submit.into_iter().flatten().collect(),
+            stop: stop.into_iter().flatten().collect(),
+            threads,
+            table,
+        };
+        if let Some(e) = first_error {
+            let _ = runtime.shutdown();
+            return Err(e);
+        }
+        Ok(runtime)
+    }
+
+    pub fn shards(&self) -> usize {
+        self.table.shards()
+    }
+
+    pub fn table(&self) -> ShardTable {
+        self.table
+    }
+
+    /// Runs `f` on shard `shard`; the receiver yields its result.
+    pub fn submit<F, Fut, T>(&self, shard: usize, f: F) -> Result<oneshot::Receiver<T>>
+    where
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |s| {
+            Box::pin(async move {
+                let _ = tx.send(f(s).await);
+            })
+        });
+        self.submit
+            .get(shard)
+            .ok_or(LogError::RuntimeStopped)?
+            .unbounded_send(job)
+            .map_err(|_| LogError::RuntimeStopped)?;
+        Ok(rx)
+    }
+
+    /// `submit` and wait for the result on this (non-executor) thread.
+    pub fn block_on<F, Fut, T>(&self, shard: usize, f: F) -> Result<T>
+    where
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let rx = self.submit(shard, f)?;
+        futures_executor_block_on(rx).map_err(|_| LogError::RuntimeStopped)
+    }
+
+    /// Stops every shard: partitions are flushed, closed and checkpointed.
+    pub fn shutdown(self) -> Result<()> {
+        for s in self.stop {
+            let _ = s.send(());
+        }
+        drop(self.submit);
+        let mut first_error = None;
+        for t in self.threads {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => {
+                    first_error
+                        .get_or_insert(LogError::Offline(format!("shard thread failed: {e}")));
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+type Ready =
+    std::sync::mpsc::Sender<Result<(usize, mpsc::UnboundedSender<Job>, oneshot::Sender<()>)>>;
+
+async fn run_shard(
+    mesh: MeshBuilder<Job, glommio::channels::channel_mesh::Full>,
+    config: ShardConfig,
+    table: ShardTable,
+    ready: Ready,
+) -> Result<()> {
+    let (senders, mut receivers) = match mesh.join().await {
+        Ok(pair) => pair,
+        Err(_) => {
+            let _ = ready.send(Err(LogError::RuntimeStopped));
+            return Err(LogError::RuntimeStopped);
+        }
+    };
+    let id = senders.peer_id();
+    let shard = Rc::new(Shard {
+        id,
+        table,
+        cache: BatchCache::new(config.batch_cache_bytes_max),
+        config,
+        partitions: RefCell::new(HashMap::new()),
+        peers: senders,
+    });
+    if let Err(e) = shard.open_owned().await {
+        tracing::error!(shard = id, error = %e, "opening partitions failed");
+        let _ = ready.send(Err(e));
+        return Ok(());
+    }
+    // Requests from peer shards.
+    for (_, rx) in receivers.streams() {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Some(job) = rx.recv().await {
+                glommio::spawn_local(job(shard.clone())).detach();
+            }
+        })
+        .detach();
+    }
+    let background = glommio::executor().create_task_queue(
+        Shares::Static(100),
+        Latency::NotImportant,
+        "skiff-background",
+    );
+    let bg = glommio::spawn_local_into(background_loop(shard.clone()), background)
+        .map(|t| t.detach())
+        .ok();
+
+    let (submit_tx, mut submit_rx) = mpsc::unbounded::<Job>();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let _ = ready.send(Ok((id, submit_tx, stop_tx)));
+    let submissions = {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Some(job) = submit_rx.next().await {
+                glommio::spawn_local(job(shard.clone())).detach();
+            }
+        })
+        .detach()
+    };
+    let _ = stop_rx.await;
+    submissions.cancel();
+    if let Some(bg) = bg {
+        bg.cancel();
+    }
+    let result = shard.close_all().await;
+    shard.peers.close();
+    result
+}
+
+async fn background_loop(shard: Rc<Shard>) {
+    let flush_every = match shard.config.log.durability {
+        Durability::Interval(d) => Some(d),
+        Durability::FlushBeforeAck => None,
+    };
+    let tick = flush_every.map_or(shard.config.checkpoint_interval, |d| {
+        d.min(shard.config.checkpoint_interval)
+    });
+    let mut since_checkpoint = Duration::ZERO;
+    loop {
+        glommio::timer::sleep(tick).await;
+        since_checkpoint += tick;
+        for p in shard.snapshot() {
+            if flush_every.is_some() {
+                let end = p.log_end_offset().await.unwrap_or(0);
+                if let Err(e) = p.flush_to(end).await {
+                    tracing::error!(error = %e, "periodic flush failed");
+                }
+            }
+            if since_checkpoint >= shard.config.checkpoint_interval {
+                if let Err(e) = p.checkpoint().await {
+                    tracing::error!(error = %e, "recovery point checkpoint failed");
+                }
+            }
+        }
+        if since_checkpoint >= shard.config.checkpoint_interval {
+            since_checkpoint = Duration::ZERO;
+        }
+    }
+}
+
+/// Waits for a future on a thread that is not an executor (oneshot receivers only).
+fn futures_executor_block_on<F: Future>(fut: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake};
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(ThreadWaker(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_names_round_trip() {
+        let tp = TopicPartition::new("my-topic", 12);
+        assert_eq!(TopicPartition::from_dir_name(&tp.dir_name()), Some(tp));
+        assert_eq!(TopicPartition::from_dir_name("nodash"), None);
+        assert_eq!(TopicPartition::from_dir_name("t-x1"), None);
+        assert_eq!(TopicPartition::from_dir_name("-1"), None);
+    }
+
+    #[test]
+    fn table_spreads_consecutive_partitions() {
+        let table = ShardTable::new(4);
+        let owners: Vec<_> = (0..8)
+            .map(|p| table.shard_of(&TopicPartition::new("t", p)))
+            .collect();
+        for w in owners.windows(2) {
+            assert_eq!((w[0] + 1) % 4, w[1]);
+        }
+    }
+}

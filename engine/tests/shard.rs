@@ -1,0 +1,105 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The shard runtime: two executors, partitions owned by each, calls routed across
+//! cores, and a restart that recovers every partition on its owner.
+
+mod common;
+
+use common::{batch, mutable};
+use skiff_engine::batch::BatchHeader;
+use skiff_engine::{AppendMode, LogError, OffsetQuery, Runtime, ShardConfig, TopicPartition};
+
+fn config(dir: &std::path::Path) -> ShardConfig {
+    let mut c = ShardConfig::unpinned(dir, 2);
+    c.log = common::small_config();
+    c.io_memory_bytes = 8 << 20;
+    c
+}
+
+#[test]
+fn routes_calls_to_owning_cores_and_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::start(config(dir.path())).unwrap();
+    assert_eq!(rt.shards(), 2);
+    let tps: Vec<_> = (0..4).map(|p| TopicPartition::new("orders", p)).collect();
+    let owners: Vec<_> = tps.iter().map(|tp| rt.table().shard_of(tp)).collect();
+    assert!(owners.contains(&0) && owners.contains(&1));
+
+    // Everything is driven from shard 0; half the partitions live on shard 1.
+    let tps2 = tps.clone();
+    let sent = rt
+        .block_on(0, move |shard| async move {
+            let mut sent = Vec::new();
+            for tp in &tps2 {
+                shard.create_partition(tp).await.unwrap();
+                assert!(matches!(
+                    shard.create_partition(tp).await,
+                    Err(LogError::PartitionExists(_))
+                ));
+            }
+            for round in 0..20u64 {
+                for (i, tp) in tps2.iter().enumerate() {
+                    let b = batch(round * 10 + i as u64, 3, 200, 1000 + round as i64);
+                    let info = shard
+                        .append(tp, mutable(&b), AppendMode::Leader { leader_epoch: 1 })
+                        .await
+                        .unwrap();
+                    assert_eq!(info.base_offset, round as i64 * 3);
+                    sent.push((tp.clone(), b));
+                }
+            }
+            let missing = TopicPartition::new("nope", 0);
+            assert!(matches!(
+                shard.read(&missing, 0, 100, i64::MAX).await,
+                Err(LogError::UnknownPartition(_))
+            ));
+            sent
+        })
+        .unwrap();
+    let owned: Vec<usize> = (0..2)
+        .map(|s| {
+            rt.block_on(s, |shard| async move { shard.local_partitions().len() })
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(owned.iter().sum::<usize>(), 4);
+    assert!(
+        owned.iter().all(|&n| n > 0),
+        "each shard owns some partitions: {owned:?}"
+    );
+    rt.shutdown().unwrap();
+
+    // Restart: each shard recovers its own partitions; read from the other shard.
+    let rt = Runtime::start(config(dir.path())).unwrap();
+    let tps2 = tps.clone();
+    rt.block_on(1, move |shard| async move {
+        for tp in &tps2 {
+            assert_eq!(
+                shard.list_offset(tp, OffsetQuery::Latest).await.unwrap(),
+                Some((60, -1))
+            );
+            assert_eq!(
+                shard.list_offset(tp, OffsetQuery::Earliest).await.unwrap(),
+                Some((0, -1))
+            );
+            let r = shard.read(tp, 0, 1 << 20, i64::MAX).await.unwrap();
+            let expected: Vec<_> = sent
+                .iter()
+                .filter(|(t, _)| t == tp)
+                .map(|(_, b)| b.clone())
+                .collect();
+            assert_eq!(r.batches.len(), expected.len());
+            for (g, e) in r.batches.iter().zip(&expected) {
+                assert_eq!(&g[61..], &e[61..]);
+            }
+            assert_eq!(BatchHeader::parse(&r.batches[19]).unwrap().base_offset, 57);
+        }
+        shard.delete_partition(&tps2[0]).await.unwrap();
+        assert!(matches!(
+            shard.list_offset(&tps2[0], OffsetQuery::Latest).await,
+            Err(LogError::UnknownPartition(_))
+        ));
+    })
+    .unwrap();
+    rt.shutdown().unwrap();
+    assert!(!dir.path().join("orders-0").exists());
+}
