@@ -1,0 +1,205 @@
+//! Hardware baselines, measured in-process so no outside tool is needed.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use glommio::io::{DmaFile, OpenOptions};
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::mb_s;
+
+#[derive(ClapArgs, Debug, Clone)]
+pub struct Args {
+    /// Directory for the scratch files (on the disk to measure). Default: a temp dir
+    /// under the current directory.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// MiB written per stream.
+    #[arg(long, default_value_t = 1024)]
+    pub size_mib: u64,
+    /// Write/read size in KiB (the engine's append chunk is 1024).
+    #[arg(long, default_value_t = 1024)]
+    pub block_kib: usize,
+    /// I/Os in flight per stream (the engine's max_inflight_writes is 4).
+    #[arg(long, default_value_t = 4)]
+    pub queue_depth: usize,
+    /// Concurrent streams, one executor and one file each.
+    #[arg(long, default_value_t = 1)]
+    pub streams: usize,
+    /// MiB sent over loopback TCP (0 skips it).
+    #[arg(long, default_value_t = 2048)]
+    pub loopback_mib: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct DiskFigures {
+    pub write_mb_s: f64,
+    pub read_mb_s: f64,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let scratch = scratch_dir(args.dir.as_deref())?;
+    let disk = disk(scratch.path(), args.streams, args.size_mib, args.block_kib, args.queue_depth)?;
+    let loopback = if args.loopback_mib > 0 { Some(loopback(args.loopback_mib)?) } else { None };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "disk_write_mb_s": disk.write_mb_s,
+                "disk_read_mb_s": disk.read_mb_s,
+                "loopback_mb_s": loopback,
+                "streams": args.streams,
+                "block_kib": args.block_kib,
+                "queue_depth": args.queue_depth,
+            })
+        );
+    } else {
+        println!(
+            "disk  O_DIRECT sequential write: {:>8.1} MB/s  ({} stream(s), {} KiB blocks, queue depth {})",
+            disk.write_mb_s, args.streams, args.block_kib, args.queue_depth
+        );
+        println!("disk  O_DIRECT sequential read:  {:>8.1} MB/s", disk.read_mb_s);
+        if let Some(l) = loopback {
+            println!("loopback TCP single stream:      {l:>8.1} MB/s");
+        }
+    }
+    Ok(())
+}
+
+pub fn scratch_dir(dir: Option<&Path>) -> anyhow::Result<tempfile::TempDir> {
+    let parent = dir.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    std::fs::create_dir_all(&parent)?;
+    tempfile::Builder::new()
+        .prefix("skiff-bench-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a scratch dir in {}", parent.display()))
+}
+
+/// Writes `size_mib` per stream sequentially with O_DIRECT (then one fdatasync),
+/// then reads it back, each stream on its own executor.
+pub fn disk(dir: &Path, streams: usize, size_mib: u64, block_kib: usize, queue_depth: usize) -> anyhow::Result<DiskFigures> {
+    let block = block_kib * 1024;
+    let blocks = (size_mib * 1024 * 1024).div_ceil(block as u64);
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for s in 0..streams.max(1) {
+        let path = dir.join(format!("baseline-{s}.dat"));
+        handles.push(
+            LocalExecutorBuilder::new(Placement::Unbound)
+                .spawn(move || async move { write_read(&path, blocks, block, queue_depth).await })
+                .map_err(std::io::Error::from)
+                .context("spawning executor")?,
+        );
+    }
+    let mut write_secs: f64 = 0.0;
+    let mut read_secs: f64 = 0.0;
+    for h in handles {
+        let (w, r) = h.join().map_err(|e| anyhow::anyhow!("executor failed: {e}"))??;
+        write_secs = write_secs.max(w);
+        read_secs = read_secs.max(r);
+    }
+    let _ = start;
+    let total = blocks * block as u64 * streams.max(1) as u64;
+    Ok(DiskFigures {
+        write_mb_s: mb_s(total, write_secs),
+        read_mb_s: mb_s(total, read_secs),
+    })
+}
+
+async fn open(path: &Path) -> anyhow::Result<DmaFile> {
+    // A file with data first, so glommio's polled-I/O probe reads for real (see
+    // skiff_engine::fsutil).
+    std::fs::write(path, vec![0u8; 8192])?;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .dma_open(path)
+        .await
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("opening {}", path.display()))
+}
+
+async fn write_read(path: &Path, blocks: u64, block: usize, queue_depth: usize) -> anyhow::Result<(f64, f64)> {
+    use futures_util::stream::{self, StreamExt};
+    let file = std::rc::Rc::new(open(path).await?);
+    file.truncate(0).await.ok();
+    file.pre_allocate(blocks * block as u64, false).await.ok();
+    let t = Instant::now();
+    let file2 = file.clone();
+    let results: Vec<anyhow::Result<usize>> = stream::iter(0..blocks)
+        .map(|i| {
+            let file = file2.clone();
+            async move {
+                let mut buf = file.alloc_dma_buffer(block);
+                buf.as_bytes_mut().fill((i % 251) as u8);
+                Ok(file.write_at(buf, i * block as u64).await.map_err(std::io::Error::from)?)
+            }
+        })
+        .buffer_unordered(queue_depth.max(1))
+        .collect()
+        .await;
+    for r in results {
+        r?;
+    }
+    file.fdatasync().await.map_err(std::io::Error::from)?;
+    let write_secs = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let file2 = file.clone();
+    let results: Vec<anyhow::Result<usize>> = stream::iter(0..blocks)
+        .map(|i| {
+            let file = file2.clone();
+            async move {
+                let r = file.read_at_aligned(i * block as u64, block).await.map_err(std::io::Error::from)?;
+                Ok(r.len())
+            }
+        })
+        .buffer_unordered(queue_depth.max(1))
+        .collect()
+        .await;
+    for r in results {
+        r?;
+    }
+    let read_secs = t.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(path);
+    Ok((write_secs, read_secs))
+}
+
+/// One TCP stream over 127.0.0.1, 1 MiB writes, the receiver discarding.
+pub fn loopback(size_mib: u64) -> anyhow::Result<f64> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let total = size_mib * 1024 * 1024;
+    let receiver = std::thread::spawn(move || -> anyhow::Result<u64> {
+        let (mut s, _) = listener.accept()?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0u64;
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok(got);
+            }
+            got += n as u64;
+        }
+    });
+    let mut s = TcpStream::connect(addr)?;
+    let buf = vec![7u8; 1 << 20];
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while sent < total {
+        s.write_all(&buf)?;
+        sent += buf.len() as u64;
+    }
+    drop(s);
+    let got = receiver.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+    anyhow::ensure!(got == sent, "loopback lost bytes: sent {sent}, received {got}");
+    Ok(mb_s(sent, t.elapsed().as_secs_f64()))
+}

@@ -1,0 +1,235 @@
+//! In-process engine throughput: appends of prebuilt batches to one or more
+//! partitions per core through the shard runtime, then cold reads after a restart,
+//! with the raw O_DIRECT baseline measured in the same run.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use clap::{Args as ClapArgs, ValueEnum};
+use skiff_engine::batch::{BatchBuilder, Compression};
+use skiff_engine::{AppendMode, Durability, LogConfig, Runtime, ShardConfig, TopicPartition};
+
+use crate::baseline;
+use crate::mb_s;
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurabilityArg {
+    /// fdatasync before each append is acknowledged (group-committed).
+    Flush,
+    /// Acknowledge after the append; flush every 100 ms in the background.
+    Interval,
+}
+
+#[derive(ClapArgs, Debug, Clone)]
+pub struct Args {
+    /// Directory for the data (on the disk to measure). Default: a temp dir under
+    /// the current directory.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Shards (executors), one per core.
+    #[arg(long, default_value_t = 2)]
+    pub cores: usize,
+    #[arg(long, default_value_t = 1)]
+    pub partitions_per_core: usize,
+    /// Size of each appended batch in KiB.
+    #[arg(long, default_value_t = 1024)]
+    pub batch_kib: usize,
+    /// Value size of the records inside a batch, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub record_bytes: usize,
+    /// MiB appended to each partition.
+    #[arg(long, default_value_t = 1024)]
+    pub size_mib: u64,
+    /// Appends in flight per partition (a producer's max.in.flight).
+    #[arg(long, default_value_t = 4)]
+    pub inflight: usize,
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Flush)]
+    pub durability: DurabilityArg,
+    /// Skip the raw disk baseline.
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let scratch = baseline::scratch_dir(args.dir.as_deref())?;
+    let partitions = args.cores.max(1) * args.partitions_per_core.max(1);
+    let batch = build_batch(args.batch_kib * 1024, args.record_bytes)?;
+    let batches_per_partition = ((args.size_mib << 20) / batch.len() as u64).max(1) as usize;
+    let appended_bytes = (batches_per_partition * batch.len() * partitions) as u64;
+
+    // Same streams, block size and queue depth as the engine's appenders; measured
+    // before and after the engine and averaged, since shared disks drift.
+    let raw_before = if args.no_baseline {
+        None
+    } else {
+        Some(baseline::disk(scratch.path(), partitions, args.size_mib, 1024, 4)?)
+    };
+
+    let data_dir = scratch.path().join("data");
+    let mut config = ShardConfig::unpinned(&data_dir, args.cores);
+    config.log = LogConfig {
+        durability: match args.durability {
+            DurabilityArg::Flush => Durability::FlushBeforeAck,
+            DurabilityArg::Interval => Durability::Interval(Duration::from_millis(100)),
+        },
+        max_batch_bytes: batch.len().max(LogConfig::default().max_batch_bytes),
+        ..LogConfig::default()
+    };
+    let runtime = Runtime::start(config.clone())?;
+    let tps: Vec<TopicPartition> = (0..partitions as i32).map(|p| TopicPartition::new("bench", p)).collect();
+    for tp in &tps {
+        let tp = tp.clone();
+        runtime.block_on(0, move |shard| async move { shard.create_partition(&tp).await })??;
+    }
+
+    // Appends: every shard drives its own partitions; batches are copied before
+    // the clock starts so only the engine's own work is timed.
+    let started = Instant::now();
+    let mut pending = Vec::new();
+    for s in 0..runtime.shards() {
+        let mine: Vec<TopicPartition> = tps.iter().filter(|tp| runtime.table().shard_of(tp) == s).cloned().collect();
+        let batch = batch.clone();
+        let inflight = args.inflight.max(1);
+        pending.push(runtime.submit(s, move |shard| async move {
+            let mut tasks = Vec::new();
+            for tp in mine {
+                let per_task = batches_per_partition.div_ceil(inflight);
+                for t in 0..inflight {
+                    let n = per_task.min(batches_per_partition.saturating_sub(t * per_task));
+                    let copies: Vec<BytesMut> = (0..n).map(|_| BytesMut::from(&batch[..])).collect();
+                    let (shard, tp) = (shard.clone(), tp.clone());
+                    tasks.push(glommio::spawn_local(async move {
+                        for b in copies {
+                            shard.append(&tp, b, AppendMode::Leader { leader_epoch: 0 }).await?;
+                        }
+                        Ok::<_, skiff_engine::LogError>(())
+                    }));
+                }
+            }
+            let t = Instant::now();
+            for task in tasks {
+                task.await?;
+            }
+            Ok::<_, skiff_engine::LogError>(t.elapsed())
+        })?);
+    }
+    let mut append_secs: f64 = 0.0;
+    for p in pending {
+        let elapsed = futures_block_on(p)??;
+        append_secs = append_secs.max(elapsed.as_secs_f64());
+    }
+    let _ = started;
+    runtime.shutdown()?;
+    let append = mb_s(appended_bytes, append_secs);
+
+    // Cold reads: a fresh runtime recovers the partitions; the cache starts empty.
+    let runtime = Runtime::start(config)?;
+    let mut pending = Vec::new();
+    for s in 0..runtime.shards() {
+        let mine: Vec<TopicPartition> = tps.iter().filter(|tp| runtime.table().shard_of(tp) == s).cloned().collect();
+        pending.push(runtime.submit(s, move |shard| async move {
+            let t = Instant::now();
+            let mut bytes = 0u64;
+            for tp in mine {
+                let mut offset = 0;
+                loop {
+                    let r = shard.read(&tp, offset, 4 << 20, i64::MAX).await?;
+                    if r.batches.is_empty() {
+                        break;
+                    }
+                    bytes += r.bytes() as u64;
+                    offset = r.next_offset;
+                }
+            }
+            Ok::<_, skiff_engine::LogError>((bytes, t.elapsed()))
+        })?);
+    }
+    let mut read_bytes = 0;
+    let mut read_secs: f64 = 0.0;
+    for p in pending {
+        let (b, e) = futures_block_on(p)??;
+        read_bytes += b;
+        read_secs = read_secs.max(e.as_secs_f64());
+    }
+    runtime.shutdown()?;
+    anyhow::ensure!(read_bytes == appended_bytes, "read back {read_bytes} bytes of {appended_bytes}");
+    let read = mb_s(read_bytes, read_secs);
+    let raw = match raw_before {
+        Some(before) => {
+            let after = baseline::disk(scratch.path(), partitions, args.size_mib, 1024, 4)?;
+            Some(baseline::DiskFigures {
+                write_mb_s: (before.write_mb_s + after.write_mb_s) / 2.0,
+                read_mb_s: (before.read_mb_s + after.read_mb_s) / 2.0,
+            })
+        }
+        None => None,
+    };
+
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "engine": {"append_mb_s": append, "read_cold_mb_s": read},
+                "baseline": raw.map(|r| serde_json::json!({"disk_write_mb_s": r.write_mb_s, "disk_read_mb_s": r.read_mb_s})),
+                "append_vs_raw_write": raw.map(|r| append / r.write_mb_s),
+                "read_vs_raw_read": raw.map(|r| read / r.read_mb_s),
+                "cores": args.cores, "partitions": partitions, "batch_bytes": batch.len(),
+                "durability": format!("{:?}", args.durability).to_lowercase(), "inflight": args.inflight,
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "engine: {} partition(s) on {} core(s), {} byte batches, {} in flight, durability {:?}, {} MiB each",
+        partitions,
+        args.cores,
+        batch.len(),
+        args.inflight,
+        args.durability,
+        args.size_mib
+    );
+    match raw {
+        Some(r) => {
+            println!("raw O_DIRECT write {:>8.1} MB/s (mean of before/after)   engine append    {append:>8.1} MB/s   ratio {:.2}", r.write_mb_s, append / r.write_mb_s);
+            println!("raw O_DIRECT read  {:>8.1} MB/s   engine cold read {read:>8.1} MB/s   ratio {:.2}", r.read_mb_s, read / r.read_mb_s);
+        }
+        None => println!("engine append {append:.1} MB/s, cold read {read:.1} MB/s"),
+    }
+    Ok(())
+}
+
+/// A batch of about `bytes` bytes of `record_bytes`-byte records.
+fn build_batch(bytes: usize, record_bytes: usize) -> anyhow::Result<bytes::Bytes> {
+    let value = vec![b'x'; record_bytes.max(1)];
+    let records = (bytes / (record_bytes + 20)).max(1);
+    let mut b = BatchBuilder::new().compression(Compression::None);
+    for i in 0..records {
+        let key = (i as u64).to_be_bytes();
+        b.push(i as i64, Some(&key), Some(&value), &[]);
+    }
+    Ok(b.build()?)
+}
+
+fn futures_block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake};
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(ThreadWaker(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}

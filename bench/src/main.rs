@@ -1,0 +1,45 @@
+//! `skiff-bench`: measures skiff against the machine it runs on.
+//!
+//! - `baseline`: raw O_DIRECT sequential write and read bandwidth through io_uring
+//!   (glommio DMA files, the same block size and queue depth the engine uses) and
+//!   loopback TCP single-stream bandwidth, all in-process.
+//! - `engine`: in-process append and read throughput of the storage engine, with
+//!   the raw disk baseline measured in the same run and the ratio between them.
+//!
+//! Figures are MB/s (10^6 bytes per second).
+
+mod baseline;
+mod engine;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "skiff-bench", version, about = "skiff's benchmark suite")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Raw disk (O_DIRECT, io_uring) and loopback TCP bandwidth of this machine.
+    Baseline(baseline::Args),
+    /// In-process append/read throughput of the engine beside the raw disk baseline.
+    Engine(engine::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Baseline(args) => baseline::run(args),
+        Command::Engine(args) => engine::run(args),
+    }
+}
+
+/// MB/s for `bytes` in `secs`.
+pub fn mb_s(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / 1e6 / secs.max(1e-9)
+}
