@@ -1,9 +1,10 @@
 //! Sparse offset and timestamp indexes, in Kafka's on-disk formats.
 //!
 //! `.index`: 8-byte entries, `relative offset: u32 BE` + `position: u32 BE`, one per
-//! `index.interval.bytes` of log appended. `relative offset` is `offset - base_offset`
-//! of the segment; `position` is the byte position in the `.log` of the batch whose
-//! base offset that is.
+//! `index.interval.bytes` of log appended. `position` is the byte position in the
+//! `.log` where a batch starts and `relative offset` is that batch's LAST offset
+//! minus the segment's base offset (Kafka's convention, which kafka-dump-log's
+//! index sanity check expects).
 //!
 //! `.timeindex`: 12-byte entries, `timestamp: i64 BE` + `relative offset: u32 BE`:
 //! the largest batch max-timestamp seen so far in the segment and the last offset of
