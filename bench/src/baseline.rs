@@ -46,8 +46,18 @@ pub struct DiskFigures {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let scratch = scratch_dir(args.dir.as_deref())?;
-    let disk = disk(scratch.path(), args.streams, args.size_mib, args.block_kib, args.queue_depth)?;
-    let loopback = if args.loopback_mib > 0 { Some(loopback(args.loopback_mib)?) } else { None };
+    let disk = disk(
+        scratch.path(),
+        args.streams,
+        args.size_mib,
+        args.block_kib,
+        args.queue_depth,
+    )?;
+    let loopback = if args.loopback_mib > 0 {
+        Some(loopback(args.loopback_mib)?)
+    } else {
+        None
+    };
     if args.json {
         println!(
             "{}",
@@ -65,7 +75,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "disk  O_DIRECT sequential write: {:>8.1} MB/s  ({} stream(s), {} KiB blocks, queue depth {})",
             disk.write_mb_s, args.streams, args.block_kib, args.queue_depth
         );
-        println!("disk  O_DIRECT sequential read:  {:>8.1} MB/s", disk.read_mb_s);
+        println!(
+            "disk  O_DIRECT sequential read:  {:>8.1} MB/s",
+            disk.read_mb_s
+        );
         if let Some(l) = loopback {
             println!("loopback TCP single stream:      {l:>8.1} MB/s");
         }
@@ -84,7 +97,13 @@ pub fn scratch_dir(dir: Option<&Path>) -> anyhow::Result<tempfile::TempDir> {
 
 /// Writes `size_mib` per stream sequentially with O_DIRECT (then one fdatasync),
 /// then reads it back, each stream on its own executor.
-pub fn disk(dir: &Path, streams: usize, size_mib: u64, block_kib: usize, queue_depth: usize) -> anyhow::Result<DiskFigures> {
+pub fn disk(
+    dir: &Path,
+    streams: usize,
+    size_mib: u64,
+    block_kib: usize,
+    queue_depth: usize,
+) -> anyhow::Result<DiskFigures> {
     let block = block_kib * 1024;
     let blocks = (size_mib * 1024 * 1024).div_ceil(block as u64);
     let start = Instant::now();
@@ -101,7 +120,9 @@ pub fn disk(dir: &Path, streams: usize, size_mib: u64, block_kib: usize, queue_d
     let mut write_secs: f64 = 0.0;
     let mut read_secs: f64 = 0.0;
     for h in handles {
-        let (w, r) = h.join().map_err(|e| anyhow::anyhow!("executor failed: {e}"))??;
+        let (w, r) = h
+            .join()
+            .map_err(|e| anyhow::anyhow!("executor failed: {e}"))??;
         write_secs = write_secs.max(w);
         read_secs = read_secs.max(r);
     }
@@ -127,7 +148,12 @@ async fn open(path: &Path) -> anyhow::Result<DmaFile> {
         .with_context(|| format!("opening {}", path.display()))
 }
 
-async fn write_read(path: &Path, blocks: u64, block: usize, queue_depth: usize) -> anyhow::Result<(f64, f64)> {
+async fn write_read(
+    path: &Path,
+    blocks: u64,
+    block: usize,
+    queue_depth: usize,
+) -> anyhow::Result<(f64, f64)> {
     use futures_util::stream::{self, StreamExt};
     let file = std::rc::Rc::new(open(path).await?);
     file.truncate(0).await.ok();
@@ -140,7 +166,10 @@ async fn write_read(path: &Path, blocks: u64, block: usize, queue_depth: usize) 
             async move {
                 let mut buf = file.alloc_dma_buffer(block);
                 buf.as_bytes_mut().fill((i % 251) as u8);
-                Ok(file.write_at(buf, i * block as u64).await.map_err(std::io::Error::from)?)
+                Ok(file
+                    .write_at(buf, i * block as u64)
+                    .await
+                    .map_err(std::io::Error::from)?)
             }
         })
         .buffer_unordered(queue_depth.max(1))
@@ -158,7 +187,10 @@ async fn write_read(path: &Path, blocks: u64, block: usize, queue_depth: usize) 
         .map(|i| {
             let file = file2.clone();
             async move {
-                let r = file.read_at_aligned(i * block as u64, block).await.map_err(std::io::Error::from)?;
+                let r = file
+                    .read_at_aligned(i * block as u64, block)
+                    .await
+                    .map_err(std::io::Error::from)?;
                 Ok(r.len())
             }
         })
@@ -199,7 +231,12 @@ pub fn loopback(size_mib: u64) -> anyhow::Result<f64> {
         sent += buf.len() as u64;
     }
     drop(s);
-    let got = receiver.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
-    anyhow::ensure!(got == sent, "loopback lost bytes: sent {sent}, received {got}");
+    let got = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+    anyhow::ensure!(
+        got == sent,
+        "loopback lost bytes: sent {sent}, received {got}"
+    );
     Ok(mb_s(sent, t.elapsed().as_secs_f64()))
 }

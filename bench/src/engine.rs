@@ -66,7 +66,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let raw_before = if args.no_baseline {
         None
     } else {
-        Some(baseline::disk(scratch.path(), partitions, args.size_mib, 1024, 4)?)
+        Some(baseline::disk(
+            scratch.path(),
+            partitions,
+            args.size_mib,
+            1024,
+            4,
+        )?)
     };
 
     let data_dir = scratch.path().join("data");
@@ -80,10 +86,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..LogConfig::default()
     };
     let runtime = Runtime::start(config.clone())?;
-    let tps: Vec<TopicPartition> = (0..partitions as i32).map(|p| TopicPartition::new("bench", p)).collect();
+    let tps: Vec<TopicPartition> = (0..partitions as i32)
+        .map(|p| TopicPartition::new("bench", p))
+        .collect();
     for tp in &tps {
         let tp = tp.clone();
-        runtime.block_on(0, move |shard| async move { shard.create_partition(&tp).await })??;
+        runtime.block_on(
+            0,
+            move |shard| async move { shard.create_partition(&tp).await },
+        )??;
     }
 
     // Appends: every shard drives its own partitions; batches are copied before
@@ -91,7 +102,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut pending = Vec::new();
     for s in 0..runtime.shards() {
-        let mine: Vec<TopicPartition> = tps.iter().filter(|tp| runtime.table().shard_of(tp) == s).cloned().collect();
+        let mine: Vec<TopicPartition> = tps
+            .iter()
+            .filter(|tp| runtime.table().shard_of(tp) == s)
+            .cloned()
+            .collect();
         let batch = batch.clone();
         let inflight = args.inflight.max(1);
         pending.push(runtime.submit(s, move |shard| async move {
@@ -100,11 +115,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let per_task = batches_per_partition.div_ceil(inflight);
                 for t in 0..inflight {
                     let n = per_task.min(batches_per_partition.saturating_sub(t * per_task));
-                    let copies: Vec<BytesMut> = (0..n).map(|_| BytesMut::from(&batch[..])).collect();
+                    let copies: Vec<BytesMut> =
+                        (0..n).map(|_| BytesMut::from(&batch[..])).collect();
                     let (shard, tp) = (shard.clone(), tp.clone());
                     tasks.push(glommio::spawn_local(async move {
                         for b in copies {
-                            shard.append(&tp, b, AppendMode::Leader { leader_epoch: 0 }).await?;
+                            shard
+                                .append(&tp, b, AppendMode::Leader { leader_epoch: 0 })
+                                .await?;
                         }
                         Ok::<_, skiff_engine::LogError>(())
                     }));
@@ -130,7 +148,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = Runtime::start(config)?;
     let mut pending = Vec::new();
     for s in 0..runtime.shards() {
-        let mine: Vec<TopicPartition> = tps.iter().filter(|tp| runtime.table().shard_of(tp) == s).cloned().collect();
+        let mine: Vec<TopicPartition> = tps
+            .iter()
+            .filter(|tp| runtime.table().shard_of(tp) == s)
+            .cloned()
+            .collect();
         pending.push(runtime.submit(s, move |shard| async move {
             let t = Instant::now();
             let mut bytes = 0u64;
@@ -156,7 +178,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         read_secs = read_secs.max(e.as_secs_f64());
     }
     runtime.shutdown()?;
-    anyhow::ensure!(read_bytes == appended_bytes, "read back {read_bytes} bytes of {appended_bytes}");
+    anyhow::ensure!(
+        read_bytes == appended_bytes,
+        "read back {read_bytes} bytes of {appended_bytes}"
+    );
     let read = mb_s(read_bytes, read_secs);
     let raw = match raw_before {
         Some(before) => {
@@ -195,7 +220,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match raw {
         Some(r) => {
             println!("raw O_DIRECT write {:>8.1} MB/s (mean of before/after)   engine append    {append:>8.1} MB/s   ratio {:.2}", r.write_mb_s, append / r.write_mb_s);
-            println!("raw O_DIRECT read  {:>8.1} MB/s   engine cold read {read:>8.1} MB/s   ratio {:.2}", r.read_mb_s, read / r.read_mb_s);
+            println!(
+                "raw O_DIRECT read  {:>8.1} MB/s   engine cold read {read:>8.1} MB/s   ratio {:.2}",
+                r.read_mb_s,
+                read / r.read_mb_s
+            );
         }
         None => println!("engine append {append:.1} MB/s, cold read {read:.1} MB/s"),
     }
