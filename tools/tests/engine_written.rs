@@ -1,5 +1,8 @@
 //! `verify` and the dumps against partitions the engine itself wrote: the tools
-//! and the writer must agree on every byte of the layout.
+//! and the writer must agree on every byte of the layout. The corruption tests
+//! damage such a partition the three ways a disk does (torn tail, garbage after the
+//! data, a flipped bit in flushed data) and check both that `verify` reports it and
+//! that the engine's recovery does the right thing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -122,4 +125,162 @@ fn cleanly_closed_partition_verifies() {
 #[test]
 fn flushed_but_not_closed_partition_verifies() {
     check_written_partition(false);
+}
+
+/// Runs `f` on a glommio executor and returns its result.
+fn on_executor<T: Send + 'static, Fut: std::future::Future<Output = T> + 'static>(
+    f: impl FnOnce() -> Fut + Send + 'static,
+) -> T {
+    LocalExecutorBuilder::new(Placement::Unbound)
+        .spawn(f)
+        .expect("spawn executor")
+        .join()
+        .expect("executor")
+}
+
+/// Reopens the partition with the engine: `Ok((log end offset, batches read))`,
+/// after appending one more batch to prove the log is writable; or the open error.
+fn reopen(dir: PathBuf) -> Result<(i64, usize), String> {
+    on_executor(move || async move {
+        let mut log = PartitionLog::open(&dir, "events", 0, config(), BatchCache::new(0))
+            .await
+            .map_err(|e| e.to_string())?;
+        let end = log.log_end_offset();
+        let mut batches = 0;
+        let mut offset = 0;
+        while offset < end {
+            let r = log.read(offset, 1 << 20, i64::MAX).await.unwrap();
+            batches += r.batches.len();
+            offset = r.next_offset;
+        }
+        let info = log
+            .append(
+                BytesMut::from(&after_recovery_batch()[..]),
+                AppendMode::Leader { leader_epoch: 2 },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            info.base_offset, end,
+            "appends continue at the recovered log end"
+        );
+        log.close().await.unwrap();
+        Ok((end, batches))
+    })
+}
+
+fn after_recovery_batch() -> bytes::Bytes {
+    let mut builder = BatchBuilder::new();
+    builder.push(5_000, Some(b"after"), Some(b"recovery"), &[]);
+    builder.build().unwrap()
+}
+
+fn verify(dir: &Path) -> (Option<i32>, String) {
+    let out = skiff_tools(&["verify", dir.to_str().unwrap()]);
+    (out.status.code(), describe(&out))
+}
+
+fn last_segment(dir: &Path) -> PathBuf {
+    segment_files(dir, "log").pop().unwrap()
+}
+
+fn append_bytes(path: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+#[test]
+fn torn_tail_is_reported_and_cut_on_recovery() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("events-0");
+    write_partition(dir.clone(), true);
+    let log = last_segment(&dir);
+    let clean_len = std::fs::metadata(&log).unwrap().len();
+    // The first 100 bytes of a valid batch: a write the crash cut short.
+    let mut builder = BatchBuilder::new().base_offset(900);
+    builder.push(9_000, Some(b"k"), Some(&[7u8; 300]), &[]);
+    append_bytes(&log, &builder.build().unwrap()[..100]);
+
+    let (code, report) = verify(&dir);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report.contains(&format!("position {clean_len} offset 900")),
+        "{report}"
+    );
+
+    assert_eq!(reopen(dir.clone()), Ok((900, 300)));
+    let (code, report) = verify(&dir);
+    assert_eq!(
+        code,
+        Some(0),
+        "after recovery the partition is clean: {report}"
+    );
+}
+
+#[test]
+fn garbage_after_the_data_is_reported_and_cut_on_recovery() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("events-0");
+    write_partition(dir.clone(), true);
+    let log = last_segment(&dir);
+    let clean_len = std::fs::metadata(&log).unwrap().len();
+    append_bytes(
+        &log,
+        b"\x13\x37 not a record batch, just junk that landed after the data",
+    );
+
+    let (code, report) = verify(&dir);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report.contains(&format!("position {clean_len} offset 900")),
+        "{report}"
+    );
+    assert!(report.contains("tail"), "{report}");
+
+    assert_eq!(reopen(dir.clone()), Ok((900, 300)));
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        clean_len + after_recovery_batch().len() as u64,
+        "junk cut, one batch appended"
+    );
+    let (code, report) = verify(&dir);
+    assert_eq!(code, Some(0), "{report}");
+}
+
+#[test]
+fn flipped_bit_in_flushed_data_keeps_the_partition_offline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("events-0");
+    write_partition(dir.clone(), true);
+    let log = last_segment(&dir);
+    let mut bytes = std::fs::read(&log).unwrap();
+    // A value byte of the second batch of the last segment.
+    let first = skiff_engine::batch::BatchHeader::parse(&bytes).unwrap();
+    let second_at = first.total_len();
+    let second = skiff_engine::batch::BatchHeader::parse(&bytes[second_at..]).unwrap();
+    bytes[second_at + second.total_len() - 5] ^= 0x10;
+    std::fs::write(&log, &bytes).unwrap();
+    let name = log.file_name().unwrap().to_str().unwrap().to_string();
+
+    let (code, report) = verify(&dir);
+    assert_eq!(code, Some(1), "{report}");
+    let expected = format!("position {second_at} offset {}", second.base_offset);
+    assert!(
+        report.contains(&name) && report.contains(&expected),
+        "{report}"
+    );
+
+    let err = reopen(dir.clone()).unwrap_err();
+    assert!(err.contains(&name), "{err}");
+    assert!(
+        err.contains(&format!(
+            "position {second_at} (offset {})",
+            second.base_offset
+        )),
+        "{err}"
+    );
+    assert!(err.contains("offline"), "{err}");
+    // Nothing was cut: the damaged bytes are still there for an operator.
+    assert_eq!(std::fs::read(&log).unwrap(), bytes);
 }
