@@ -48,6 +48,8 @@ pub enum LogError {
     UnknownPartition(String),
     #[error("bad partition directory name {0:?}")]
     BadPartitionDir(String),
+    #[error(transparent)]
+    DataDir(#[from] crate::data_dir::DataDirError),
     #[error("shard runtime is stopped")]
     RuntimeStopped,
 }

@@ -19,6 +19,7 @@ pub mod batch;
 pub mod batch_cache;
 pub mod checkpoint;
 pub mod config;
+pub mod data_dir;
 pub mod error;
 pub mod fsutil;
 pub mod leader_epoch;

@@ -97,6 +97,8 @@ impl ShardTable {
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
     pub data_dir: PathBuf,
+    /// This node's id, recorded in the data dir's `meta.properties`.
+    pub node_id: i32,
     /// CPUs to pin one executor each to; `None` entries run unpinned. The shard
     /// count is `cpus.len()`.
     pub cpus: Vec<Option<usize>>,
@@ -117,6 +119,7 @@ impl ShardConfig {
     pub fn unpinned(data_dir: impl Into<PathBuf>, shards: usize) -> Self {
         ShardConfig {
             data_dir: data_dir.into(),
+            node_id: 1,
             cpus: vec![None; shards.max(1)],
             log: LogConfig::default(),
             batch_cache_bytes_max: 256 << 20,
@@ -362,6 +365,8 @@ impl Runtime {
     pub fn start(config: ShardConfig) -> Result<Runtime> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| LogError::io("create dir", &config.data_dir, e))?;
+        let meta = crate::data_dir::load_or_create(&config.data_dir, config.node_id)?;
+        tracing::info!(node_id = meta.node_id, cluster_id = %meta.cluster_id, dir = %config.data_dir.display(), "data directory");
         let shards = config.cpus.len().max(1);
         let table = ShardTable::new(shards);
         let mesh = MeshBuilder::<Job, _>::full(shards, config.mesh_channel_capacity);

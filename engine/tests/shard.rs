@@ -102,4 +102,15 @@ fn routes_calls_to_owning_cores_and_survives_restart() {
     .unwrap();
     rt.shutdown().unwrap();
     assert!(!dir.path().join("orders-0").exists());
+    let meta = std::fs::read_to_string(dir.path().join("meta.properties")).unwrap();
+    assert!(
+        meta.contains("node.id=1\n") && meta.contains("cluster.id="),
+        "{meta}"
+    );
+    let mut wrong_node = config(dir.path());
+    wrong_node.node_id = 2;
+    assert!(matches!(
+        Runtime::start(wrong_node),
+        Err(LogError::DataDir(_))
+    ));
 }

@@ -174,41 +174,12 @@ pub fn parse_recovery_points(text: &str) -> Result<Vec<RecoveryPoint>, LineError
         .collect()
 }
 
-/// A data directory's identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MetaProperties {
-    pub version: u32,
-    pub node_id: i32,
-    pub cluster_id: String,
+/// `meta.properties`, parsed by the engine's own parser.
+pub fn parse_meta_properties(text: &str) -> Result<MetaProperties, LineError> {
+    skiff_engine::data_dir::parse_meta_properties(text).map_err(|e| line_error(e.line, e.reason))
 }
 
-pub fn parse_meta_properties(text: &str) -> Result<MetaProperties, LineError> {
-    let (mut version, mut node_id, mut cluster_id) = (None, None, None);
-    for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-            continue;
-        }
-        let (key, value) = line
-            .split_once('=')
-            .ok_or_else(|| line_error(n, format!("not a key=value line: {line:?}")))?;
-        let value = value.trim();
-        match key.trim() {
-            "version" => version = Some(field::<u32>(n, "version", value)?),
-            "node.id" => node_id = Some(field::<i32>(n, "node.id", value)?),
-            "cluster.id" if value.is_empty() => return Err(line_error(n, "empty cluster.id")),
-            "cluster.id" => cluster_id = Some(value.to_owned()),
-            _ => {}
-        }
-    }
-    let missing = |key: &str| line_error(0, format!("no {key}"));
-    Ok(MetaProperties {
-        version: version.ok_or_else(|| missing("version"))?,
-        node_id: node_id.ok_or_else(|| missing("node.id"))?,
-        cluster_id: cluster_id.ok_or_else(|| missing("cluster.id"))?,
-    })
-}
+pub use skiff_engine::data_dir::MetaProperties;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -35,6 +35,12 @@ pub enum IndexError {
         position: u32,
         log_size: u64,
     },
+    #[error("time index entry {entry} names relative offset {relative_offset}, past the segment's end {next_relative_offset}")]
+    PastSegment {
+        entry: usize,
+        relative_offset: u32,
+        next_relative_offset: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,10 +251,10 @@ pub fn check_time_entries(
 ) -> Result<(), IndexError> {
     for (i, e) in entries.iter().enumerate() {
         if u64::from(e.relative_offset) >= next_relative_offset {
-            return Err(IndexError::PastLog {
+            return Err(IndexError::PastSegment {
                 entry: i,
-                position: e.relative_offset,
-                log_size: next_relative_offset,
+                relative_offset: e.relative_offset,
+                next_relative_offset,
             });
         }
         if i > 0 {

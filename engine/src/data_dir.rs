@@ -1,0 +1,181 @@
+//! The data directory's identity file, `meta.properties` (Kafka's format):
+//! `key=value` lines with `version=1`, `node.id` and `cluster.id`; `#` comments.
+//!
+//! Written once when a node first uses a data directory and checked at every
+//! start, so a directory cannot silently move to another node id.
+
+use std::io::Write;
+use std::path::Path;
+
+use thiserror::Error;
+
+pub const META_FILE: &str = "meta.properties";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaProperties {
+    pub version: u32,
+    pub node_id: i32,
+    pub cluster_id: String,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("line {line}: {reason}")]
+pub struct MetaError {
+    /// 1-based; 0 for a key missing from the whole file.
+    pub line: usize,
+    pub reason: String,
+}
+
+pub fn parse_meta_properties(text: &str) -> Result<MetaProperties, MetaError> {
+    let err = |line: usize, reason: String| MetaError { line, reason };
+    let (mut version, mut node_id, mut cluster_id) = (None, None, None);
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| err(n, format!("not a key=value line: {line:?}")))?;
+        let value = value.trim();
+        let number = |what: &str| err(n, format!("{what} {value:?} is not a number"));
+        match key.trim() {
+            "version" => version = Some(value.parse::<u32>().map_err(|_| number("version"))?),
+            "node.id" => node_id = Some(value.parse::<i32>().map_err(|_| number("node.id"))?),
+            "cluster.id" if value.is_empty() => return Err(err(n, "empty cluster.id".into())),
+            "cluster.id" => cluster_id = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+    let missing = |key: &str| err(0, format!("no {key}"));
+    Ok(MetaProperties {
+        version: version.ok_or_else(|| missing("version"))?,
+        node_id: node_id.ok_or_else(|| missing("node.id"))?,
+        cluster_id: cluster_id.ok_or_else(|| missing("cluster.id"))?,
+    })
+}
+
+#[derive(Debug, Error)]
+pub enum DataDirError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Malformed { path: String, source: MetaError },
+    #[error("{path} belongs to node {found}, not node {expected}")]
+    NodeIdMismatch {
+        path: String,
+        found: i32,
+        expected: i32,
+    },
+}
+
+/// Reads `meta.properties`, or writes a fresh one (with a new cluster id) when the
+/// directory has none. Runs once at start-up, before the executors, so it uses
+/// `std::fs` (write to a temporary file, fsync, rename, fsync the directory).
+pub fn load_or_create(data_dir: &Path, node_id: i32) -> Result<MetaProperties, DataDirError> {
+    let path = data_dir.join(META_FILE);
+    let shown = path.display().to_string();
+    let io = |source| DataDirError::Io {
+        path: shown.clone(),
+        source,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let meta = parse_meta_properties(&text).map_err(|source| DataDirError::Malformed {
+                path: shown.clone(),
+                source,
+            })?;
+            if meta.node_id != node_id {
+                return Err(DataDirError::NodeIdMismatch {
+                    path: shown,
+                    found: meta.node_id,
+                    expected: node_id,
+                });
+            }
+            Ok(meta)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let meta = MetaProperties {
+                version: 1,
+                node_id,
+                cluster_id: new_cluster_id(),
+            };
+            let text = format!(
+                "#written by skiff\nversion={}\nnode.id={}\ncluster.id={}\n",
+                meta.version, meta.node_id, meta.cluster_id
+            );
+            let tmp = data_dir.join(format!("{META_FILE}.tmp"));
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            f.write_all(text.as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            std::fs::rename(&tmp, &path).map_err(io)?;
+            std::fs::File::open(data_dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io)?;
+            Ok(meta)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// 16 random bytes as 22 characters of URL-safe base64, like Kafka's cluster ids.
+fn new_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bytes = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut bytes);
+    }
+    if bytes == [0u8; 16] {
+        // No /dev/urandom: time and pid still make collisions unlikely.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = (now ^ (u128::from(std::process::id()) << 64)).to_le_bytes();
+    }
+    let bits = u128::from_be_bytes(bytes);
+    (0..22u32)
+        .map(|i| ALPHABET[((bits >> (126 - 6 * i)) & 63) as usize] as char)
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_reject() {
+        let meta = parse_meta_properties("#x\nversion=1\nnode.id=3\ncluster.id=abc\n").unwrap();
+        assert_eq!((meta.node_id, meta.cluster_id.as_str()), (3, "abc"));
+        assert_eq!(
+            parse_meta_properties("version=1\nnode.id=x\n")
+                .unwrap_err()
+                .line,
+            2
+        );
+        assert_eq!(
+            parse_meta_properties("version=1\nnode.id=1\n")
+                .unwrap_err()
+                .line,
+            0
+        );
+        assert!(parse_meta_properties("garbage\n").is_err());
+    }
+
+    #[test]
+    fn created_once_then_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = load_or_create(dir.path(), 7).unwrap();
+        assert_eq!(first.cluster_id.len(), 22);
+        assert_eq!(load_or_create(dir.path(), 7).unwrap(), first);
+        assert!(matches!(
+            load_or_create(dir.path(), 8),
+            Err(DataDirError::NodeIdMismatch { .. })
+        ));
+    }
+}
