@@ -1,7 +1,14 @@
 //! Engine micro-benchmarks: `cargo bench -p skiff-engine`.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use glommio::LocalExecutor;
 use skiff_engine::batch::{self, BatchBuilder, BatchHeader, BatchScanner};
+use skiff_engine::batch_cache::BatchCache;
+use skiff_engine::segment::index::OffsetIndex;
+use skiff_engine::{AppendMode, Durability, LogConfig, PartitionLog};
 
 /// A batch as a typical producer sends it: `count` records of `value_len` bytes.
 fn sample_batch(count: usize, value_len: usize) -> bytes::Bytes {
@@ -59,5 +66,87 @@ fn bench_header_parse(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_crc, bench_header_parse);
+/// Sparse index lookup in a full 1 GiB segment's index (one entry per 4 KiB).
+fn bench_index_lookup(c: &mut Criterion) {
+    let mut index = OffsetIndex::default();
+    let entries = (1u32 << 30) / 4096;
+    for i in 1..=entries {
+        index.push(i * 4, i * 4096);
+    }
+    let mut group = c.benchmark_group("index");
+    let mut probe = 0u32;
+    group.bench_function("offset_lookup/262144_entries", |b| {
+        b.iter(|| {
+            probe = probe.wrapping_mul(1_103_515_245).wrapping_add(12_345) % (entries * 4);
+            index.lookup(black_box(probe))
+        })
+    });
+    group.finish();
+}
+
+/// `PartitionLog::append` on a real file (io_uring, O_DIRECT), without the flush:
+/// validation, stamping, the copy into the DMA chunk, indexing and chunk writes.
+fn bench_append(c: &mut Criterion) {
+    let executor = LocalExecutor::default();
+    let mut group = c.benchmark_group("append");
+    group.sample_size(10);
+    for (count, value_len) in [(100usize, 160usize), (1000, 1024)] {
+        let batch = sample_batch(count, value_len);
+        let dir = match tempfile::tempdir_in(".") {
+            Ok(dir) => dir,
+            Err(error) => panic!("bench temp dir: {error}"),
+        };
+        let path = dir.path().join("bench-0");
+        let config = LogConfig {
+            durability: Durability::Interval(Duration::from_secs(3600)),
+            max_batch_bytes: 4 << 20,
+            ..LogConfig::default()
+        };
+        let log = executor.run(PartitionLog::open(
+            &path,
+            "bench",
+            0,
+            config,
+            BatchCache::new(64 << 20),
+        ));
+        let mut log = match log {
+            Ok(log) => log,
+            Err(error) => panic!("open bench log: {error}"),
+        };
+        group.throughput(Throughput::Bytes(batch.len() as u64));
+        group.bench_function(
+            BenchmarkId::new("batch", format!("{count}x{value_len}B")),
+            |b| {
+                b.iter_custom(|iters| {
+                    let copies: Vec<BytesMut> =
+                        (0..iters).map(|_| BytesMut::from(&batch[..])).collect();
+                    executor.run(async {
+                        let start = Instant::now();
+                        for copy in copies {
+                            if let Err(error) = log
+                                .append(copy, AppendMode::Leader { leader_epoch: 0 })
+                                .await
+                            {
+                                panic!("append: {error}");
+                            }
+                        }
+                        start.elapsed()
+                    })
+                })
+            },
+        );
+        if let Err(error) = executor.run(log.close()) {
+            panic!("close bench log: {error}");
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_crc,
+    bench_header_parse,
+    bench_index_lookup,
+    bench_append
+);
 criterion_main!(benches);
