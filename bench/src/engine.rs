@@ -49,6 +49,9 @@ pub struct Args {
     /// Skip the raw disk baseline.
     #[arg(long)]
     pub no_baseline: bool,
+    /// Keep the data directory (for `skiff-tools`) and print where it is.
+    #[arg(long)]
+    pub keep: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -194,6 +197,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
 
+    if args.keep {
+        let kept = scratch.keep();
+        eprintln!("data kept in {}", kept.join("data").display());
+    }
     if args.json {
         println!(
             "{}",
