@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use clap::{Args as ClapArgs, ValueEnum};
 use skiff_engine::batch::{BatchBuilder, Compression};
+use skiff_engine::shard::block_on;
 use skiff_engine::{AppendMode, Durability, LogConfig, Runtime, ShardConfig, TopicPartition};
 
 use crate::baseline;
@@ -102,14 +103,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     // Appends: every shard drives its own partitions; batches are copied before
     // the clock starts so only the engine's own work is timed.
-    let started = Instant::now();
     let mut pending = Vec::new();
     for s in 0..runtime.shards() {
-        let mine: Vec<TopicPartition> = tps
-            .iter()
-            .filter(|tp| runtime.table().shard_of(tp) == s)
-            .cloned()
-            .collect();
+        let mine = owned_by(&runtime, &tps, s);
         let batch = batch.clone();
         let inflight = args.inflight.max(1);
         pending.push(runtime.submit(s, move |shard| async move {
@@ -140,10 +136,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut append_secs: f64 = 0.0;
     for p in pending {
-        let elapsed = futures_block_on(p)??;
+        let elapsed = block_on(p)??;
         append_secs = append_secs.max(elapsed.as_secs_f64());
     }
-    let _ = started;
     runtime.shutdown()?;
     let append = mb_s(appended_bytes, append_secs);
 
@@ -151,11 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = Runtime::start(config)?;
     let mut pending = Vec::new();
     for s in 0..runtime.shards() {
-        let mine: Vec<TopicPartition> = tps
-            .iter()
-            .filter(|tp| runtime.table().shard_of(tp) == s)
-            .cloned()
-            .collect();
+        let mine = owned_by(&runtime, &tps, s);
         pending.push(runtime.submit(s, move |shard| async move {
             let t = Instant::now();
             let mut bytes = 0u64;
@@ -176,7 +167,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut read_bytes = 0;
     let mut read_secs: f64 = 0.0;
     for p in pending {
-        let (b, e) = futures_block_on(p)??;
+        let (b, e) = block_on(p)??;
         read_bytes += b;
         read_secs = read_secs.max(e.as_secs_f64());
     }
@@ -250,22 +241,9 @@ fn build_batch(bytes: usize, record_bytes: usize) -> anyhow::Result<bytes::Bytes
     Ok(b.build()?)
 }
 
-fn futures_block_on<F: std::future::Future>(fut: F) -> F::Output {
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Wake};
-    struct ThreadWaker(std::thread::Thread);
-    impl Wake for ThreadWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(ThreadWaker(std::thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
+fn owned_by(runtime: &Runtime, tps: &[TopicPartition], shard: usize) -> Vec<TopicPartition> {
+    tps.iter()
+        .filter(|tp| runtime.table().shard_of(tp) == shard)
+        .cloned()
+        .collect()
 }

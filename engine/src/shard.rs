@@ -454,7 +454,7 @@ impl Runtime {
         T: Send + 'static,
     {
         let rx = self.submit(shard, f)?;
-        futures_executor_block_on(rx).map_err(|_| LogError::RuntimeStopped)
+        block_on(rx).map_err(|_| LogError::RuntimeStopped)
     }
 
     /// Stops every shard: partitions are flushed, closed and checkpointed.
@@ -582,8 +582,9 @@ async fn background_loop(shard: Rc<Shard>) {
     }
 }
 
-/// Waits for a future on a thread that is not an executor (oneshot receivers only).
-fn futures_executor_block_on<F: Future>(fut: F) -> F::Output {
+/// Waits for a future on a thread that is not an executor: for the receivers
+/// `Runtime::submit` returns.
+pub fn block_on<F: Future>(fut: F) -> F::Output {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake};
     struct ThreadWaker(std::thread::Thread);

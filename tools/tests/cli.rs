@@ -3,19 +3,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use skiff_engine::batch::{BatchBuilder, Compression};
 
 mod common;
-use common::{batch, segment_name, write_segment, Fixture};
-
-fn skiff_tools(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skiff-tools"))
-        .args(args)
-        .output()
-        .expect("run skiff-tools")
-}
+use common::{batch, describe, segment_name, skiff_tools, write_segment, Fixture};
 
 fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
@@ -23,15 +16,6 @@ fn stdout(output: &Output) -> String {
 
 fn verify(dir: &Path) -> Output {
     skiff_tools(&["verify", dir.to_str().unwrap()])
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 #[test]

@@ -7,30 +7,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+mod common;
 
 use bytes::BytesMut;
+use common::{describe, skiff_tools};
 use glommio::{LocalExecutorBuilder, Placement};
 use skiff_engine::batch::BatchBuilder;
 use skiff_engine::batch_cache::BatchCache;
 use skiff_engine::log::AppendMode;
 use skiff_engine::{LogConfig, PartitionLog};
-
-fn skiff_tools(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skiff-tools"))
-        .args(args)
-        .output()
-        .expect("run skiff-tools")
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
 
 /// Small segments and a dense index, so a few hundred batches make several of each.
 fn config() -> LogConfig {

@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use bytes::Bytes;
 use skiff_engine::batch::{BatchBuilder, BatchHeader};
@@ -121,4 +122,22 @@ impl Fixture {
         f(&mut bytes);
         std::fs::write(&path, bytes).unwrap();
     }
+}
+
+/// Runs the built `skiff-tools` binary.
+pub fn skiff_tools(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_skiff-tools"))
+        .args(args)
+        .output()
+        .expect("run skiff-tools")
+}
+
+/// Exit status and both streams, for assertion messages.
+pub fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
