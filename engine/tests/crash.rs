@@ -7,8 +7,14 @@
 //! for `SKIFF_CRASH_CYCLES` cycles (default 20) on the same directory, so each
 //! child also recovers what the previous one left.
 //!
+//! A second scenario fills the disk: the child runs under a file-size limit
+//! (`prlimit --fsize`, SIGXFSZ ignored), so a segment write fails with EFBIG the
+//! way it would with ENOSPC. The append must fail with a typed error, every later
+//! append must fail too (the partition is offline, not half-written), and a
+//! reopen without the limit must find every acknowledged batch.
+//!
 //! `harness = false`: the same binary is the parent (no arguments) and the child
-//! (`--child DIR`).
+//! (`--child DIR START` or `--child-fill DIR`).
 
 mod common;
 
@@ -46,6 +52,45 @@ fn writer_batch(writer: u64, n: u64) -> bytes::Bytes {
         64 + (seed as usize * 131) % 4000,
         seed as i64,
     )
+}
+
+/// Appends until the disk "fills", then checks the partition stays failed.
+fn child_fill(dir: PathBuf) {
+    run(move || async move {
+        let config = LogConfig {
+            segment_bytes: 64 << 20,
+            ..config()
+        };
+        let log = PartitionLog::open(&dir, "crash", 0, config, BatchCache::new(8 << 20))
+            .await
+            .expect("child: open");
+        let partition = Partition::new(log);
+        for n in 0.. {
+            match partition
+                .append(
+                    mutable(&writer_batch(9, n)),
+                    AppendMode::Leader { leader_epoch: 0 },
+                )
+                .await
+            {
+                Ok(info) => println!("ACK 9 {n} {} {}", info.base_offset, info.last_offset),
+                Err(e) => {
+                    println!("ERR {e}");
+                    let again = partition
+                        .append(
+                            mutable(&writer_batch(9, n + 1)),
+                            AppendMode::Leader { leader_epoch: 0 },
+                        )
+                        .await;
+                    match again {
+                        Err(e) => println!("ERR2 {e}"),
+                        Ok(_) => println!("ERR2 none: an append after a failed write succeeded"),
+                    }
+                    std::process::exit(3);
+                }
+            }
+        }
+    });
 }
 
 fn child(dir: PathBuf, start: u64) {
@@ -86,6 +131,10 @@ struct Acked {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--child-fill") {
+        child_fill(PathBuf::from(&args[i + 1]));
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--child") {
         let dir = PathBuf::from(&args[i + 1]);
         let start: u64 = args[i + 2].parse().unwrap();
@@ -171,7 +220,74 @@ fn main() {
         acked.len() > cycles,
         "the children acknowledged too few batches to prove anything"
     );
-    println!("1 passed, 0 failed");
+    full_disk();
+    println!("2 passed, 0 failed");
+}
+
+/// See the module docs: a write failure mid-append loses no acknowledged batch.
+fn full_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("full-0");
+    let limit = 3 << 20;
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; exec prlimit --fsize={limit} -- \"$0\" --child-fill \"$1\""
+        ))
+        .arg(std::env::current_exe().unwrap())
+        .arg(&dir)
+        .output()
+        .expect("run sh/prlimit");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "child must stop on the error it reported: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ERR "))
+        .expect("an append error");
+    assert!(
+        err.contains("offline") && err.contains("File too large"),
+        "typed, explained error: {err}"
+    );
+    let err2 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ERR2 "))
+        .expect("second append");
+    assert!(
+        err2.contains("offline"),
+        "the partition stays offline: {err2}"
+    );
+    let mut acked = BTreeMap::new();
+    for line in stdout.lines().filter(|l| l.starts_with("ACK ")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (n, base, last): (u64, i64, i64) = (
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+            f[4].parse().unwrap(),
+        );
+        acked.insert(
+            base,
+            Acked {
+                writer: 9,
+                n,
+                last_offset: last,
+            },
+        );
+    }
+    assert!(
+        acked.len() > 100,
+        "the limit left room for many batches: {}",
+        acked.len()
+    );
+    check(&dir, &acked, 0, acked.len());
+    println!(
+        "full disk: {} acknowledged batches survived the failed write; error was: {err}",
+        acked.len()
+    );
 }
 
 /// Reopens the log (recovery) and checks every acknowledged batch and the indexes.
