@@ -130,6 +130,16 @@ impl PartitionLog {
     pub fn config(&self) -> &LogConfig {
         &self.config
     }
+
+    /// Durability is fixed for the life of an open log (the group-commit wrapper
+    /// depends on it); every other setting can change.
+    pub fn set_config(&mut self, config: LogConfig) {
+        let durability = self.config.durability;
+        self.config = LogConfig {
+            durability,
+            ..config
+        };
+    }
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset
     }

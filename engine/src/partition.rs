@@ -35,6 +35,8 @@ pub struct Partition {
     flushed_offset: Cell<i64>,
     flushing: Cell<bool>,
     flush_done: Signal,
+    /// Notified after every append and flush: long-polling fetches wait on it.
+    changed: Signal,
 }
 
 impl Partition {
@@ -47,6 +49,7 @@ impl Partition {
             flushed_offset: Cell::new(flushed),
             flushing: Cell::new(false),
             flush_done: Signal::default(),
+            changed: Signal::default(),
         }
     }
 
@@ -60,11 +63,36 @@ impl Partition {
 
     /// Appends and, under `FlushBeforeAck`, returns once the batch is durable.
     pub async fn append(&self, batch: BytesMut, mode: AppendMode) -> Result<AppendInfo> {
+        let info = self.append_buffered(batch, mode).await?;
+        self.await_durable(&info).await?;
+        Ok(info)
+    }
+
+    /// The first half of `append`: offsets assigned and the batch in the segment
+    /// buffer, not yet durable. Callers that must order work around the offset
+    /// assignment (idempotent producers) use this, then `await_durable`.
+    pub async fn append_buffered(&self, batch: BytesMut, mode: AppendMode) -> Result<AppendInfo> {
         let info = self.write().await?.append(batch, mode).await?;
+        self.changed.notify_all();
+        Ok(info)
+    }
+
+    /// The second half of `append`: waits for the flush the durability policy asks
+    /// for before an acknowledgement.
+    pub async fn await_durable(&self, info: &AppendInfo) -> Result<()> {
         if self.durability == Durability::FlushBeforeAck {
             self.flush_to(info.last_offset + 1).await?;
         }
-        Ok(info)
+        Ok(())
+    }
+
+    /// The offset below which data is acknowledged-safe on this replica: the
+    /// flushed offset under `FlushBeforeAck`, the log end otherwise.
+    pub async fn stable_offset(&self) -> Result<i64> {
+        match self.durability {
+            Durability::FlushBeforeAck => Ok(self.flushed_offset.get()),
+            Durability::Interval(_) => self.log_end_offset().await,
+        }
     }
 
     pub async fn read(
@@ -105,6 +133,23 @@ impl Partition {
         self.flushed_offset.get()
     }
 
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Resolves at the next append or flush of this partition (or never, if none
+    /// comes: callers race it against their own deadline).
+    pub async fn changed(&self) {
+        self.changed.wait().await
+    }
+
+    /// Applies new settings (topic config changes); they take effect from the next
+    /// append (a new `segment.bytes` at the next roll check).
+    pub async fn update_config(&self, config: crate::config::LogConfig) -> Result<()> {
+        self.write().await?.set_config(config);
+        Ok(())
+    }
+
     pub async fn truncate_to(&self, offset: i64) -> Result<()> {
         let mut log = self.write().await?;
         log.truncate_to(offset).await?;
@@ -127,6 +172,7 @@ impl Partition {
             let result = self.flush_once().await;
             self.flushing.set(false);
             self.flush_done.notify_all();
+            self.changed.notify_all();
             result?;
         }
     }

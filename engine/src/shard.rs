@@ -210,12 +210,32 @@ impl Shard {
     }
 
     pub async fn create_partition(self: &Rc<Self>, tp: &TopicPartition) -> Result<()> {
+        self.create_partition_with(tp, self.config.log.clone())
+            .await
+    }
+
+    /// Creates a partition with its own settings (a topic's config overrides).
+    pub async fn create_partition_with(
+        self: &Rc<Self>,
+        tp: &TopicPartition,
+        log: LogConfig,
+    ) -> Result<()> {
         let owner = self.table.shard_of(tp);
         let tp = tp.clone();
         self.invoke_on(owner, move |shard| async move {
-            shard.open_local(&tp, true).await
+            shard.open_local(&tp, true, log).await
         })
         .await?
+    }
+
+    /// Changes an open partition's settings.
+    pub async fn update_partition_config(
+        self: &Rc<Self>,
+        tp: &TopicPartition,
+        log: LogConfig,
+    ) -> Result<()> {
+        self.on_owner(tp, move |p| async move { p.update_config(log).await })
+            .await
     }
 
     pub async fn delete_partition(self: &Rc<Self>, tp: &TopicPartition) -> Result<()> {
@@ -277,7 +297,7 @@ impl Shard {
             .await
     }
 
-    async fn open_local(&self, tp: &TopicPartition, create: bool) -> Result<()> {
+    async fn open_local(&self, tp: &TopicPartition, create: bool, log: LogConfig) -> Result<()> {
         if self.partitions.borrow().contains_key(tp) {
             return if create {
                 Err(LogError::PartitionExists(tp.to_string()))
@@ -289,14 +309,8 @@ impl Shard {
         if create && dir.exists() {
             return Err(LogError::PartitionExists(tp.to_string()));
         }
-        let log = PartitionLog::open(
-            &dir,
-            &tp.topic,
-            tp.partition,
-            self.config.log.clone(),
-            self.cache.clone(),
-        )
-        .await?;
+        let log =
+            PartitionLog::open(&dir, &tp.topic, tp.partition, log, self.cache.clone()).await?;
         self.partitions
             .borrow_mut()
             .insert(tp.clone(), Rc::new(Partition::new(log)));
@@ -307,7 +321,7 @@ impl Shard {
     async fn open_owned(&self) -> Result<()> {
         for tp in list_partition_dirs(&self.config.data_dir)? {
             if self.table.shard_of(&tp) == self.id {
-                self.open_local(&tp, false).await?;
+                self.open_local(&tp, false, self.config.log.clone()).await?;
             }
         }
         Ok(())

@@ -1,0 +1,147 @@
+//! A small blocking Kafka admin client for `skiff topic ...`: it speaks the Kafka
+//! protocol (Metadata, CreateTopics, DeleteTopics, DescribeConfigs) over a plain
+//! TCP connection, so the commands work against any Kafka-compatible server.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, MetadataRequest, MetadataResponse,
+    RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+
+pub struct AdminClient {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+/// Largest response accepted (the admin responses are small).
+const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+impl AdminClient {
+    /// Connects to the first reachable address of a comma-separated bootstrap list.
+    pub fn connect(bootstrap: &str) -> anyhow::Result<AdminClient> {
+        let mut last_error = None;
+        for server in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let addrs = match server.to_socket_addrs() {
+                Ok(a) => a,
+                Err(e) => {
+                    last_error = Some(anyhow::anyhow!("{server}: {e}"));
+                    continue;
+                }
+            };
+            for addr in addrs {
+                match TcpStream::connect_timeout(&addr, Duration::from_secs(10)) {
+                    Ok(stream) => {
+                        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+                        stream.set_write_timeout(Some(Duration::from_secs(60)))?;
+                        return Ok(AdminClient {
+                            stream,
+                            correlation_id: 0,
+                        });
+                    }
+                    Err(e) => last_error = Some(anyhow::anyhow!("{addr}: {e}")),
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| anyhow::anyhow!("empty bootstrap list")))
+            .context("connecting to the cluster")
+    }
+
+    /// Sends one request at `version` and decodes its response.
+    pub fn call<Req, Resp>(&mut self, request: &Req, version: i16) -> anyhow::Result<Resp>
+    where
+        Req: Request + Encodable + HeaderVersion,
+        Resp: Decodable,
+    {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(Req::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("skiff-admin")));
+        let mut body = BytesMut::new();
+        header.encode(&mut body, Req::header_version(version))?;
+        request.encode(&mut body, version)?;
+        let mut frame = BytesMut::with_capacity(4 + body.len());
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(&body);
+        self.stream.write_all(&frame).context("sending request")?;
+
+        let mut size = [0u8; 4];
+        self.stream
+            .read_exact(&mut size)
+            .context("reading response size")?;
+        let size = i32::from_be_bytes(size);
+        if size < 0 || size as usize > MAX_RESPONSE_BYTES {
+            bail!("response size {size} out of range");
+        }
+        let mut buf = vec![0u8; size as usize];
+        self.stream
+            .read_exact(&mut buf)
+            .context("reading response")?;
+        let mut buf = Bytes::from(buf);
+        let api_key = ApiKey::try_from(Req::KEY)
+            .map_err(|_| anyhow::anyhow!("unknown api key {}", Req::KEY))?;
+        let header = ResponseHeader::decode(&mut buf, api_key.response_header_version(version))?;
+        if header.correlation_id != self.correlation_id {
+            bail!(
+                "correlation id {} does not match {}",
+                header.correlation_id,
+                self.correlation_id
+            );
+        }
+        let response = Resp::decode(&mut buf, version)?;
+        if buf.has_remaining() {
+            tracing::debug!(extra = buf.remaining(), "response had trailing bytes");
+        }
+        Ok(response)
+    }
+
+    pub fn metadata(&mut self, topics: Option<Vec<String>>) -> anyhow::Result<MetadataResponse> {
+        let request = MetadataRequest::default()
+            .with_topics(topics.map(|names| {
+                names
+                    .into_iter()
+                    .map(|n| {
+                        kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                            .with_name(Some(kafka_protocol::messages::TopicName(
+                                StrBytes::from_string(n),
+                            )))
+                    })
+                    .collect()
+            }))
+            .with_allow_auto_topic_creation(false);
+        self.call(&request, 12)
+    }
+
+    pub fn create_topics(
+        &mut self,
+        request: &CreateTopicsRequest,
+    ) -> anyhow::Result<CreateTopicsResponse> {
+        self.call(request, 7)
+    }
+
+    pub fn delete_topics(
+        &mut self,
+        request: &DeleteTopicsRequest,
+    ) -> anyhow::Result<DeleteTopicsResponse> {
+        self.call(request, 5)
+    }
+
+    pub fn describe_configs(
+        &mut self,
+        request: &DescribeConfigsRequest,
+    ) -> anyhow::Result<DescribeConfigsResponse> {
+        self.call(request, 4)
+    }
+}

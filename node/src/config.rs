@@ -1,0 +1,332 @@
+//! Node configuration: an embedded default file (`node/skiff.toml`), then an
+//! optional `--config` TOML file, then `--set key=value` flags, all with Kafka's
+//! names. Keys may be quoted (`"log.segment.bytes" = 1`) or dotted TOML tables
+//! (`log.segment.bytes = 1`): both flatten to the same dotted name.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use skiff_engine::{Durability, LogConfig};
+use thiserror::Error;
+
+pub const DEFAULT_CONFIG: &str = include_str!("../skiff.toml");
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("unknown config key {0:?}")]
+    UnknownKey(String),
+    #[error("config {key}: {value:?} is not {expected}")]
+    BadValue {
+        key: String,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("--set expects key=value, got {0:?}")]
+    BadSet(String),
+}
+
+/// Which cores the shards run on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cores {
+    /// This many unpinned executors.
+    Count(usize),
+    /// One executor pinned to each listed CPU.
+    List(Vec<usize>),
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: i32,
+    pub listen: SocketAddr,
+    pub advertised: Option<(String, u16)>,
+    pub data_dir: Option<PathBuf>,
+    pub cores: Cores,
+    pub auto_create_topics: bool,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub message_max_bytes: usize,
+    pub socket_request_max_bytes: usize,
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    pub index_interval_bytes: u64,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub cleanup_policy: String,
+    pub min_insync_replicas: i32,
+    pub durability_flush: bool,
+    pub flush_interval_ms: u64,
+    pub checkpoint_interval_ms: u64,
+    pub batch_cache_bytes: usize,
+    pub io_memory_bytes: usize,
+}
+
+impl NodeConfig {
+    /// The embedded defaults.
+    pub fn defaults() -> Result<NodeConfig, ConfigError> {
+        let mut config = NodeConfig {
+            node_id: 1,
+            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            advertised: None,
+            data_dir: None,
+            cores: Cores::Count(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            auto_create_topics: true,
+            num_partitions: 1,
+            default_replication_factor: 1,
+            message_max_bytes: 1_048_588,
+            socket_request_max_bytes: 104_857_600,
+            segment_bytes: 1 << 30,
+            segment_ms: 604_800_000,
+            index_interval_bytes: 4096,
+            retention_ms: 604_800_000,
+            retention_bytes: -1,
+            cleanup_policy: "delete".into(),
+            min_insync_replicas: 1,
+            durability_flush: true,
+            flush_interval_ms: 1000,
+            checkpoint_interval_ms: 60_000,
+            batch_cache_bytes: 256 << 20,
+            io_memory_bytes: 64 << 20,
+        };
+        config.apply_toml("<embedded skiff.toml>", DEFAULT_CONFIG)?;
+        Ok(config)
+    }
+
+    /// Applies a TOML document's keys.
+    pub fn apply_toml(&mut self, source: &str, text: &str) -> Result<(), ConfigError> {
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::File {
+                path: source.to_string(),
+                reason: e.to_string(),
+            })?;
+        let mut flat = BTreeMap::new();
+        flatten("", &toml::Value::Table(table), &mut flat);
+        for (key, value) in flat {
+            self.set(&key, &value)?;
+        }
+        Ok(())
+    }
+
+    /// Applies one `key=value` (a `--set` flag).
+    pub fn apply_set(&mut self, assignment: &str) -> Result<(), ConfigError> {
+        let (key, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| ConfigError::BadSet(assignment.to_string()))?;
+        self.set(key.trim(), value.trim())
+    }
+
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let bad = |expected: &'static str| ConfigError::BadValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            expected,
+        };
+        macro_rules! num {
+            () => {
+                value.parse().map_err(|_| bad("a number"))?
+            };
+        }
+        match key {
+            "node.id" => self.node_id = num!(),
+            "listeners" | "listen" => {
+                self.listen = value
+                    .parse()
+                    .map_err(|_| bad("HOST:PORT (an IP address and port)"))?
+            }
+            "advertised.listeners" | "advertised.listener" => {
+                let (host, port) = value.rsplit_once(':').ok_or_else(|| bad("HOST:PORT"))?;
+                self.advertised = Some((
+                    host.to_string(),
+                    port.parse().map_err(|_| bad("HOST:PORT"))?,
+                ));
+            }
+            "log.dirs" | "log.dir" | "data.dir" => self.data_dir = Some(PathBuf::from(value)),
+            "cores" => {
+                self.cores =
+                    parse_cores(value).ok_or_else(|| bad("a core count or a list like 0,2,4"))?
+            }
+            "auto.create.topics.enable" => {
+                self.auto_create_topics = value.parse().map_err(|_| bad("true or false"))?
+            }
+            "num.partitions" => self.num_partitions = num!(),
+            "default.replication.factor" => self.default_replication_factor = num!(),
+            "message.max.bytes" => self.message_max_bytes = num!(),
+            "socket.request.max.bytes" => self.socket_request_max_bytes = num!(),
+            "log.segment.bytes" => self.segment_bytes = num!(),
+            "log.roll.ms" => self.segment_ms = num!(),
+            "log.index.interval.bytes" => self.index_interval_bytes = num!(),
+            "log.retention.ms" => self.retention_ms = num!(),
+            "log.retention.bytes" => self.retention_bytes = num!(),
+            "log.cleanup.policy" => self.cleanup_policy = value.to_string(),
+            "min.insync.replicas" => self.min_insync_replicas = num!(),
+            "log.durability" => {
+                self.durability_flush = match value {
+                    "flush" => true,
+                    "interval" => false,
+                    _ => return Err(bad("flush or interval")),
+                }
+            }
+            "log.flush.interval.ms" => self.flush_interval_ms = num!(),
+            "log.flush.offset.checkpoint.interval.ms" => self.checkpoint_interval_ms = num!(),
+            "skiff.batch.cache.bytes" => self.batch_cache_bytes = num!(),
+            "skiff.io.memory.bytes" => self.io_memory_bytes = num!(),
+            _ => return Err(ConfigError::UnknownKey(key.to_string())),
+        }
+        Ok(())
+    }
+
+    pub fn advertised(&self) -> (String, u16) {
+        self.advertised
+            .clone()
+            .unwrap_or_else(|| (self.listen.ip().to_string(), self.listen.port()))
+    }
+
+    pub fn cpus(&self) -> Vec<Option<usize>> {
+        match &self.cores {
+            Cores::Count(n) => vec![None; (*n).max(1)],
+            Cores::List(list) => list.iter().map(|c| Some(*c)).collect(),
+        }
+    }
+
+    /// The node-level defaults as topic configs (Kafka's topic-level names).
+    pub fn topic_defaults(&self) -> BTreeMap<String, String> {
+        [
+            ("cleanup.policy", self.cleanup_policy.clone()),
+            ("segment.bytes", self.segment_bytes.to_string()),
+            ("segment.ms", self.segment_ms.to_string()),
+            (
+                "index.interval.bytes",
+                self.index_interval_bytes.to_string(),
+            ),
+            ("retention.ms", self.retention_ms.to_string()),
+            ("retention.bytes", self.retention_bytes.to_string()),
+            ("max.message.bytes", self.message_max_bytes.to_string()),
+            ("min.insync.replicas", self.min_insync_replicas.to_string()),
+            ("message.timestamp.type", "CreateTime".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// The engine settings for a topic with these overrides.
+    pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
+        let get = |key: &str, default: u64| {
+            overrides
+                .get(key)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        LogConfig {
+            segment_bytes: get("segment.bytes", self.segment_bytes),
+            segment_ms: Some(Duration::from_millis(get("segment.ms", self.segment_ms))),
+            index_interval_bytes: get("index.interval.bytes", self.index_interval_bytes),
+            max_batch_bytes: get("max.message.bytes", self.message_max_bytes as u64) as usize,
+            durability: if self.durability_flush {
+                Durability::FlushBeforeAck
+            } else {
+                Durability::Interval(Duration::from_millis(self.flush_interval_ms.max(1)))
+            },
+            ..LogConfig::default()
+        }
+    }
+}
+
+/// Topic-level config keys skiff knows, with what values they take.
+pub fn check_topic_config(key: &str, value: &str) -> Result<(), String> {
+    let number = |min: i64| match value.parse::<i64>() {
+        Ok(v) if v >= min => Ok(()),
+        _ => Err(format!("{key} must be a number >= {min}, got {value:?}")),
+    };
+    match key {
+        "segment.bytes" => number(14),
+        "segment.ms" | "index.interval.bytes" | "max.message.bytes" => number(0),
+        "retention.ms" | "retention.bytes" => number(-1),
+        "min.insync.replicas" => number(1),
+        "cleanup.policy" => match value {
+            "delete" | "compact" | "compact,delete" | "delete,compact" => Ok(()),
+            _ => Err(format!(
+                "cleanup.policy must be delete, compact or compact,delete, got {value:?}"
+            )),
+        },
+        "message.timestamp.type" => match value {
+            "CreateTime" | "LogAppendTime" => Ok(()),
+            _ => Err(format!(
+                "message.timestamp.type must be CreateTime or LogAppendTime, got {value:?}"
+            )),
+        },
+        _ => Err(format!("unknown topic config {key:?}")),
+    }
+}
+
+fn parse_cores(value: &str) -> Option<Cores> {
+    if let Ok(n) = value.parse::<usize>() {
+        return (n > 0).then_some(Cores::Count(n));
+    }
+    let list: Option<Vec<usize>> = value.split(',').map(|c| c.trim().parse().ok()).collect();
+    list.filter(|l| !l.is_empty()).map(Cores::List)
+}
+
+fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>) {
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        toml::Value::String(s) => {
+            out.insert(prefix.to_string(), s.clone());
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_defaults_parse_and_overrides_apply() {
+        let mut c = NodeConfig::defaults().unwrap();
+        assert_eq!(c.listen.port(), 9092);
+        c.apply_toml(
+            "x",
+            "log.segment.bytes = 1024\n\"num.partitions\" = 3\ncores = \"0,1\"\n",
+        )
+        .unwrap();
+        assert_eq!((c.segment_bytes, c.num_partitions), (1024, 3));
+        assert_eq!(c.cores, Cores::List(vec![0, 1]));
+        c.apply_set("auto.create.topics.enable=false").unwrap();
+        assert!(!c.auto_create_topics);
+        assert!(matches!(
+            c.apply_set("nope=1"),
+            Err(ConfigError::UnknownKey(_))
+        ));
+        assert!(matches!(
+            c.apply_set("num.partitions=x"),
+            Err(ConfigError::BadValue { .. })
+        ));
+        assert!(matches!(
+            c.apply_set("novalue"),
+            Err(ConfigError::BadSet(_))
+        ));
+        let mut o = BTreeMap::new();
+        o.insert("segment.bytes".to_string(), "4096".to_string());
+        assert_eq!(c.log_config(&o).segment_bytes, 4096);
+        assert!(check_topic_config("cleanup.policy", "compact").is_ok());
+        assert!(check_topic_config("segment.bytes", "1").is_err());
+        assert!(check_topic_config("bogus", "1").is_err());
+    }
+}

@@ -1,0 +1,322 @@
+//! CreateTopics, DeleteTopics, DescribeConfigs and IncrementalAlterConfigs.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, TopicName,
+};
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::str_bytes;
+use crate::state::CoreState;
+use crate::topics::{self, ConfigOp, CreateTopic, TopicError};
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+/// DescribeConfigs config sources.
+const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+const SOURCE_STATIC_BROKER: i8 = 4;
+const SOURCE_DEFAULT: i8 = 5;
+
+fn topic_error(e: &TopicError) -> ResponseError {
+    match e {
+        TopicError::Exists(_) => ResponseError::TopicAlreadyExists,
+        TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
+        TopicError::InvalidName { .. } => ResponseError::InvalidTopicException,
+        TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+        TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+        TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+        TopicError::Engine(e) => super::error_code(e),
+    }
+}
+
+pub async fn create_topics(
+    core: &CoreState,
+    request: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let mut results = Vec::with_capacity(request.topics.len());
+    for t in request.topics {
+        let name = t.name.0.to_string();
+        let mut configs = BTreeMap::new();
+        for c in &t.configs {
+            if let Some(v) = &c.value {
+                configs.insert(c.name.to_string(), v.to_string());
+            }
+        }
+        let mut create = CreateTopic {
+            name: name.clone(),
+            partitions: t.num_partitions,
+            replication_factor: t.replication_factor,
+            configs,
+        };
+        if !t.assignments.is_empty() {
+            // Manual assignment: on one node every replica must be this node.
+            let node = core.node.config.node_id;
+            let ok = t
+                .assignments
+                .iter()
+                .all(|a| a.broker_ids.len() == 1 && a.broker_ids[0].0 == node);
+            if !ok {
+                results.push(failed(
+                    t.name,
+                    &TopicError::InvalidReplicationFactor(2),
+                    version,
+                ));
+                continue;
+            }
+            create.partitions = t.assignments.len() as i32;
+            create.replication_factor = 1;
+        }
+        let outcome = if request.validate_only {
+            topics::check_create(core, &create).map(|(partitions, configs)| topics::TopicInfo {
+                name: name.clone(),
+                id: Uuid::nil(),
+                partitions,
+                configs,
+            })
+        } else {
+            topics::create(core, create).await
+        };
+        results.push(match outcome {
+            Ok(info) => {
+                let mut r = CreatableTopicResult::default().with_name(t.name);
+                if version >= 7 {
+                    r.topic_id = info.id;
+                }
+                if version >= 5 {
+                    r.num_partitions = info.partitions;
+                    r.replication_factor = 1;
+                    r.configs = Some(
+                        effective_topic_configs(core, &info.configs)
+                            .into_iter()
+                            .map(|(k, v, source)| {
+                                CreatableTopicConfigs::default()
+                                    .with_name(str_bytes(k))
+                                    .with_value(Some(str_bytes(v)))
+                                    .with_config_source(source)
+                            })
+                            .collect(),
+                    );
+                }
+                r
+            }
+            Err(e) => failed(t.name, &e, version),
+        });
+    }
+    CreateTopicsResponse::default().with_topics(results)
+}
+
+fn failed(name: TopicName, e: &TopicError, version: i16) -> CreatableTopicResult {
+    let r = CreatableTopicResult::default()
+        .with_name(name)
+        .with_error_code(topic_error(e).code())
+        .with_error_message(Some(str_bytes(e.to_string())));
+    if version >= 5 {
+        r.with_num_partitions(-1).with_replication_factor(-1)
+    } else {
+        r
+    }
+}
+
+pub async fn delete_topics(
+    core: &CoreState,
+    request: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
+    // v6 names topics by name or id; earlier versions by name.
+    let targets: Vec<(Option<String>, Uuid)> = if version >= 6 {
+        request
+            .topics
+            .into_iter()
+            .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
+            .collect()
+    } else {
+        request
+            .topic_names
+            .into_iter()
+            .map(|n| (Some(n.0.to_string()), Uuid::nil()))
+            .collect()
+    };
+    let mut responses = Vec::with_capacity(targets.len());
+    for (name, id) in targets {
+        let name = name.or_else(|| core.topics().by_id(id).map(|t| t.name.clone()));
+        let result = DeletableTopicResult::default();
+        let Some(name) = name else {
+            responses.push(result.with_error_code(ResponseError::UnknownTopicId.code()));
+            continue;
+        };
+        let result = result.with_name(Some(TopicName(str_bytes(name.clone()))));
+        let mut result = match topics::delete(core, name).await {
+            Ok(info) => result.with_topic_id(info.id),
+            Err(e) => {
+                let r = result.with_error_code(topic_error(&e).code());
+                if version >= 5 {
+                    r.with_error_message(Some(str_bytes(e.to_string())))
+                } else {
+                    r
+                }
+            }
+        };
+        // Topic ids are in the response from v6 on.
+        if version < 6 {
+            result.topic_id = Uuid::nil();
+        }
+        responses.push(result);
+    }
+    DeleteTopicsResponse::default().with_responses(responses)
+}
+
+/// Every topic config with its effective value and where it comes from.
+fn effective_topic_configs(
+    core: &CoreState,
+    overrides: &BTreeMap<String, String>,
+) -> Vec<(String, String, i8)> {
+    core.node
+        .config
+        .topic_defaults()
+        .into_iter()
+        .map(|(k, default)| match overrides.get(&k) {
+            Some(v) => (k, v.clone(), SOURCE_DYNAMIC_TOPIC),
+            None => (k, default, SOURCE_DEFAULT),
+        })
+        .collect()
+}
+
+pub fn describe_configs(
+    core: &CoreState,
+    request: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
+    let mut results = Vec::with_capacity(request.resources.len());
+    for r in request.resources {
+        let result = DescribeConfigsResult::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name.clone());
+        let entries: Vec<(String, String, i8)> = match r.resource_type {
+            RESOURCE_TOPIC => match core.topics().get(r.resource_name.as_str()) {
+                Some(info) => effective_topic_configs(core, &info.configs),
+                None => {
+                    results.push(
+                        result
+                            .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                            .with_error_message(Some(str_bytes(format!(
+                                "unknown topic {}",
+                                r.resource_name.as_str()
+                            )))),
+                    );
+                    continue;
+                }
+            },
+            RESOURCE_BROKER => core
+                .node
+                .config
+                .topic_defaults()
+                .into_iter()
+                .map(|(k, v)| (format!("log.{k}"), v, SOURCE_STATIC_BROKER))
+                .collect(),
+            other => {
+                results.push(
+                    result
+                        .with_error_code(ResponseError::InvalidRequest.code())
+                        .with_error_message(Some(str_bytes(format!(
+                            "resource type {other} is not supported"
+                        )))),
+                );
+                continue;
+            }
+        };
+        // Null asks for every config; so does an empty list (as Kafka's admin client means it).
+        let keys: Option<Vec<String>> = r
+            .configuration_keys
+            .filter(|k| !k.is_empty())
+            .map(|k| k.iter().map(|s| s.to_string()).collect());
+        let configs = entries
+            .into_iter()
+            .filter(|(k, _, _)| keys.as_ref().is_none_or(|keys| keys.contains(k)))
+            .map(|(k, v, source)| {
+                let c = DescribeConfigsResourceResult::default()
+                    .with_name(str_bytes(k))
+                    .with_value(Some(str_bytes(v)))
+                    .with_read_only(r.resource_type == RESOURCE_BROKER);
+                if version == 0 {
+                    c
+                } else {
+                    c.with_config_source(source)
+                }
+            })
+            .collect();
+        results.push(result.with_configs(configs));
+    }
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+pub async fn incremental_alter_configs(
+    core: &CoreState,
+    request: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for r in request.resources {
+        let response = AlterConfigsResourceResponse::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name.clone());
+        if r.resource_type != RESOURCE_TOPIC {
+            responses.push(
+                response
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes("only topic configs can be altered"))),
+            );
+            continue;
+        }
+        let mut ops = Vec::with_capacity(r.configs.len());
+        let mut refused = None;
+        for c in &r.configs {
+            match (c.config_operation, &c.value) {
+                (0, Some(v)) => ops.push(ConfigOp::Set(c.name.to_string(), v.to_string())),
+                (1, _) => ops.push(ConfigOp::Delete(c.name.to_string())),
+                (op, _) => {
+                    refused = Some(format!(
+                        "operation {op} on {} is not supported",
+                        c.name.as_str()
+                    ));
+                    break;
+                }
+            }
+        }
+        if let Some(message) = refused {
+            responses.push(
+                response
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes(message))),
+            );
+            continue;
+        }
+        responses.push(
+            match topics::alter_configs(
+                core,
+                r.resource_name.to_string(),
+                ops,
+                request.validate_only,
+            )
+            .await
+            {
+                Ok(()) => response,
+                Err(e) => response
+                    .with_error_code(topic_error(&e).code())
+                    .with_error_message(Some(str_bytes(e.to_string()))),
+            },
+        );
+    }
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}

@@ -1,0 +1,209 @@
+//! Fetch for consumers: batches up to the high watermark, long polling until
+//! `min_bytes` are available or `max_wait_ms` passes. Record batches travel as
+//! the batch cache's own `Bytes` into the response (`Splices` placeholders), so a
+//! cached fetch copies no record bytes in user space.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::future::{join_all, select_all};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::ResponseError;
+use skiff_engine::{LogError, Shard, TopicPartition};
+use skiff_protocol::splice::Splices;
+
+use super::error_code;
+use crate::state::CoreState;
+
+/// Upper bound on one long poll, whatever the client asks.
+const MAX_WAIT_MS_CAP: u64 = 30_000;
+
+struct PartitionRead {
+    high_watermark: i64,
+    log_start_offset: i64,
+    batches: Vec<Bytes>,
+}
+
+pub async fn handle(
+    core: &CoreState,
+    request: FetchRequest,
+    version: i16,
+    splices: &mut Splices,
+) -> FetchResponse {
+    let started = Instant::now();
+    let max_wait = Duration::from_millis((request.max_wait_ms.max(0) as u64).min(MAX_WAIT_MS_CAP));
+    let min_bytes = request.min_bytes.max(0) as usize;
+    let max_bytes = if request.max_bytes > 0 {
+        request.max_bytes as usize
+    } else {
+        usize::MAX
+    };
+    let mut wanted: Vec<(TopicPartition, i64, usize)> = Vec::new();
+    let topics = core.topics();
+    for t in &request.topics {
+        let name = if t.topic.0.is_empty() {
+            topics
+                .by_id(t.topic_id)
+                .map(|i| i.name.clone())
+                .unwrap_or_default()
+        } else {
+            t.topic.0.to_string()
+        };
+        for p in &t.partitions {
+            wanted.push((
+                TopicPartition::new(name.clone(), p.partition),
+                p.fetch_offset,
+                p.partition_max_bytes.max(0) as usize,
+            ));
+        }
+    }
+
+    let results = loop {
+        let results = read_all(core, &wanted).await;
+        let bytes: usize = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .flat_map(|r| r.batches.iter().map(Bytes::len))
+            .sum();
+        let any_error = results.iter().any(Result::is_err);
+        let waited = started.elapsed();
+        let enough = bytes >= min_bytes && (bytes > 0 || min_bytes == 0);
+        if enough || any_error || waited >= max_wait || wanted.is_empty() || core.stopping.get() {
+            break results;
+        }
+        wait_for_change(&core.shard, &wanted, max_wait - waited).await;
+    };
+
+    // Trim to max_bytes in request order; the first non-empty partition always
+    // gets at least one batch (KIP-74).
+    let mut budget = max_bytes;
+    let mut first = true;
+    let mut responses: Vec<FetchableTopicResponse> = Vec::new();
+    for (t_index, t) in request.topics.iter().enumerate() {
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        let offset_before: usize = request.topics[..t_index]
+            .iter()
+            .map(|t| t.partitions.len())
+            .sum();
+        for (i, p) in t.partitions.iter().enumerate() {
+            let data = PartitionData::default().with_partition_index(p.partition);
+            let data = match &results[offset_before + i] {
+                Err(e) => data
+                    .with_error_code(e.code())
+                    .with_high_watermark(-1)
+                    .with_last_stable_offset(-1),
+                Ok(r) => {
+                    let mut batches = Vec::new();
+                    for b in &r.batches {
+                        if b.len() > budget && !first {
+                            break;
+                        }
+                        budget = budget.saturating_sub(b.len());
+                        first = false;
+                        batches.push(b.clone());
+                    }
+                    let mut data = data
+                        .with_high_watermark(r.high_watermark)
+                        .with_last_stable_offset(r.high_watermark)
+                        .with_aborted_transactions(Some(Vec::new()));
+                    // The log start offset field exists from v5 on.
+                    if version >= 5 {
+                        data.log_start_offset = r.log_start_offset;
+                    }
+                    if batches.is_empty() {
+                        data.with_records(Some(Bytes::new()))
+                    } else {
+                        data.with_records(Some(splices.placeholder(batches)))
+                    }
+                }
+            };
+            partitions.push(data);
+        }
+        responses.push(
+            FetchableTopicResponse::default()
+                .with_topic(t.topic.clone())
+                .with_partitions(partitions),
+        );
+    }
+    FetchResponse::default().with_responses(responses)
+}
+
+async fn read_all(
+    core: &CoreState,
+    wanted: &[(TopicPartition, i64, usize)],
+) -> Vec<Result<PartitionRead, ResponseError>> {
+    let topics = core.topics();
+    join_all(wanted.iter().map(|(tp, offset, max)| {
+        let known = topics.has_partition(&tp.topic, tp.partition);
+        read_one(&core.shard, tp.clone(), *offset, *max, known)
+    }))
+    .await
+}
+
+async fn read_one(
+    shard: &Rc<Shard>,
+    tp: TopicPartition,
+    offset: i64,
+    max_bytes: usize,
+    known: bool,
+) -> Result<PartitionRead, ResponseError> {
+    if !known {
+        return Err(ResponseError::UnknownTopicOrPartition);
+    }
+    let owner = shard.table().shard_of(&tp);
+    shard
+        .invoke_on(owner, move |shard| async move {
+            let p = shard
+                .local(&tp)
+                .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+            let high_watermark = p.stable_offset().await?;
+            let log_start_offset = p.log_start_offset().await?;
+            let read = p.read(offset, max_bytes.max(1), high_watermark).await?;
+            Ok::<_, LogError>(PartitionRead {
+                high_watermark,
+                log_start_offset,
+                batches: read.batches,
+            })
+        })
+        .await
+        .and_then(|r| r)
+        .map_err(|e| error_code(&e))
+}
+
+/// Waits until any of the partitions changes, or `timeout`. Each waiter on an
+/// owner core ends by itself at the timeout, so abandoned waiters do not pile up.
+async fn wait_for_change(
+    shard: &Rc<Shard>,
+    wanted: &[(TopicPartition, i64, usize)],
+    timeout: Duration,
+) {
+    let waits = wanted.iter().map(|(tp, _, _)| {
+        let tp = tp.clone();
+        let owner = shard.table().shard_of(&tp);
+        let wait: Pin<Box<dyn Future<Output = ()> + '_>> = Box::pin(async move {
+            let _ = shard
+                .invoke_on(owner, move |shard| async move {
+                    if let Some(p) = shard.local(&tp) {
+                        let changed = p.changed();
+                        let timer = glommio::timer::sleep(timeout);
+                        futures_lite::future::or(changed, timer_unit(timer)).await;
+                    }
+                })
+                .await;
+        });
+        wait
+    });
+    let mut waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = waits.collect();
+    waits.push(Box::pin(async move {
+        glommio::timer::sleep(timeout).await;
+    }));
+    let _ = select_all(waits).await;
+}
+
+async fn timer_unit(timer: impl std::future::Future) {
+    timer.await;
+}

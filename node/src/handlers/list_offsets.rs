@@ -1,0 +1,93 @@
+//! ListOffsets: earliest (-2), latest (-1, the high watermark), and by timestamp
+//! (the first offset whose record timestamp is at or after it).
+
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::ResponseError;
+use skiff_engine::{OffsetQuery, TopicPartition};
+
+use super::error_code;
+use crate::state::CoreState;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+
+pub async fn handle(
+    core: &CoreState,
+    request: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for t in request.topics {
+        let name = t.name.0.to_string();
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let tp = TopicPartition::new(name.clone(), p.partition_index);
+            partitions.push(partition(core, &tp, p.timestamp, version).await);
+        }
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions),
+        );
+    }
+    ListOffsetsResponse::default().with_topics(topics)
+}
+
+async fn partition(
+    core: &CoreState,
+    tp: &TopicPartition,
+    timestamp: i64,
+    version: i16,
+) -> ListOffsetsPartitionResponse {
+    let response = ListOffsetsPartitionResponse::default()
+        .with_partition_index(tp.partition)
+        .with_timestamp(-1)
+        .with_offset(-1);
+    if !core.topics().has_partition(&tp.topic, tp.partition) {
+        return response.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+    }
+    let query = match timestamp {
+        LATEST => None,
+        EARLIEST => Some(OffsetQuery::Earliest),
+        ts if ts >= 0 => Some(OffsetQuery::Timestamp(ts)),
+        // -3 (max timestamp) and others are not served yet.
+        _ => return response.with_error_code(ResponseError::UnsupportedVersion.code()),
+    };
+    let tp2 = tp.clone();
+    let result = core
+        .shard
+        .invoke_on(core.shard.table().shard_of(tp), move |shard| async move {
+            let p = shard
+                .local(&tp2)
+                .ok_or_else(|| skiff_engine::LogError::UnknownPartition(tp2.to_string()))?;
+            let stable = p.stable_offset().await?;
+            match query {
+                None => Ok(Some((stable, -1))),
+                Some(OffsetQuery::Timestamp(ts)) => {
+                    // Only records below the high watermark are visible.
+                    Ok(p.list_offset(OffsetQuery::Timestamp(ts))
+                        .await?
+                        .filter(|(offset, _)| *offset < stable))
+                }
+                Some(q) => p.list_offset(q).await,
+            }
+        })
+        .await
+        .and_then(|r| r);
+    match result {
+        Ok(Some((offset, ts))) => {
+            let r = response.with_offset(offset).with_timestamp(ts);
+            // The leader epoch field exists from v4 on.
+            if version >= 4 {
+                r.with_leader_epoch(0)
+            } else {
+                r
+            }
+        }
+        Ok(None) => response,
+        Err(e) => response.with_error_code(error_code(&e).code()),
+    }
+}

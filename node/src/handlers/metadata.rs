@@ -1,0 +1,134 @@
+//! Metadata: this node is the only broker, the controller, and the leader of
+//! every partition. Unknown topics are created on request when
+//! `auto.create.topics.enable` and the request allow it.
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::ResponseError;
+
+use super::str_bytes;
+use crate::state::CoreState;
+use crate::topics::{self, CreateTopic, TopicError, TopicInfo};
+
+pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) -> MetadataResponse {
+    let node_id = BrokerId(core.node.config.node_id);
+    let (host, port) = core.node.config.advertised();
+    // kafka-protocol refuses to encode a field its version lacks, so fields are
+    // set only from the version that has them.
+    let mut response =
+        MetadataResponse::default().with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(node_id)
+            .with_host(str_bytes(host))
+            .with_port(i32::from(port))]);
+    if version >= 1 {
+        response.controller_id = node_id;
+    }
+    if version >= 2 {
+        response.cluster_id = Some(str_bytes(core.node.cluster_id.clone()));
+    }
+
+    // v0: an empty list means all topics; v1+: null means all.
+    let requested: Option<Vec<String>> = match request.topics {
+        Some(list) if !(version == 0 && list.is_empty()) => Some(
+            list.into_iter()
+                .map(|t| match t.name {
+                    Some(name) => name.0.to_string(),
+                    None => core
+                        .topics()
+                        .by_id(t.topic_id)
+                        .map(|i| i.name.clone())
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
+    let auto_create =
+        core.node.config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+    let topics: Vec<MetadataResponseTopic> = match requested {
+        None => core
+            .topics()
+            .topics
+            .values()
+            .map(|t| topic(t, node_id, version))
+            .collect(),
+        Some(names) => {
+            let mut out = Vec::with_capacity(names.len());
+            for name in names {
+                out.push(requested_topic(core, &name, auto_create, node_id, version).await);
+            }
+            out
+        }
+    };
+    response.topics = topics;
+    response
+}
+
+async fn requested_topic(
+    core: &CoreState,
+    name: &str,
+    auto_create: bool,
+    node_id: BrokerId,
+    version: i16,
+) -> MetadataResponseTopic {
+    if let Some(info) = core.topics().get(name) {
+        return topic(info, node_id, version);
+    }
+    let error = |e: ResponseError| {
+        MetadataResponseTopic::default()
+            .with_name(Some(TopicName(str_bytes(name))))
+            .with_error_code(e.code())
+    };
+    if topics::validate_name(name).is_err() {
+        return error(ResponseError::InvalidTopicException);
+    }
+    if !auto_create {
+        return error(ResponseError::UnknownTopicOrPartition);
+    }
+    let create = CreateTopic {
+        name: name.to_string(),
+        partitions: -1,
+        replication_factor: -1,
+        configs: Default::default(),
+    };
+    match topics::create(core, create).await {
+        Ok(info) => topic(&info, node_id, version),
+        // Another request created it meanwhile.
+        Err(TopicError::Exists(_)) => match core.topics().get(name) {
+            Some(info) => topic(info, node_id, version),
+            None => error(ResponseError::LeaderNotAvailable),
+        },
+        Err(e) => {
+            tracing::warn!(topic = name, error = %e, "auto-creating topic failed");
+            error(ResponseError::UnknownTopicOrPartition)
+        }
+    }
+}
+
+fn topic(info: &TopicInfo, node_id: BrokerId, version: i16) -> MetadataResponseTopic {
+    let t =
+        MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(info.name.clone()))));
+    let t = if version >= 10 {
+        t.with_topic_id(info.id)
+    } else {
+        t
+    };
+    t.with_partitions(
+        (0..info.partitions)
+            .map(|p| {
+                let partition = MetadataResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_leader_id(node_id)
+                    .with_replica_nodes(vec![node_id])
+                    .with_isr_nodes(vec![node_id]);
+                if version >= 7 {
+                    partition.with_leader_epoch(0)
+                } else {
+                    partition
+                }
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,154 @@
+//! Kafka API handlers: one module per API family. `Request::decode` runs on the
+//! connection's reader (a frame that does not decode closes the connection);
+//! `handle` runs each request as its own task and returns the encoded response
+//! (`None` for acks=0 produce, which Kafka never answers).
+
+mod admin;
+mod fetch;
+mod init_producer_id;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use skiff_engine::LogError;
+use skiff_protocol::response::{encode_response, ResponseFrame};
+use skiff_protocol::splice::Splices;
+use skiff_protocol::{request, versions};
+
+use crate::state::CoreState;
+
+pub struct Request {
+    pub header: RequestHeader,
+    pub api_key: ApiKey,
+    pub version: i16,
+    pub body: Option<RequestKind>,
+}
+
+impl Request {
+    /// Decodes a frame. Errors are reasons to close the connection.
+    pub fn decode(mut frame: Bytes) -> Result<Request, String> {
+        let (header, api_key) = request::decode_header(&mut frame).map_err(|e| e.to_string())?;
+        let version = header.request_api_version;
+        if !versions::accepts(api_key, version) {
+            // ApiVersions answers an unsupported version with the supported list;
+            // for anything else Kafka closes the connection.
+            if api_key == ApiKey::ApiVersions {
+                return Ok(Request {
+                    header,
+                    api_key,
+                    version,
+                    body: None,
+                });
+            }
+            return Err(format!(
+                "unsupported version {version} of {api_key:?} (correlation id {})",
+                header.correlation_id
+            ));
+        }
+        let body = request::decode_body(api_key, version, &mut frame).map_err(|e| {
+            format!(
+                "malformed {api_key:?} v{version} request (correlation id {}): {e}",
+                header.correlation_id
+            )
+        })?;
+        Ok(Request {
+            header,
+            api_key,
+            version,
+            body: Some(body),
+        })
+    }
+}
+
+pub async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFrame> {
+    let Request {
+        header,
+        api_key,
+        version,
+        body,
+    } = request;
+    let mut splices = Splices::default();
+    let response = match body {
+        None => ResponseKind::ApiVersions(versions::api_versions_response(Some(
+            ResponseError::UnsupportedVersion,
+        ))),
+        Some(RequestKind::ApiVersions(_)) => {
+            ResponseKind::ApiVersions(versions::api_versions_response(None))
+        }
+        Some(RequestKind::Metadata(r)) => {
+            ResponseKind::Metadata(metadata::handle(&core, r, version).await)
+        }
+        Some(RequestKind::Produce(r)) => {
+            ResponseKind::Produce(produce::handle(&core, r, version).await?)
+        }
+        Some(RequestKind::Fetch(r)) => {
+            ResponseKind::Fetch(fetch::handle(&core, r, version, &mut splices).await)
+        }
+        Some(RequestKind::ListOffsets(r)) => {
+            ResponseKind::ListOffsets(list_offsets::handle(&core, r, version).await)
+        }
+        Some(RequestKind::CreateTopics(r)) => {
+            ResponseKind::CreateTopics(admin::create_topics(&core, r, version).await)
+        }
+        Some(RequestKind::DeleteTopics(r)) => {
+            ResponseKind::DeleteTopics(admin::delete_topics(&core, r, version).await)
+        }
+        Some(RequestKind::DescribeConfigs(r)) => {
+            ResponseKind::DescribeConfigs(admin::describe_configs(&core, r, version))
+        }
+        Some(RequestKind::IncrementalAlterConfigs(r)) => {
+            ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(&core, r).await)
+        }
+        Some(RequestKind::InitProducerId(r)) => {
+            ResponseKind::InitProducerId(init_producer_id::handle(&core, r))
+        }
+        Some(other) => {
+            // versions::accepts only lets through what is matched above.
+            tracing::error!(?api_key, "no handler for {other:?}");
+            return None;
+        }
+    };
+    match encode_response(header.correlation_id, api_key, version, &response, &splices) {
+        Ok(frame) => Some(frame),
+        Err(e) => {
+            tracing::error!(?api_key, version, error = %e, "encoding the response failed");
+            None
+        }
+    }
+}
+
+/// The Kafka error code for an engine error.
+pub fn error_code(e: &LogError) -> ResponseError {
+    match e {
+        LogError::InvalidBatch(_) => ResponseError::CorruptMessage,
+        LogError::BatchTooLarge { .. } => ResponseError::MessageTooLarge,
+        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        LogError::UnknownPartition(_) => ResponseError::UnknownTopicOrPartition,
+        LogError::NonContiguousAppend { .. } => ResponseError::InvalidRecord,
+        LogError::PartitionExists(_) => ResponseError::TopicAlreadyExists,
+        LogError::Io { .. }
+        | LogError::Offline(_)
+        | LogError::Recovery(_)
+        | LogError::Checkpoint { .. }
+        | LogError::DataDir(_) => ResponseError::KafkaStorageError,
+        LogError::BadPartitionDir(_) => ResponseError::KafkaStorageError,
+        LogError::RuntimeStopped => ResponseError::NotLeaderOrFollower,
+    }
+}
+
+pub fn str_bytes(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

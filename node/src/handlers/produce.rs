@@ -1,0 +1,327 @@
+//! Produce: each partition's batch goes to the core that owns the partition, is
+//! checked against the producer's sequence there (idempotence), appended, and
+//! acknowledged once durable. acks=0 gets no response at all (Kafka's rule).
+//!
+//! The request frame is shared by every field kafka-protocol decoded out of it, so
+//! the batch is copied once into a buffer the engine can stamp in place.
+
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::future::join_all;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::ResponseError;
+use skiff_engine::batch::{self, BatchHeader};
+use skiff_engine::{AppendMode, LogError, Partition, Shard, TopicPartition};
+
+use super::{error_code, now_ms, str_bytes};
+use crate::producer::{BatchMeta, SequenceCheck};
+use crate::state::CoreState;
+
+/// The leader epoch stamped into batches (single node: epoch 0 for now).
+const LEADER_EPOCH: i32 = 0;
+
+/// What the owner core answers for one partition.
+#[derive(Debug, Clone)]
+struct Appended {
+    base_offset: i64,
+    log_append_time_ms: i64,
+    log_start_offset: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Refused {
+    error: ResponseError,
+    message: String,
+}
+
+pub async fn handle(
+    core: &CoreState,
+    request: ProduceRequest,
+    version: i16,
+) -> Option<ProduceResponse> {
+    let acks = request.acks;
+    let topics = core.topics();
+    let mut pending = Vec::new();
+    for t in &request.topic_data {
+        let name = t.name.0.to_string();
+        let log_append_time = topics
+            .get(&name)
+            .and_then(|info| info.configs.get("message.timestamp.type"))
+            .is_some_and(|v| v == "LogAppendTime");
+        for p in &t.partition_data {
+            let tp = TopicPartition::new(name.clone(), p.index);
+            let known = topics.has_partition(&name, p.index);
+            let records = p.records.clone();
+            let shard = core.shard.clone();
+            pending.push(async move {
+                let result = if !known {
+                    Err(Refused {
+                        error: ResponseError::UnknownTopicOrPartition,
+                        message: format!("{tp} does not exist"),
+                    })
+                } else if acks != 0 && acks != 1 && acks != -1 {
+                    Err(Refused {
+                        error: ResponseError::InvalidRequiredAcks,
+                        message: format!("acks must be 0, 1 or -1, got {acks}"),
+                    })
+                } else {
+                    produce_partition(&shard, &tp, records, log_append_time).await
+                };
+                (tp, result)
+            });
+        }
+    }
+    let results = join_all(pending).await;
+    if acks == 0 {
+        for (tp, r) in &results {
+            if let Err(e) = r {
+                tracing::debug!(partition = %tp, error = %e.message, "acks=0 produce failed");
+            }
+        }
+        return None;
+    }
+    let mut responses: Vec<TopicProduceResponse> = Vec::new();
+    for (t, (tp, result)) in request
+        .topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter().map(move |_| t))
+        .zip(results)
+    {
+        // Fields are set only in the versions that have them (v5: log start
+        // offset, v8: error message).
+        let mut partition = PartitionProduceResponse::default().with_index(tp.partition);
+        match result {
+            Ok(a) => {
+                partition.base_offset = a.base_offset;
+                partition.log_append_time_ms = a.log_append_time_ms;
+                if version >= 5 {
+                    partition.log_start_offset = a.log_start_offset;
+                }
+            }
+            Err(r) => {
+                partition.error_code = r.error.code();
+                partition.base_offset = -1;
+                partition.log_append_time_ms = -1;
+                if version >= 8 {
+                    partition.error_message = Some(str_bytes(r.message));
+                }
+            }
+        }
+        match responses.last_mut() {
+            Some(last) if last.name == t.name => last.partition_responses.push(partition),
+            _ => responses.push(
+                TopicProduceResponse::default()
+                    .with_name(t.name.clone())
+                    .with_partition_responses(vec![partition]),
+            ),
+        }
+    }
+    Some(ProduceResponse::default().with_responses(responses))
+}
+
+async fn produce_partition(
+    shard: &Rc<Shard>,
+    tp: &TopicPartition,
+    records: Option<Bytes>,
+    log_append_time: bool,
+) -> Result<Appended, Refused> {
+    let refuse = |error: ResponseError, message: String| Refused { error, message };
+    let records =
+        records.ok_or_else(|| refuse(ResponseError::CorruptMessage, "no records".into()))?;
+    // Produce v3+ carries exactly one RecordBatch per partition.
+    let header = BatchHeader::parse(&records)
+        .map_err(|e| refuse(ResponseError::CorruptMessage, e.to_string()))?;
+    if header.total_len() != records.len() {
+        return Err(refuse(
+            ResponseError::InvalidRecord,
+            format!(
+                "expected exactly one record batch of {} bytes, got {} bytes",
+                header.total_len(),
+                records.len()
+            ),
+        ));
+    }
+    let mut batch = BytesMut::from(&records[..]);
+    drop(records);
+    let owner = shard.table().shard_of(tp);
+    let tp2 = tp.clone();
+    shard
+        .invoke_on(owner, move |shard| async move {
+            let partition = shard
+                .local(&tp2)
+                .ok_or_else(|| LogError::UnknownPartition(tp2.to_string()))?;
+            let mut append_time = -1;
+            if log_append_time {
+                append_time = now_ms();
+                batch::stamp_log_append_time(&mut batch, append_time)?;
+            }
+            let base_offset = if header.producer_id >= 0 {
+                append_idempotent(&partition, &tp2, &header, batch).await?
+            } else {
+                partition
+                    .append(
+                        batch,
+                        AppendMode::Leader {
+                            leader_epoch: LEADER_EPOCH,
+                        },
+                    )
+                    .await?
+                    .base_offset
+            };
+            Ok::<_, SequenceOrLog>(Appended {
+                base_offset,
+                log_append_time_ms: append_time,
+                log_start_offset: partition.log_start_offset().await?,
+            })
+        })
+        .await
+        .map_err(|e| refuse(error_code(&e), e.to_string()))?
+        .map_err(|e| match e {
+            SequenceOrLog::Log(e) => refuse(error_code(&e), e.to_string()),
+            SequenceOrLog::Sequence(error, message) => refuse(error, message),
+        })
+}
+
+/// An append refused by the engine or by the producer's sequence.
+#[derive(Debug)]
+enum SequenceOrLog {
+    Log(LogError),
+    Sequence(ResponseError, String),
+}
+
+impl From<LogError> for SequenceOrLog {
+    fn from(e: LogError) -> Self {
+        SequenceOrLog::Log(e)
+    }
+}
+
+impl From<batch::BatchError> for SequenceOrLog {
+    fn from(e: batch::BatchError) -> Self {
+        SequenceOrLog::Log(LogError::InvalidBatch(e))
+    }
+}
+
+/// Check, append and record under the partition's producer lock, so pipelined
+/// batches of one producer are checked in the order they are appended; the wait
+/// for durability happens outside the lock.
+async fn append_idempotent(
+    partition: &Partition,
+    tp: &TopicPartition,
+    header: &BatchHeader,
+    batch: BytesMut,
+) -> Result<i64, SequenceOrLog> {
+    let Some(core) = CoreState::current() else {
+        return Err(LogError::RuntimeStopped.into());
+    };
+    let producers = core.producers(tp);
+    let info = {
+        let _permit = producers
+            .lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| LogError::RuntimeStopped)?;
+        if !producers.loaded.get() {
+            rebuild(partition, &producers).await?;
+            producers.loaded.set(true);
+        }
+        let first_seq = header.base_sequence;
+        let last_seq = first_seq.wrapping_add(header.last_offset_delta);
+        let check = producers.states.borrow().check(
+            header.producer_id,
+            header.producer_epoch,
+            first_seq,
+            last_seq,
+        );
+        match check {
+            SequenceCheck::Append => {}
+            SequenceCheck::Duplicate { base_offset, .. } => {
+                tracing::debug!(partition = %tp, producer_id = header.producer_id, first_seq, "duplicate batch answered with its original offset");
+                return Ok(base_offset);
+            }
+            SequenceCheck::OutOfOrder { expected, got } => {
+                return Err(SequenceOrLog::Sequence(
+                    ResponseError::OutOfOrderSequenceNumber,
+                    format!(
+                        "producer {} expected sequence {expected}, got {got}",
+                        header.producer_id
+                    ),
+                ))
+            }
+            SequenceCheck::Fenced { current_epoch } => {
+                return Err(SequenceOrLog::Sequence(
+                    ResponseError::InvalidProducerEpoch,
+                    format!(
+                        "producer epoch {} is older than {current_epoch}",
+                        header.producer_epoch
+                    ),
+                ))
+            }
+            SequenceCheck::UnknownProducer => {
+                return Err(SequenceOrLog::Sequence(
+                    ResponseError::UnknownProducerId,
+                    format!(
+                        "no state for producer {} at sequence {first_seq}",
+                        header.producer_id
+                    ),
+                ))
+            }
+        }
+        let info = partition
+            .append_buffered(
+                batch,
+                AppendMode::Leader {
+                    leader_epoch: LEADER_EPOCH,
+                },
+            )
+            .await?;
+        producers.states.borrow_mut().record(
+            header.producer_id,
+            header.producer_epoch,
+            BatchMeta {
+                first_seq,
+                last_seq,
+                base_offset: info.base_offset,
+                last_offset: info.last_offset,
+            },
+        );
+        info
+    };
+    partition.await_durable(&info).await?;
+    Ok(info.base_offset)
+}
+
+/// Rebuilds the producers' state from the batches in the log.
+async fn rebuild(
+    partition: &Partition,
+    producers: &crate::state::PartitionProducers,
+) -> Result<(), LogError> {
+    let end = partition.log_end_offset().await?;
+    let mut offset = partition.log_start_offset().await?;
+    while offset < end {
+        let read = partition.read(offset, 8 << 20, end).await?;
+        if read.batches.is_empty() {
+            break;
+        }
+        for b in &read.batches {
+            let Ok(h) = BatchHeader::parse(b) else {
+                continue;
+            };
+            if h.producer_id >= 0 {
+                producers.states.borrow_mut().record(
+                    h.producer_id,
+                    h.producer_epoch,
+                    BatchMeta {
+                        first_seq: h.base_sequence,
+                        last_seq: h.base_sequence.wrapping_add(h.last_offset_delta),
+                        base_offset: h.base_offset,
+                        last_offset: h.last_offset(),
+                    },
+                );
+            }
+        }
+        offset = read.next_offset;
+    }
+    Ok(())
+}

@@ -1,0 +1,19 @@
+//! skiff-node: the `skiff` binary's library: configuration, the per-core Kafka
+//! listener, the Kafka API handlers, topic metadata, idempotent producer state,
+//! and the admin client behind `skiff topic`.
+//!
+//! What it is not: storage (skiff-engine) or wire codecs (skiff-protocol over the
+//! kafka-protocol crate). Handlers translate between the two.
+//!
+//! Bounds: `server::MAX_INFLIGHT_REQUESTS` per connection,
+//! `socket.request.max.bytes` per frame (checked before allocating),
+//! `fetch::MAX_WAIT_MS_CAP` per long poll.
+
+pub mod admin_client;
+pub mod config;
+pub mod handlers;
+pub mod node;
+pub mod producer;
+pub mod server;
+pub mod state;
+pub mod topics;

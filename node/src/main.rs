@@ -1,0 +1,293 @@
+//! `skiff`: run a node, or administer topics on any Kafka-compatible cluster.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::{
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use skiff_node::admin_client::AdminClient;
+use skiff_node::config::NodeConfig;
+use skiff_node::node::Node;
+
+#[derive(Parser)]
+#[command(
+    name = "skiff",
+    version,
+    about = "skiff: a Kafka-compatible streaming storage engine"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node. With no flags: one node on 127.0.0.1:9092 with its data in a
+    /// fresh temporary directory.
+    Node(NodeArgs),
+    /// Create, list, describe or delete topics (Kafka admin APIs).
+    Topic {
+        #[command(subcommand)]
+        command: TopicCommand,
+    },
+}
+
+#[derive(Args)]
+struct NodeArgs {
+    /// A TOML file of settings (Kafka names), applied over the embedded defaults.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    node_id: Option<i32>,
+    /// HOST:PORT to listen on (every core listens on it).
+    #[arg(long)]
+    listen: Option<String>,
+    /// HOST:PORT clients are told to connect to (default: --listen).
+    #[arg(long)]
+    advertised_listener: Option<String>,
+    /// Data directory (default: a fresh temporary directory, removed at exit).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Number of cores (shards), or a list of CPUs to pin them to: 4 or 0,2,4.
+    #[arg(long)]
+    cores: Option<String>,
+    /// Any setting as key=value (repeatable), applied last.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum TopicCommand {
+    Create {
+        name: String,
+        #[arg(long, default_value_t = -1)]
+        partitions: i32,
+        #[arg(long, default_value_t = -1)]
+        replication_factor: i16,
+        /// Topic config override key=value (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    Describe {
+        name: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    Delete {
+        name: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Args)]
+struct Conn {
+    /// Comma-separated HOST:PORT list.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Cli::parse().command {
+        Command::Node(args) => run_node(args),
+        Command::Topic { command } => topic(command),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let mut config = NodeConfig::defaults()?;
+    if let Some(path) = &args.config {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        config.apply_toml(&path.display().to_string(), &text)?;
+    }
+    let flags = [
+        ("node.id", args.node_id.map(|v| v.to_string())),
+        ("listeners", args.listen),
+        ("advertised.listeners", args.advertised_listener),
+        ("log.dirs", args.data_dir.map(|d| d.display().to_string())),
+        ("cores", args.cores),
+    ];
+    for (key, value) in flags {
+        if let Some(value) = value {
+            config.set(key, &value)?;
+        }
+    }
+    for s in &args.sets {
+        config.apply_set(s)?;
+    }
+    // Block the stop signals before any thread starts, so they reach the waiter.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    let temporary = config.data_dir.is_none();
+    let node = Node::start(config)?;
+    tracing::info!(
+        "skiff node listening on {} ({} cores, data in {}{})",
+        node.addr,
+        node.shards(),
+        node.data_dir.display(),
+        if temporary {
+            ", temporary: removed at exit"
+        } else {
+            ""
+        }
+    );
+    let signal = signals.forever().next();
+    tracing::info!(
+        ?signal,
+        "stopping: no new connections, finishing in-flight requests"
+    );
+    node.stop()?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+fn topic(command: TopicCommand) -> anyhow::Result<()> {
+    match command {
+        TopicCommand::Create {
+            name,
+            partitions,
+            replication_factor,
+            configs,
+            conn,
+        } => {
+            let mut overrides = Vec::new();
+            for c in configs {
+                let (k, v) = c
+                    .split_once('=')
+                    .ok_or_else(|| anyhow::anyhow!("--config expects key=value, got {c:?}"))?;
+                overrides.push(
+                    CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_value(Some(StrBytes::from_string(v.to_string()))),
+                );
+            }
+            let request = CreateTopicsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(name.clone())))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(replication_factor)
+                    .with_configs(overrides)]);
+            let response = AdminClient::connect(&conn.bootstrap)?.create_topics(&request)?;
+            for t in response.topics {
+                check(t.error_code, t.error_message.as_deref())?;
+                println!("Created topic {}.", t.name.0.as_str());
+            }
+        }
+        TopicCommand::List { conn } => {
+            let metadata = AdminClient::connect(&conn.bootstrap)?.metadata(None)?;
+            let mut names: Vec<String> = metadata
+                .topics
+                .iter()
+                .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+                .collect();
+            names.sort();
+            for n in names {
+                println!("{n}");
+            }
+        }
+        TopicCommand::Describe { name, conn } => {
+            let mut client = AdminClient::connect(&conn.bootstrap)?;
+            let metadata = client.metadata(name.map(|n| vec![n]))?;
+            let mut topics = metadata.topics;
+            topics.sort_by(|a, b| a.name.cmp(&b.name));
+            for t in topics {
+                check(t.error_code, None)?;
+                let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+                let configs = client.describe_configs(
+                    &DescribeConfigsRequest::default().with_resources(vec![
+                        DescribeConfigsResource::default()
+                            .with_resource_type(2)
+                            .with_resource_name(StrBytes::from_string(name.clone()))
+                            .with_configuration_keys(None),
+                    ]),
+                )?;
+                let overrides: BTreeMap<String, String> = configs
+                    .results
+                    .iter()
+                    .flat_map(|r| r.configs.iter())
+                    .filter(|c| c.config_source == 1)
+                    .map(|c| {
+                        (
+                            c.name.to_string(),
+                            c.value.as_deref().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect();
+                let rf = t.partitions.first().map_or(0, |p| p.replica_nodes.len());
+                let configs: Vec<String> =
+                    overrides.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                println!(
+                    "Topic: {name}\tTopicId: {}\tPartitionCount: {}\tReplicationFactor: {rf}\tConfigs: {}",
+                    t.topic_id,
+                    t.partitions.len(),
+                    configs.join(",")
+                );
+                let mut partitions = t.partitions;
+                partitions.sort_by_key(|p| p.partition_index);
+                let ids = |v: &[kafka_protocol::messages::BrokerId]| {
+                    v.iter()
+                        .map(|b| b.0.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                for p in partitions {
+                    println!(
+                        "\tTopic: {name}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}",
+                        p.partition_index,
+                        p.leader_id.0,
+                        ids(&p.replica_nodes),
+                        ids(&p.isr_nodes)
+                    );
+                }
+            }
+        }
+        TopicCommand::Delete { name, conn } => {
+            let request = DeleteTopicsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topic_names(vec![TopicName(StrBytes::from_string(name.clone()))]);
+            let response = AdminClient::connect(&conn.bootstrap)?.delete_topics(&request)?;
+            for r in response.responses {
+                check(r.error_code, r.error_message.as_deref())?;
+                println!("Deleted topic {name}.");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check(code: i16, message: Option<&str>) -> anyhow::Result<()> {
+    match ResponseError::try_from_code(code) {
+        None => Ok(()),
+        Some(e) => bail!(
+            "{e} (error code {code}){}",
+            message.map(|m| format!(": {m}")).unwrap_or_default()
+        ),
+    }
+}

@@ -1,0 +1,124 @@
+//! Starting and stopping a node: the shard runtime, per-core state, topics, the
+//! listeners; SIGTERM/SIGINT stop accepting, let in-flight requests finish, then
+//! flush and checkpoint every partition.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use glommio::channels::local_channel;
+use glommio::net::TcpListener;
+use glommio::task::JoinHandle;
+use skiff_engine::{data_dir, Runtime, ShardConfig};
+use std::time::Duration;
+
+use crate::config::NodeConfig;
+use crate::server;
+use crate::state::{CoreState, NodeContext, ProducerIdAllocator};
+use crate::topics;
+
+thread_local! {
+    /// The stop channel and serve task of this core's listener.
+    static LISTENER: RefCell<Option<(local_channel::LocalSender<()>, JoinHandle<()>)>> = const { RefCell::new(None) };
+}
+
+/// A running node.
+pub struct Node {
+    runtime: Runtime,
+    pub addr: SocketAddr,
+    pub data_dir: std::path::PathBuf,
+    _temp_dir: Option<tempfile::TempDir>,
+}
+
+impl Node {
+    pub fn start(config: NodeConfig) -> anyhow::Result<Node> {
+        let (data_dir, temp_dir) = match &config.data_dir {
+            Some(dir) => (dir.clone(), None),
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("skiff-data-")
+                    .tempdir()
+                    .context("creating a temporary data directory")?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let mut shard_config = ShardConfig::unpinned(&data_dir, 1);
+        shard_config.node_id = config.node_id;
+        shard_config.cpus = config.cpus();
+        shard_config.log = config.log_config(&Default::default());
+        shard_config.batch_cache_bytes_max = config.batch_cache_bytes;
+        shard_config.io_memory_bytes = config.io_memory_bytes;
+        shard_config.checkpoint_interval =
+            Duration::from_millis(config.checkpoint_interval_ms.max(100));
+        let runtime = Runtime::start(shard_config)
+            .with_context(|| format!("starting the engine in {}", data_dir.display()))?;
+        let meta = data_dir::load_or_create(&data_dir, config.node_id)?;
+        let producer_ids =
+            ProducerIdAllocator::open(&data_dir).context("opening the producer id block")?;
+        let node = Arc::new(NodeContext {
+            config: config.clone(),
+            data_dir: data_dir.clone(),
+            cluster_id: meta.cluster_id,
+            producer_ids: Mutex::new(producer_ids),
+        });
+        for core in 0..runtime.shards() {
+            let node = node.clone();
+            runtime.block_on(core, move |shard| async move {
+                CoreState::install(shard, node);
+            })?;
+        }
+        runtime.block_on(0, |shard| async move {
+            let Some(core) = CoreState::current() else {
+                return Err(anyhow::anyhow!("core state missing"));
+            };
+            let table = topics::load(&core).await?;
+            topics::broadcast(&shard, Arc::new(table)).await?;
+            Ok(())
+        })??;
+
+        // Core 0 binds first, so a port of 0 resolves to one port for all cores.
+        let addr = runtime.block_on(0, move |_| async move { listen(config.listen) })??;
+        for core in 1..runtime.shards() {
+            runtime.block_on(core, move |_| async move { listen(addr) })??;
+        }
+        Ok(Node {
+            runtime,
+            addr,
+            data_dir,
+            _temp_dir: temp_dir,
+        })
+    }
+
+    pub fn shards(&self) -> usize {
+        self.runtime.shards()
+    }
+
+    /// Stops accepting, waits for in-flight requests, closes every partition.
+    pub fn stop(self) -> anyhow::Result<()> {
+        for core in 0..self.runtime.shards() {
+            self.runtime.block_on(core, |_| async move {
+                let Some((stop, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {
+                    return;
+                };
+                let _ = stop.try_send(());
+                let _ = serve.await;
+            })?;
+        }
+        self.runtime.shutdown()?;
+        Ok(())
+    }
+}
+
+/// Binds this core's listener and starts serving on it.
+fn listen(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("binding {addr}"))?;
+    let bound = listener.local_addr().map_err(std::io::Error::from)?;
+    let core = CoreState::current().ok_or_else(|| anyhow::anyhow!("core state missing"))?;
+    let (tx, rx) = local_channel::new_bounded(1);
+    let serve = glommio::spawn_local(server::serve(core, listener, rx)).detach();
+    LISTENER.with(|l| *l.borrow_mut() = Some((tx, serve)));
+    Ok(bound)
+}

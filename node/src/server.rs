@@ -1,0 +1,160 @@
+//! The Kafka listener of one core, and the connection loop.
+//!
+//! Every core binds the same address (glommio sets SO_REUSEPORT, so the kernel
+//! spreads connections over all cores) and serves the connections it accepts to
+//! the end: a connection never moves. Per connection, a reader task decodes frames
+//! and starts one handler task per request (pipelining: up to
+//! `MAX_INFLIGHT_REQUESTS` at once), and a writer task sends the responses in
+//! request order. A malformed frame closes the connection with a logged reason;
+//! the node stays up.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_lite::io::{AsyncWriteExt, ReadHalf, WriteHalf};
+use glommio::channels::local_channel;
+use glommio::net::{TcpListener, TcpStream};
+use glommio::task::JoinHandle;
+use skiff_protocol::frame::FrameReader;
+use skiff_protocol::response::ResponseFrame;
+
+use crate::handlers;
+use crate::state::CoreState;
+
+/// Requests of one connection being handled at once; the reader waits beyond.
+pub const MAX_INFLIGHT_REQUESTS: usize = 64;
+/// Responses parts smaller than this are coalesced into one write.
+const COALESCE_BYTES: usize = 16 << 10;
+
+/// Accepts connections until the core is told to stop, then waits (bounded) for
+/// open connections to finish their in-flight requests.
+pub async fn serve(
+    core: Rc<CoreState>,
+    listener: TcpListener,
+    stop: local_channel::LocalReceiver<()>,
+) {
+    // Connections report their end here so the list stays bounded.
+    let mut connections: Vec<(Rc<std::cell::Cell<bool>>, JoinHandle<()>)> = Vec::new();
+    let stop = Rc::new(stop);
+    loop {
+        let accepted = {
+            let accept = listener.accept();
+            let stopped = stop.recv();
+            futures_lite::future::or(async { Some(accept.await) }, async {
+                let _ = stopped.await;
+                None
+            })
+            .await
+        };
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                let core = core.clone();
+                connections.retain(|(done, _)| !done.get());
+                let done = Rc::new(std::cell::Cell::new(false));
+                let flag = done.clone();
+                let task = glommio::spawn_local(async move {
+                    connection(core, stream).await;
+                    flag.set(true);
+                })
+                .detach();
+                connections.push((done, task));
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    core.stopping.set(true);
+    drop(listener);
+    for (_, c) in connections {
+        let _ = futures_lite::future::or(c, async {
+            glommio::timer::sleep(Duration::from_secs(10)).await;
+            None
+        })
+        .await;
+    }
+}
+
+async fn connection(core: Rc<CoreState>, stream: TcpStream) {
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
+    let _ = stream.set_nodelay(true);
+    let (reader, writer) = futures_lite::io::split(stream);
+    let (tx, rx) =
+        local_channel::new_bounded::<JoinHandle<Option<ResponseFrame>>>(MAX_INFLIGHT_REQUESTS);
+    let writer_task = glommio::spawn_local(write_responses(writer, rx, peer.clone())).detach();
+    if let Err(reason) = read_requests(&core, reader, &tx).await {
+        tracing::info!(%peer, %reason, "closing connection");
+    }
+    drop(tx);
+    let _ = writer_task.await;
+}
+
+async fn read_requests(
+    core: &Rc<CoreState>,
+    mut reader: ReadHalf<TcpStream>,
+    tx: &local_channel::LocalSender<JoinHandle<Option<ResponseFrame>>>,
+) -> Result<(), String> {
+    let mut frames = FrameReader::new(core.node.config.socket_request_max_bytes);
+    loop {
+        if core.stopping.get() {
+            return Ok(());
+        }
+        let frame = match frames.next(&mut reader).await {
+            Ok(Some(frame)) => frame.freeze(),
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let request = handlers::Request::decode(frame).map_err(|e| e.to_string())?;
+        let core = core.clone();
+        let task =
+            glommio::spawn_local(async move { handlers::handle(core, request).await }).detach();
+        tx.send(task).await.map_err(|_| "writer gone".to_string())?;
+    }
+}
+
+async fn write_responses(
+    mut writer: WriteHalf<TcpStream>,
+    rx: local_channel::LocalReceiver<JoinHandle<Option<ResponseFrame>>>,
+    peer: String,
+) {
+    while let Some(task) = rx.recv().await {
+        let Some(Some(frame)) = task.await else {
+            continue;
+        };
+        if let Err(e) = write_frame(&mut writer, frame.parts).await {
+            tracing::info!(%peer, error = %e, "write failed; closing connection");
+            return;
+        }
+    }
+    let _ = writer.close().await;
+}
+
+/// Writes the parts in order: large parts (record batches) straight from their
+/// buffers, runs of small parts gathered into one write.
+async fn write_frame(writer: &mut WriteHalf<TcpStream>, parts: Vec<Bytes>) -> std::io::Result<()> {
+    let mut small = Vec::new();
+    for part in parts {
+        if part.len() < COALESCE_BYTES {
+            small.extend_from_slice(&part);
+            if small.len() >= COALESCE_BYTES {
+                writer.write_all(&small).await?;
+                small.clear();
+            }
+            continue;
+        }
+        if !small.is_empty() {
+            writer.write_all(&small).await?;
+            small.clear();
+        }
+        writer.write_all(&part).await?;
+    }
+    if !small.is_empty() {
+        writer.write_all(&small).await?;
+    }
+    writer.flush().await
+}

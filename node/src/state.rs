@@ -1,0 +1,138 @@
+//! Node-wide context (shared, read-only after start) and per-core state (one per
+//! executor thread, reached through a thread-local: thread-per-core).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use glommio::sync::Semaphore;
+use skiff_engine::{Shard, TopicPartition};
+
+use crate::config::NodeConfig;
+use crate::producer::ProducerStates;
+use crate::topics::TopicTable;
+
+/// Shared by every core; immutable except the producer id allocator, which is
+/// only used by InitProducerId (not the hot path).
+pub struct NodeContext {
+    pub config: NodeConfig,
+    pub data_dir: PathBuf,
+    pub cluster_id: String,
+    pub producer_ids: Mutex<ProducerIdAllocator>,
+}
+
+/// Hands out producer ids in blocks whose end is persisted before use, so ids
+/// are never reused across restarts.
+pub struct ProducerIdAllocator {
+    path: PathBuf,
+    next: i64,
+    block_end: i64,
+}
+
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
+pub const PRODUCER_ID_FILE: &str = "producer-id-block";
+
+impl ProducerIdAllocator {
+    pub fn open(data_dir: &std::path::Path) -> std::io::Result<Self> {
+        let path = data_dir.join(PRODUCER_ID_FILE);
+        let next = match std::fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse().map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: not a number", path.display()),
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        Ok(ProducerIdAllocator {
+            path,
+            next,
+            block_end: next,
+        })
+    }
+
+    pub fn allocate(&mut self) -> std::io::Result<i64> {
+        if self.next >= self.block_end {
+            let end = self.next + PRODUCER_ID_BLOCK;
+            let tmp = self.path.with_extension("tmp");
+            std::fs::write(&tmp, format!("{end}\n"))?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            self.block_end = end;
+        }
+        let id = self.next;
+        self.next += 1;
+        Ok(id)
+    }
+}
+
+thread_local! {
+    static CORE: RefCell<Option<Rc<CoreState>>> = const { RefCell::new(None) };
+}
+
+pub struct CoreState {
+    pub shard: Rc<Shard>,
+    pub node: Arc<NodeContext>,
+    topics: RefCell<Arc<TopicTable>>,
+    /// Producer state of the partitions this core owns, with the lock that keeps
+    /// check → append → record atomic per partition.
+    producers: RefCell<HashMap<TopicPartition, Rc<PartitionProducers>>>,
+    /// Serialises topic changes (used on core 0).
+    pub admin_lock: Semaphore,
+    pub stopping: Cell<bool>,
+}
+
+pub struct PartitionProducers {
+    pub lock: Semaphore,
+    pub loaded: Cell<bool>,
+    pub states: RefCell<ProducerStates>,
+}
+
+impl CoreState {
+    pub fn install(shard: Rc<Shard>, node: Arc<NodeContext>) -> Rc<CoreState> {
+        let state = Rc::new(CoreState {
+            shard,
+            node,
+            topics: RefCell::new(Arc::new(TopicTable::default())),
+            producers: RefCell::new(HashMap::new()),
+            admin_lock: Semaphore::new(1),
+            stopping: Cell::new(false),
+        });
+        CORE.with(|c| *c.borrow_mut() = Some(state.clone()));
+        state
+    }
+
+    /// This core's state (None before `install`, or off the executors).
+    pub fn current() -> Option<Rc<CoreState>> {
+        CORE.with(|c| c.borrow().clone())
+    }
+
+    pub fn topics(&self) -> Arc<TopicTable> {
+        self.topics.borrow().clone()
+    }
+
+    pub fn set_topics(&self, table: Arc<TopicTable>) {
+        *self.topics.borrow_mut() = table;
+    }
+
+    pub fn producers(&self, tp: &TopicPartition) -> Rc<PartitionProducers> {
+        self.producers
+            .borrow_mut()
+            .entry(tp.clone())
+            .or_insert_with(|| {
+                Rc::new(PartitionProducers {
+                    lock: Semaphore::new(1),
+                    loaded: Cell::new(false),
+                    states: RefCell::new(ProducerStates::default()),
+                })
+            })
+            .clone()
+    }
+
+    pub fn forget_partition(&self, tp: &TopicPartition) {
+        self.producers.borrow_mut().remove(tp);
+    }
+}

@@ -1,0 +1,171 @@
+//! The APIs skiff serves and at which versions: one table, [`SERVED_APIS`].
+//!
+//! Ranges follow Kafka 4.x where skiff implements the whole version; where a newer
+//! version needs something skiff lacks (topic ids on fetch, for one) the range stops
+//! below it. A version can be *advertised* in ApiVersions without being *accepted*:
+//! Kafka 4.0 lists Produce v0-2 and answers them with UNSUPPORTED_VERSION, because
+//! librdkafka (2.0, Debian's) only enables compression when the broker lists
+//! Produce v0 (KAFKA-18659). [`accepts`] is the check the node makes before it
+//! decodes a body.
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use kafka_protocol::protocol::VersionRange;
+use kafka_protocol::ResponseError;
+
+use crate::guard::{self, Schema};
+
+/// One served API.
+#[derive(Debug, Clone, Copy)]
+pub struct ServedApi {
+    /// The API.
+    pub api_key: ApiKey,
+    /// The range listed in ApiVersions.
+    pub advertised: VersionRange,
+    /// The lowest version answered; advertised versions below it get
+    /// UNSUPPORTED_VERSION.
+    pub accepted_min: i16,
+    /// The array-count check run before kafka-protocol decodes the body (see
+    /// `guard.rs`); `None` only for requests without arrays.
+    pub(crate) guard: Option<&'static Schema>,
+}
+
+impl ServedApi {
+    const fn new(api_key: ApiKey, min: i16, max: i16) -> Self {
+        Self {
+            api_key,
+            advertised: VersionRange { min, max },
+            accepted_min: min,
+            guard: None,
+        }
+    }
+
+    /// Advertised from `advertised.min` but answered only from `version`.
+    const fn refusing_below(mut self, version: i16) -> Self {
+        self.accepted_min = version;
+        self
+    }
+
+    const fn guarded(mut self, schema: &'static Schema) -> Self {
+        self.guard = Some(schema);
+        self
+    }
+
+    /// The range actually answered.
+    pub fn accepted(&self) -> VersionRange {
+        VersionRange {
+            min: self.accepted_min,
+            max: self.advertised.max,
+        }
+    }
+
+    /// Whether `version` is answered (not only advertised).
+    pub fn accepts(&self, version: i16) -> bool {
+        self.accepted_min <= version && version <= self.advertised.max
+    }
+}
+
+/// Every API skiff serves. A request whose schema holds an array MUST name its
+/// guard schema (`guard.rs`): kafka-protocol pre-allocates array counts read off
+/// the wire.
+pub const SERVED_APIS: &[ServedApi] = &[
+    ServedApi::new(ApiKey::ApiVersions, 0, 4),
+    ServedApi::new(ApiKey::Metadata, 0, 12).guarded(&guard::METADATA),
+    // v0-2 listed for librdkafka's compression check, refused like Kafka 4.0.
+    ServedApi::new(ApiKey::Produce, 0, 12)
+        .refusing_below(3)
+        .guarded(&guard::PRODUCE),
+    // v13+ address topics by id.
+    ServedApi::new(ApiKey::Fetch, 4, 12).guarded(&guard::FETCH),
+    ServedApi::new(ApiKey::ListOffsets, 1, 8).guarded(&guard::LIST_OFFSETS),
+    ServedApi::new(ApiKey::CreateTopics, 2, 7).guarded(&guard::CREATE_TOPICS),
+    ServedApi::new(ApiKey::DeleteTopics, 1, 6).guarded(&guard::DELETE_TOPICS),
+    ServedApi::new(ApiKey::DescribeConfigs, 1, 4).guarded(&guard::DESCRIBE_CONFIGS),
+    ServedApi::new(ApiKey::IncrementalAlterConfigs, 0, 1)
+        .guarded(&guard::INCREMENTAL_ALTER_CONFIGS),
+    ServedApi::new(ApiKey::InitProducerId, 0, 5),
+];
+
+/// The table entry for `api_key`, if skiff serves it.
+pub fn served(api_key: ApiKey) -> Option<&'static ServedApi> {
+    SERVED_APIS.iter().find(|api| api.api_key == api_key)
+}
+
+/// The range listed in ApiVersions for `api_key`.
+pub fn advertised(api_key: ApiKey) -> Option<VersionRange> {
+    served(api_key).map(|api| api.advertised)
+}
+
+/// Whether skiff answers `api_key` at `version`. Anything else gets
+/// UNSUPPORTED_VERSION without its body being decoded.
+pub fn accepts(api_key: ApiKey, version: i16) -> bool {
+    served(api_key).is_some_and(|api| api.accepts(version))
+}
+
+/// The ApiVersions answer: every served API with its advertised range, and
+/// `error` (UNSUPPORTED_VERSION when the client asked with a version above 4;
+/// Kafka then answers in v0 so that any client can read it).
+pub fn api_versions_response(error: Option<ResponseError>) -> ApiVersionsResponse {
+    let api_keys = SERVED_APIS
+        .iter()
+        .map(|api| {
+            ApiVersion::default()
+                .with_api_key(api.api_key as i16)
+                .with_min_version(api.advertised.min)
+                .with_max_version(api.advertised.max)
+        })
+        .collect();
+    ApiVersionsResponse::default()
+        .with_error_code(error.map_or(0, |error| error.code()))
+        .with_api_keys(api_keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_ranges_are_decodable_by_kafka_protocol() {
+        for api in SERVED_APIS {
+            let decodable = api.api_key.valid_versions();
+            let accepted = api.accepted();
+            assert!(
+                decodable.min <= accepted.min && accepted.max <= decodable.max,
+                "{:?}: accepted {accepted} not within kafka-protocol's {decodable}",
+                api.api_key
+            );
+            assert!(api.advertised.min <= accepted.min);
+        }
+    }
+
+    #[test]
+    fn one_entry_per_api() {
+        for (i, api) in SERVED_APIS.iter().enumerate() {
+            assert!(SERVED_APIS[..i].iter().all(|o| o.api_key != api.api_key));
+        }
+    }
+
+    #[test]
+    fn produce_v0_is_advertised_but_refused() {
+        assert_eq!(advertised(ApiKey::Produce).map(|r| r.min), Some(0));
+        assert!(!accepts(ApiKey::Produce, 0));
+        assert!(!accepts(ApiKey::Produce, 2));
+        assert!(accepts(ApiKey::Produce, 3));
+        assert!(accepts(ApiKey::Produce, 12));
+        assert!(!accepts(ApiKey::Produce, 13));
+        assert!(!accepts(ApiKey::Fetch, 3));
+        assert!(!accepts(ApiKey::OffsetCommit, 8));
+    }
+
+    #[test]
+    fn api_versions_lists_the_table() {
+        let response = api_versions_response(Some(ResponseError::UnsupportedVersion));
+        assert_eq!(response.error_code, 35);
+        assert_eq!(response.api_keys.len(), SERVED_APIS.len());
+        let produce = response.api_keys.iter().find(|a| a.api_key == 0);
+        assert_eq!(
+            produce.map(|a| (a.min_version, a.max_version)),
+            Some((0, 12))
+        );
+    }
+}

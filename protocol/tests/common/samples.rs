@@ -1,0 +1,236 @@
+//! Fully populated requests of every served kind, version by version: every array
+//! holds elements, every optional field present where the version has it. Used by
+//! the round-trip tests and by the guard's layout check (which includes this file).
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeConfigsRequest, FetchRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest,
+    ListOffsetsRequest, MetadataRequest, ProduceRequest, ProducerId, RequestKind, TopicName,
+    TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+
+fn s(text: &'static str) -> StrBytes {
+    StrBytes::from_static_str(text)
+}
+
+fn topic(text: &'static str) -> TopicName {
+    TopicName(s(text))
+}
+
+/// A populated request of `api_key` valid at `version`, or `None` for an api
+/// without a sample.
+pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
+    let v = version;
+    Some(match api_key {
+        ApiKey::Produce => {
+            let partitions = |base: i32| {
+                vec![
+                    PartitionProduceData::default()
+                        .with_index(base)
+                        .with_records(Some(Bytes::from_static(b"record batch bytes"))),
+                    PartitionProduceData::default()
+                        .with_index(base + 1)
+                        .with_records(None),
+                    PartitionProduceData::default()
+                        .with_index(base + 2)
+                        .with_records(Some(Bytes::new())),
+                ]
+            };
+            ProduceRequest::default()
+                .with_transactional_id(Some(TransactionalId(s("tx-1"))))
+                .with_acks(-1)
+                .with_timeout_ms(30_000)
+                .with_topic_data(vec![
+                    TopicProduceData::default()
+                        .with_name(topic("orders"))
+                        .with_partition_data(partitions(0)),
+                    TopicProduceData::default()
+                        .with_name(topic("payments"))
+                        .with_partition_data(partitions(7)),
+                ])
+                .into()
+        }
+        ApiKey::Fetch => {
+            let partition = |index: i32| {
+                FetchPartition::default()
+                    .with_partition(index)
+                    .with_current_leader_epoch(if v >= 9 { 4 } else { -1 })
+                    .with_fetch_offset(1000 + i64::from(index))
+                    .with_last_fetched_epoch(if v >= 12 { 3 } else { -1 })
+                    .with_log_start_offset(if v >= 5 { 10 } else { -1 })
+                    .with_partition_max_bytes(1 << 20)
+            };
+            let mut request = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(500)
+                .with_min_bytes(1)
+                .with_max_bytes(52_428_800)
+                .with_isolation_level(1)
+                .with_topics(vec![
+                    FetchTopic::default()
+                        .with_topic(topic("orders"))
+                        .with_partitions(vec![partition(0), partition(1)]),
+                    FetchTopic::default()
+                        .with_topic(topic("payments"))
+                        .with_partitions(vec![partition(2)]),
+                ]);
+            if v >= 7 {
+                request = request
+                    .with_session_id(11)
+                    .with_session_epoch(2)
+                    .with_forgotten_topics_data(vec![ForgottenTopic::default()
+                        .with_topic(topic("old"))
+                        .with_partitions(vec![0, 1, 5])]);
+            }
+            if v >= 11 {
+                request = request.with_rack_id(s("rack-a"));
+            }
+            if v >= 12 {
+                request = request.with_cluster_id(Some(s("cluster-1")));
+            }
+            request.into()
+        }
+        ApiKey::ListOffsets => {
+            let partition = |index: i32| {
+                ListOffsetsPartition::default()
+                    .with_partition_index(index)
+                    .with_current_leader_epoch(if v >= 4 { 2 } else { -1 })
+                    .with_timestamp(-1)
+            };
+            ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_isolation_level(if v >= 2 { 1 } else { 0 })
+                .with_topics(vec![
+                    ListOffsetsTopic::default()
+                        .with_name(topic("orders"))
+                        .with_partitions(vec![partition(0), partition(1)]),
+                    ListOffsetsTopic::default()
+                        .with_name(topic("payments"))
+                        .with_partitions(vec![partition(3)]),
+                ])
+                .into()
+        }
+        ApiKey::Metadata => MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(topic("orders"))),
+                MetadataRequestTopic::default().with_name(Some(topic("payments"))),
+            ]))
+            .with_allow_auto_topic_creation(v < 4)
+            .with_include_cluster_authorized_operations((8..=10).contains(&v))
+            .with_include_topic_authorized_operations(v >= 8)
+            .into(),
+        ApiKey::CreateTopics => {
+            let created = |name: &'static str| {
+                CreatableTopic::default()
+                    .with_name(topic(name))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_assignments(vec![
+                        CreatableReplicaAssignment::default()
+                            .with_partition_index(0)
+                            .with_broker_ids(vec![BrokerId(1), BrokerId(2)]),
+                        CreatableReplicaAssignment::default()
+                            .with_partition_index(1)
+                            .with_broker_ids(vec![BrokerId(2), BrokerId(3)]),
+                    ])
+                    .with_configs(vec![
+                        CreatableTopicConfig::default()
+                            .with_name(s("retention.ms"))
+                            .with_value(Some(s("60000"))),
+                        CreatableTopicConfig::default()
+                            .with_name(s("cleanup.policy"))
+                            .with_value(None),
+                    ])
+            };
+            CreateTopicsRequest::default()
+                .with_topics(vec![created("orders"), created("payments")])
+                .with_timeout_ms(5000)
+                .with_validate_only(true)
+                .into()
+        }
+        ApiKey::DeleteTopics => {
+            let request = DeleteTopicsRequest::default().with_timeout_ms(5000);
+            if v >= 6 {
+                request
+                    .with_topics(vec![
+                        DeleteTopicState::default().with_name(Some(topic("orders"))),
+                        DeleteTopicState::default().with_name(None),
+                    ])
+                    .into()
+            } else {
+                request
+                    .with_topic_names(vec![topic("orders"), topic("payments")])
+                    .into()
+            }
+        }
+        ApiKey::DescribeConfigs => DescribeConfigsRequest::default()
+            .with_resources(vec![
+                DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s("orders"))
+                    .with_configuration_keys(Some(vec![s("retention.ms"), s("segment.bytes")])),
+                DescribeConfigsResource::default()
+                    .with_resource_type(4)
+                    .with_resource_name(s("1"))
+                    .with_configuration_keys(None),
+            ])
+            .with_include_synonyms(true)
+            .with_include_documentation(v >= 3)
+            .into(),
+        ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::default()
+            .with_resources(vec![AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(s("orders"))
+                .with_configs(vec![
+                    AlterableConfig::default()
+                        .with_name(s("retention.ms"))
+                        .with_config_operation(0)
+                        .with_value(Some(s("1000"))),
+                    AlterableConfig::default()
+                        .with_name(s("segment.bytes"))
+                        .with_config_operation(1)
+                        .with_value(None),
+                ])])
+            .with_validate_only(false)
+            .into(),
+        ApiKey::InitProducerId => {
+            let request = InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(s("tx-1"))))
+                .with_transaction_timeout_ms(60_000);
+            if v >= 3 {
+                request
+                    .with_producer_id(ProducerId(42))
+                    .with_producer_epoch(3)
+                    .into()
+            } else {
+                request.into()
+            }
+        }
+        ApiKey::ApiVersions => {
+            let request = ApiVersionsRequest::default();
+            if v >= 3 {
+                request
+                    .with_client_software_name(s("skiff-test"))
+                    .with_client_software_version(s("1.0"))
+                    .into()
+            } else {
+                request.into()
+            }
+        }
+        _ => return None,
+    })
+}
