@@ -24,6 +24,8 @@ use crate::state::CoreState;
 
 /// Requests of one connection being handled at once; the reader waits beyond.
 pub const MAX_INFLIGHT_REQUESTS: usize = 64;
+/// How often an idle connection checks whether the node is stopping.
+const STOP_POLL: Duration = Duration::from_millis(100);
 /// Responses parts smaller than this are coalesced into one write.
 const COALESCE_BYTES: usize = 16 << 10;
 
@@ -104,10 +106,20 @@ async fn read_requests(
         if core.stopping.get() {
             return Ok(());
         }
-        let frame = match frames.next(&mut reader).await {
-            Ok(Some(frame)) => frame.freeze(),
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(e.to_string()),
+        // An idle connection must not hold up a stop: race the next frame with
+        // the core's stop flag.
+        let next =
+            futures_lite::future::or(async { Some(frames.next(&mut reader).await) }, async {
+                while !core.stopping.get() {
+                    glommio::timer::sleep(STOP_POLL).await;
+                }
+                None
+            })
+            .await;
+        let frame = match next {
+            None | Some(Ok(None)) => return Ok(()),
+            Some(Ok(Some(frame))) => frame.freeze(),
+            Some(Err(e)) => return Err(e.to_string()),
         };
         let request = handlers::Request::decode(frame).map_err(|e| e.to_string())?;
         let core = core.clone();

@@ -70,9 +70,14 @@ pub async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFra
     let Request {
         header,
         api_key,
-        version,
+        mut version,
         body,
     } = request;
+    if body.is_none() {
+        // An ApiVersions version we do not know: answer in v0, as Kafka does, so
+        // the client can read the supported range and retry.
+        version = 0;
+    }
     let mut splices = Splices::default();
     let response = match body {
         None => ResponseKind::ApiVersions(versions::api_versions_response(Some(

@@ -1,0 +1,350 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The `skiff` binary as a user runs it: a real process on a loopback port, real
+//! Kafka requests (encoded by kafka-protocol, as a client would), SIGTERM and
+//! SIGKILL restarts, and malformed input on raw sockets.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse, ProduceRequest,
+    ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use skiff_engine::batch::{BatchBuilder, BatchHeader, Compression};
+use skiff_node::admin_client::AdminClient;
+
+struct NodeProcess {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl NodeProcess {
+    fn start(dir: &Path, port: u16, extra: &[&str]) -> NodeProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args([
+                "node",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--cores",
+                "2",
+                "--data-dir",
+            ])
+            .arg(dir)
+            .args(extra.iter().flat_map(|s| ["--set", s]))
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("listening on") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("node did not start listening");
+        NodeProcess {
+            child,
+            port,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn client(&self) -> AdminClient {
+        AdminClient::connect(&self.bootstrap()).unwrap()
+    }
+
+    /// SIGTERM and wait: the node must exit 0 within the deadline.
+    fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "SIGTERM exit status {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "node did not stop after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    fn restart(self, sigkill: bool) -> NodeProcess {
+        let (dir, port) = (self.dir.clone(), self.port);
+        if sigkill {
+            self.kill();
+        } else {
+            self.terminate();
+        }
+        NodeProcess::start(&dir, port, &[])
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn batch(values: &[&str], producer: Option<(i64, i16, i32)>) -> Bytes {
+    let mut b = BatchBuilder::new().compression(Compression::None);
+    if let Some((id, epoch, seq)) = producer {
+        b = b.producer(id, epoch, seq);
+    }
+    for (i, v) in values.iter().enumerate() {
+        b.push(
+            1_000 + i as i64,
+            Some(format!("k{i}").as_bytes()),
+            Some(v.as_bytes()),
+            &[],
+        );
+    }
+    b.build().unwrap()
+}
+
+fn produce(client: &mut AdminClient, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])]);
+    let response: ProduceResponse = client.call(&request, 9).unwrap();
+    let p = &response.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+/// Every record value of a partition, from offset 0.
+fn fetch_values(client: &mut AdminClient, topic: &str, partition: i32) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for _ in 0..100 {
+        let request = FetchRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_max_wait_ms(100)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(1 << 20)])]);
+        let response: FetchResponse = client.call(&request, 11).unwrap();
+        let p = &response.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        let records = p.records.clone().unwrap_or_default();
+        if records.is_empty() {
+            return out;
+        }
+        let mut rest = records;
+        while !rest.is_empty() {
+            let h = BatchHeader::parse(&rest).unwrap();
+            let one = rest.split_to(h.total_len());
+            for r in skiff_engine::batch::decode_records(&one, 1 << 20).unwrap() {
+                out.push((
+                    r.offset,
+                    String::from_utf8(r.value.unwrap().to_vec()).unwrap(),
+                ));
+            }
+            offset = h.next_offset();
+        }
+    }
+    panic!("fetch did not reach the end");
+}
+
+fn create_topic(client: &mut AdminClient, name: &str, partitions: i32) {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    let request = kafka_protocol::messages::CreateTopicsRequest::default().with_topics(vec![
+        CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_string(name.to_string())))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1),
+    ]);
+    let response = client.create_topics(&request).unwrap();
+    assert_eq!(
+        response.topics[0].error_code, 0,
+        "{:?}",
+        response.topics[0].error_message
+    );
+}
+
+#[test]
+fn produce_fetch_idempotence_and_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(
+        tmp.path(),
+        free_port(),
+        &["auto.create.topics.enable=false"],
+    );
+    let mut c = node.client();
+    create_topic(&mut c, "events", 3);
+
+    // Plain produce to every partition (they live on both cores).
+    for p in 0..3 {
+        assert_eq!(
+            produce(&mut c, "events", p, batch(&["a", "b"], None)),
+            (0, 0)
+        );
+        assert_eq!(produce(&mut c, "events", p, batch(&["c"], None)), (0, 2));
+    }
+    // Idempotent producer: a resent batch is answered with its first offset and
+    // not stored twice; a gap in sequences is refused.
+    let pid = Some((42, 0, 0));
+    assert_eq!(
+        produce(&mut c, "events", 0, batch(&["i0", "i1"], pid)),
+        (0, 3)
+    );
+    assert_eq!(
+        produce(&mut c, "events", 0, batch(&["i0", "i1"], pid)),
+        (0, 3),
+        "duplicate"
+    );
+    assert_eq!(
+        produce(&mut c, "events", 0, batch(&["x"], Some((42, 0, 5)))).0,
+        45,
+        "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    );
+    assert_eq!(
+        produce(&mut c, "events", 0, batch(&["i2"], Some((42, 0, 2)))),
+        (0, 5)
+    );
+    // Unknown partition, bad CRC.
+    assert_eq!(
+        produce(&mut c, "events", 9, batch(&["z"], None)).0,
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+    assert_eq!(produce(&mut c, "nope", 0, batch(&["z"], None)).0, 3);
+    let mut corrupt = batch(&["payload"], None).to_vec();
+    let last = corrupt.len() - 2;
+    corrupt[last] ^= 0xff;
+    assert_eq!(
+        produce(&mut c, "events", 1, Bytes::from(corrupt)).0,
+        2,
+        "CORRUPT_MESSAGE"
+    );
+
+    let expected0: Vec<(i64, String)> = ["a", "b", "c", "i0", "i1", "i2"]
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i as i64, v.to_string()))
+        .collect();
+    assert_eq!(fetch_values(&mut c, "events", 0), expected0);
+    drop(c);
+
+    // SIGTERM restart: everything acknowledged is there, and the producer's
+    // sequence state too (rebuilt from the log).
+    let node = node.restart(false);
+    let mut c = node.client();
+    assert_eq!(fetch_values(&mut c, "events", 0), expected0);
+    assert_eq!(
+        produce(&mut c, "events", 0, batch(&["i2"], Some((42, 0, 2)))),
+        (0, 5),
+        "duplicate after restart"
+    );
+    assert_eq!(produce(&mut c, "events", 2, batch(&["d"], None)), (0, 3));
+    drop(c);
+
+    // SIGKILL restart: acks=all was answered after fdatasync, so nothing is lost.
+    let node = node.restart(true);
+    let mut c = node.client();
+    assert_eq!(fetch_values(&mut c, "events", 0), expected0);
+    let p2: Vec<String> = fetch_values(&mut c, "events", 2)
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(p2, ["a", "b", "c", "d"]);
+    drop(c);
+    node.terminate();
+}
+
+fn raw_connection(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Reads until the node closes the connection (or the timeout says it did not).
+fn closed_by_node(mut s: TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(0) | Err(_))
+}
+
+#[test]
+fn malformed_input_closes_the_connection_and_the_node_stays_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(tmp.path(), free_port(), &[]);
+
+    // Garbage that parses as a small frame.
+    let mut s = raw_connection(node.port);
+    s.write_all(&[0, 0, 0, 8, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4])
+        .unwrap();
+    assert!(closed_by_node(s));
+    // A frame announcing 2 GB: refused from its size prefix.
+    let mut s = raw_connection(node.port);
+    s.write_all(&0x7fff_ffffi32.to_be_bytes()).unwrap();
+    assert!(closed_by_node(s));
+    // An unknown API key.
+    let mut s = raw_connection(node.port);
+    let body = [
+        &9999i16.to_be_bytes()[..],
+        &0i16.to_be_bytes(),
+        &1i32.to_be_bytes(),
+        &(-1i16).to_be_bytes(),
+    ]
+    .concat();
+    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    assert!(closed_by_node(s));
+    // A truncated request followed by the end of the stream.
+    let mut s = raw_connection(node.port);
+    s.write_all(&[0, 0, 1, 0, 0, 3]).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    assert!(closed_by_node(s));
+
+    // The node still answers.
+    let mut c = node.client();
+    let versions: ApiVersionsResponse = c.call(&ApiVersionsRequest::default(), 3).unwrap();
+    assert_eq!(versions.error_code, 0);
+    assert!(
+        versions
+            .api_keys
+            .iter()
+            .any(|k| k.api_key == 0 && k.min_version == 0),
+        "Produce v0 advertised"
+    );
+    node.terminate();
+}
