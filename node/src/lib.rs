@@ -14,6 +14,7 @@ pub mod config;
 pub mod handlers;
 pub mod node;
 pub mod producer;
+mod sendmsg;
 pub mod server;
 pub mod state;
 pub mod topics;

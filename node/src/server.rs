@@ -8,6 +8,7 @@
 //! request order. A malformed frame closes the connection with a logged reason;
 //! the node stays up.
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -20,14 +21,13 @@ use skiff_protocol::frame::FrameReader;
 use skiff_protocol::response::ResponseFrame;
 
 use crate::handlers;
+use crate::sendmsg;
 use crate::state::CoreState;
 
 /// Requests of one connection being handled at once; the reader waits beyond.
 pub const MAX_INFLIGHT_REQUESTS: usize = 64;
 /// How often an idle connection checks whether the node is stopping.
 const STOP_POLL: Duration = Duration::from_millis(100);
-/// Responses parts smaller than this are coalesced into one write.
-const COALESCE_BYTES: usize = 16 << 10;
 
 /// Accepts connections until the core is told to stop, then waits (bounded) for
 /// open connections to finish their in-flight requests.
@@ -85,10 +85,13 @@ async fn connection(core: Rc<CoreState>, stream: TcpStream) {
         .peer_addr()
         .map_or_else(|_| "?".to_string(), |a| a.to_string());
     let _ = stream.set_nodelay(true);
+    // The writer gathers parts with sendmsg on the raw fd (see `sendmsg`); the
+    // stream itself outlives both halves.
+    let fd = stream.as_raw_fd();
     let (reader, writer) = futures_lite::io::split(stream);
     let (tx, rx) =
         local_channel::new_bounded::<JoinHandle<Option<ResponseFrame>>>(MAX_INFLIGHT_REQUESTS);
-    let writer_task = glommio::spawn_local(write_responses(writer, rx, peer.clone())).detach();
+    let writer_task = glommio::spawn_local(write_responses(writer, fd, rx, peer.clone())).detach();
     if let Err(reason) = read_requests(&core, reader, &tx).await {
         tracing::info!(%peer, %reason, "closing connection");
     }
@@ -131,6 +134,7 @@ async fn read_requests(
 
 async fn write_responses(
     mut writer: WriteHalf<TcpStream>,
+    fd: RawFd,
     rx: local_channel::LocalReceiver<JoinHandle<Option<ResponseFrame>>>,
     peer: String,
 ) {
@@ -138,7 +142,7 @@ async fn write_responses(
         let Some(Some(frame)) = task.await else {
             continue;
         };
-        if let Err(e) = write_frame(&mut writer, frame.parts).await {
+        if let Err(e) = write_frame(&mut writer, fd, &frame.parts).await {
             tracing::info!(%peer, error = %e, "write failed; closing connection");
             return;
         }
@@ -146,27 +150,39 @@ async fn write_responses(
     let _ = writer.close().await;
 }
 
-/// Writes the parts in order: large parts (record batches) straight from their
-/// buffers, runs of small parts gathered into one write.
-async fn write_frame(writer: &mut WriteHalf<TcpStream>, parts: Vec<Bytes>) -> std::io::Result<()> {
-    let mut small = Vec::new();
-    for part in parts {
-        if part.len() < COALESCE_BYTES {
-            small.extend_from_slice(&part);
-            if small.len() >= COALESCE_BYTES {
-                writer.write_all(&small).await?;
-                small.clear();
+/// Writes the parts in order with gathered `sendmsg` calls (no copy of the
+/// record bytes); when the socket is full, one async write through glommio waits
+/// for room, then gathering resumes.
+async fn write_frame(
+    writer: &mut WriteHalf<TcpStream>,
+    fd: RawFd,
+    parts: &[Bytes],
+) -> std::io::Result<()> {
+    let (mut first, mut offset) = (0usize, 0usize);
+    while first < parts.len() {
+        let mut sent = sendmsg::send_now(fd, parts, first, offset)?;
+        if sent == 0 {
+            sent = writer.write(&parts[first][offset..]).await?;
+            if sent == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
             }
-            continue;
         }
-        if !small.is_empty() {
-            writer.write_all(&small).await?;
-            small.clear();
+        // Advance over what went out.
+        while sent > 0 && first < parts.len() {
+            let left = parts[first].len() - offset;
+            if sent >= left {
+                sent -= left;
+                first += 1;
+                offset = 0;
+            } else {
+                offset += sent;
+                sent = 0;
+            }
         }
-        writer.write_all(&part).await?;
+        while first < parts.len() && parts[first].len() == offset {
+            first += 1;
+            offset = 0;
+        }
     }
-    if !small.is_empty() {
-        writer.write_all(&small).await?;
-    }
-    writer.flush().await
+    Ok(())
 }
