@@ -264,6 +264,15 @@ pub(crate) static INCREMENTAL_ALTER_CONFIGS: Schema = Schema {
     flexible_since: 1,
 };
 
+// FindCoordinator (find_coordinator_request.rs): key until v3, key type from v1,
+// coordinator keys from v4.
+pub(crate) static FIND_COORDINATOR: Schema = Schema {
+    body: Struct {
+        fields: &[until(3, Str), since(1, I8), since(4, StrArray)],
+    },
+    flexible_since: 3,
+};
+
 /// Why a body failed the walk; `position` is the byte offset in the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Violation {

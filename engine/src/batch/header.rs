@@ -191,6 +191,20 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     Ok(header)
 }
 
+/// `validate`, and for a compressed batch also decompression (output bounded by
+/// `size_limit`) and the same record walk over the decompressed records. Kafka
+/// does this on produce: a batch whose payload does not decompress, or holds other
+/// than `records_count` records, is refused before it can poison every consumer.
+pub fn validate_deep(buf: &[u8], size_limit: usize) -> Result<BatchHeader, BatchError> {
+    let header = validate(buf)?;
+    let codec = header.compression()?;
+    if codec != Compression::None {
+        let records = super::decompress(codec, &buf[BATCH_HEADER_LEN..], size_limit)?;
+        walk_record_lengths(&records, header.records_count)?;
+    }
+    Ok(header)
+}
+
 /// Checks only the CRC of one complete batch (`buf` is exactly the batch). Magic is
 /// not checked: recovery wants the CRC verdict even when other bytes are damaged.
 pub fn crc_matches(buf: &[u8]) -> Result<(), BatchError> {
@@ -505,6 +519,28 @@ mod tests {
         assert_eq!(header.compression().unwrap(), Compression::Lz4);
         let records = decode_records(&Bytes::from(batch), 1 << 20).unwrap();
         assert!(records.iter().all(|r| r.timestamp == 99_000));
+    }
+
+    #[test]
+    fn validate_deep_decompresses() {
+        for codec in Compression::ALL {
+            let good = sample(codec, 5);
+            assert!(validate_deep(&good, 1 << 20).is_ok(), "{codec}");
+        }
+        // Plain records labelled gzip, with a correct CRC: only the deep check sees it.
+        let mut lying = sample(Compression::None, 5);
+        let attributes = i16::from_be_bytes([lying[ATTRIBUTES_AT], lying[ATTRIBUTES_AT + 1]]);
+        let labelled = attributes | Compression::Gzip.as_attribute_bits();
+        lying[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&labelled.to_be_bytes());
+        write_crc(&mut lying);
+        assert!(validate(&lying).is_ok());
+        assert!(matches!(
+            validate_deep(&lying, 1 << 20),
+            Err(BatchError::Compression { .. })
+        ));
+        // Output beyond the limit is refused too.
+        let big = sample(Compression::Zstd, 50);
+        assert!(validate_deep(&big, 64).is_err());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 mod admin;
 mod fetch;
+mod find_coordinator;
 mod init_producer_id;
 mod list_offsets;
 mod metadata;
@@ -109,6 +110,9 @@ pub async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFra
         }
         Some(RequestKind::IncrementalAlterConfigs(r)) => {
             ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(&core, r).await)
+        }
+        Some(RequestKind::FindCoordinator(r)) => {
+            ResponseKind::FindCoordinator(find_coordinator::handle(r, version))
         }
         Some(RequestKind::InitProducerId(r)) => {
             ResponseKind::InitProducerId(init_producer_id::handle(&core, r))

@@ -21,6 +21,8 @@ use crate::state::CoreState;
 
 /// The leader epoch stamped into batches (single node: epoch 0 for now).
 const LEADER_EPOCH: i32 = 0;
+/// Bound on a compressed batch's decompressed size while validating it.
+const DECOMPRESSED_BYTES_MAX: usize = 256 << 20;
 
 /// What the owner core answers for one partition.
 #[derive(Debug, Clone)]
@@ -143,6 +145,16 @@ async fn produce_partition(
             ),
         ));
     }
+    if header.is_control() || header.is_transactional() {
+        return Err(refuse(
+            ResponseError::InvalidRecord,
+            "transactional and control batches are not supported".into(),
+        ));
+    }
+    // Kafka decompresses compressed batches on produce; so does skiff, on the
+    // connection's core, so a batch no consumer could read is refused here.
+    batch::validate_deep(&records, DECOMPRESSED_BYTES_MAX)
+        .map_err(|e| refuse(ResponseError::CorruptMessage, e.to_string()))?;
     let mut batch = BytesMut::from(&records[..]);
     drop(records);
     let owner = shard.table().shard_of(tp);

@@ -17,9 +17,9 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeConfigsRequest, FetchRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest,
-    ListOffsetsRequest, MetadataRequest, ProduceRequest, ProducerId, RequestKind, TopicName,
-    TransactionalId,
+    DescribeConfigsRequest, FetchRequest, FindCoordinatorRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, ProducerId,
+    RequestKind, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -215,6 +215,26 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                 request
                     .with_producer_id(ProducerId(42))
                     .with_producer_epoch(3)
+                    .into()
+            } else {
+                request.into()
+            }
+        }
+        ApiKey::FindCoordinator => {
+            let request = FindCoordinatorRequest::default();
+            let request = if v <= 3 {
+                request.with_key(s("group-1"))
+            } else {
+                request
+            };
+            let request = if v >= 1 {
+                request.with_key_type(0)
+            } else {
+                request
+            };
+            if v >= 4 {
+                request
+                    .with_coordinator_keys(vec![s("group-1"), s("group-2")])
                     .into()
             } else {
                 request.into()
