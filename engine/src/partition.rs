@@ -33,6 +33,8 @@ pub struct Partition {
     log: RwLock<PartitionLog>,
     durability: Durability,
     flushed_offset: Cell<i64>,
+    /// Mirror of the log's end offset, readable without the lock.
+    log_end_offset: Cell<i64>,
     flushing: Cell<bool>,
     flush_done: Signal,
     /// Notified after every append and flush: long-polling fetches wait on it.
@@ -43,10 +45,12 @@ impl Partition {
     pub fn new(log: PartitionLog) -> Partition {
         let durability = log.config().durability;
         let flushed = log.flushed_offset();
+        let end = log.log_end_offset();
         Partition {
             log: RwLock::new(log),
             durability,
             flushed_offset: Cell::new(flushed),
+            log_end_offset: Cell::new(end),
             flushing: Cell::new(false),
             flush_done: Signal::default(),
             changed: Signal::default(),
@@ -73,6 +77,7 @@ impl Partition {
     /// assignment (idempotent producers) use this, then `await_durable`.
     pub async fn append_buffered(&self, batch: BytesMut, mode: AppendMode) -> Result<AppendInfo> {
         let info = self.write().await?.append(batch, mode).await?;
+        self.log_end_offset.set(info.last_offset + 1);
         self.changed.notify_all();
         Ok(info)
     }
@@ -89,10 +94,7 @@ impl Partition {
     /// The offset below which data is acknowledged-safe on this replica: the
     /// flushed offset under `FlushBeforeAck`, the log end otherwise.
     pub async fn stable_offset(&self) -> Result<i64> {
-        match self.durability {
-            Durability::FlushBeforeAck => Ok(self.flushed_offset.get()),
-            Durability::Interval(_) => self.log_end_offset().await,
-        }
+        Ok(self.stable_offset_now())
     }
 
     pub async fn read(
@@ -137,10 +139,36 @@ impl Partition {
         self.durability
     }
 
-    /// Resolves at the next append or flush of this partition (or never, if none
-    /// comes: callers race it against their own deadline).
-    pub async fn changed(&self) {
-        self.changed.wait().await
+    /// The offset below which data is acknowledged-safe, without waiting for the
+    /// lock (see `stable_offset`).
+    pub fn stable_offset_now(&self) -> i64 {
+        match self.durability {
+            Durability::FlushBeforeAck => self.flushed_offset.get(),
+            Durability::Interval(_) => self.log_end_offset.get(),
+        }
+    }
+
+    /// Waits until the stable offset passes `seen` or `timeout` elapses: the long
+    /// poll of a fetch that saw `seen` as its high watermark. The check and the
+    /// registration for a wake-up happen with no await between them, so an append
+    /// that lands in between is not missed.
+    pub async fn wait_for_data(&self, seen: i64, timeout: std::time::Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let changed = self.changed.wait();
+            if self.stable_offset_now() > seen {
+                return;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            futures_util::future::select(
+                std::pin::pin!(changed),
+                std::pin::pin!(glommio::timer::sleep(left)),
+            )
+            .await;
+        }
     }
 
     /// Applies new settings (topic config changes); they take effect from the next
@@ -154,6 +182,7 @@ impl Partition {
         let mut log = self.write().await?;
         log.truncate_to(offset).await?;
         self.flushed_offset.set(log.flushed_offset());
+        self.log_end_offset.set(log.log_end_offset());
         Ok(())
     }
 

@@ -285,3 +285,44 @@ proptest! {
         });
     }
 }
+
+#[test]
+fn long_poll_wakes_on_append_and_never_misses_one() {
+    use std::rc::Rc;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let log = open(&path, small_config()).await.unwrap();
+        let p = Rc::new(skiff_engine::Partition::new(log));
+        p.append(mutable(&batch(1, 1, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        // Data past what the fetch saw: no wait at all.
+        let t = Instant::now();
+        p.wait_for_data(0, Duration::from_secs(30)).await;
+        assert!(t.elapsed() < Duration::from_secs(10));
+        // Nothing new: returns at the timeout.
+        let t = Instant::now();
+        p.wait_for_data(1, Duration::from_millis(50)).await;
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        // An append while waiting wakes the waiter long before its timeout.
+        let writer = p.clone();
+        let appender = glommio::spawn_local(async move {
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            writer
+                .append(mutable(&batch(2, 1, 10, 0)), LEADER)
+                .await
+                .unwrap();
+        });
+        let t = Instant::now();
+        p.wait_for_data(1, Duration::from_secs(30)).await;
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "woken by the append, not the timeout"
+        );
+        appender.await;
+        assert_eq!(p.stable_offset_now(), 2);
+        p.close().await.unwrap();
+    });
+}

@@ -75,7 +75,13 @@ pub async fn handle(
         if enough || any_error || waited >= max_wait || wanted.is_empty() || core.stopping.get() {
             break results;
         }
-        wait_for_change(&core.shard, &wanted, max_wait - waited).await;
+        // Wake when any partition's high watermark passes what this read saw.
+        let seen: Vec<(TopicPartition, i64)> = wanted
+            .iter()
+            .zip(&results)
+            .filter_map(|((tp, _, _), r)| r.as_ref().ok().map(|r| (tp.clone(), r.high_watermark)))
+            .collect();
+        wait_for_data(&core.shard, seen, max_wait - waited).await;
     };
 
     // Trim to max_bytes in request order; the first non-empty partition always
@@ -174,36 +180,28 @@ async fn read_one(
         .map_err(|e| error_code(&e))
 }
 
-/// Waits until any of the partitions changes, or `timeout`. Each waiter on an
-/// owner core ends by itself at the timeout, so abandoned waiters do not pile up.
-async fn wait_for_change(
-    shard: &Rc<Shard>,
-    wanted: &[(TopicPartition, i64, usize)],
-    timeout: Duration,
-) {
-    let waits = wanted.iter().map(|(tp, _, _)| {
-        let tp = tp.clone();
-        let owner = shard.table().shard_of(&tp);
-        let wait: Pin<Box<dyn Future<Output = ()> + '_>> = Box::pin(async move {
-            let _ = shard
-                .invoke_on(owner, move |shard| async move {
-                    if let Some(p) = shard.local(&tp) {
-                        let changed = p.changed();
-                        let timer = glommio::timer::sleep(timeout);
-                        futures_lite::future::or(changed, timer_unit(timer)).await;
-                    }
-                })
-                .await;
-        });
-        wait
-    });
-    let mut waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = waits.collect();
+/// Waits until any partition's high watermark passes the value seen, or
+/// `timeout`. Each waiter on an owner core ends by itself at the timeout, so
+/// abandoned waiters do not pile up.
+async fn wait_for_data(shard: &Rc<Shard>, seen: Vec<(TopicPartition, i64)>, timeout: Duration) {
+    let mut waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = seen
+        .into_iter()
+        .map(|(tp, high_watermark)| {
+            let owner = shard.table().shard_of(&tp);
+            let wait: Pin<Box<dyn Future<Output = ()> + '_>> = Box::pin(async move {
+                let _ = shard
+                    .invoke_on(owner, move |shard| async move {
+                        if let Some(p) = shard.local(&tp) {
+                            p.wait_for_data(high_watermark, timeout).await;
+                        }
+                    })
+                    .await;
+            });
+            wait
+        })
+        .collect();
     waits.push(Box::pin(async move {
         glommio::timer::sleep(timeout).await;
     }));
     let _ = select_all(waits).await;
-}
-
-async fn timer_unit(timer: impl std::future::Future) {
-    timer.await;
 }
