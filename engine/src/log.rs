@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::batch::{self, decode_records, BatchHeader};
+use crate::batch::{self, decode_records, BatchHeader, BatchScanner};
 use crate::batch_cache::BatchCache;
 use crate::config::LogConfig;
 use crate::error::{LogError, Result};
@@ -61,8 +61,9 @@ impl ReadBatches {
     }
 }
 
-/// Smallest read from disk on a cache miss.
+/// Smallest and largest read from disk on a cache miss.
 const READ_CHUNK_MIN_BYTES: usize = 64 << 10;
+const READ_CHUNK_MAX_BYTES: usize = 16 << 20;
 
 pub struct PartitionLog {
     dir: PathBuf,
@@ -352,62 +353,76 @@ impl PartitionLog {
         max_bytes: usize,
         upper: i64,
     ) -> Result<ReadBatches> {
-        let bases: Vec<i64> = self
+        let empty = ReadBatches {
+            batches: Vec::new(),
+            next_offset: offset,
+        };
+        // The segment holding `offset`, or the next one if `offset` falls in a gap.
+        let Some(base) = self
             .segments
             .range(..=offset)
             .next_back()
+            .filter(|(_, s)| s.next_offset() > offset)
+            .or_else(|| self.segments.range(offset + 1..).next())
             .map(|(b, _)| *b)
-            .into_iter()
-            .chain(self.segments.range(offset + 1..).map(|(b, _)| *b))
-            .collect();
-        for base in bases {
-            let Some(segment) = self.segments.get_mut(&base) else {
-                continue;
-            };
-            if segment.next_offset() <= offset {
-                continue;
-            }
-            segment.write_out().await?;
-            let rel = (offset - base).clamp(0, i64::from(u32::MAX)) as u32;
-            let start = segment
-                .offset_index()
-                .lookup(rel)
-                .map_or(0, |e| u64::from(e.position));
-            let chunk = max_bytes.clamp(READ_CHUNK_MIN_BYTES, 16 << 20);
+        else {
+            return Ok(empty);
+        };
+        let Some(segment) = self.segments.get_mut(&base) else {
+            return Ok(empty);
+        };
+        segment.write_out().await?;
+        let rel = (offset - base).clamp(0, i64::from(u32::MAX)) as u32;
+        let mut start = segment
+            .offset_index()
+            .lookup(rel)
+            .map_or(0, |e| u64::from(e.position));
+        let mut want = max_bytes.clamp(READ_CHUNK_MIN_BYTES, READ_CHUNK_MAX_BYTES);
+        // Read a region, slice whole batches out of it; read again further on when
+        // the batches before `offset` used it up or the first batch is larger.
+        loop {
+            let data = segment.read(start, want).await?;
             let mut out = ReadBatches {
                 batches: Vec::new(),
                 next_offset: offset,
             };
             let mut total = 0usize;
-            let path = segment.log_path();
-            scan(
-                segment.file(),
-                &path,
-                start,
-                segment.size(),
-                chunk,
-                |_, h, bytes| {
-                    if h.last_offset() < offset {
-                        return ControlFlow::Continue(());
-                    }
-                    if h.base_offset >= upper
-                        || (!out.batches.is_empty() && total + bytes.len() > max_bytes)
-                    {
-                        return ControlFlow::Break(());
-                    }
-                    total += bytes.len();
-                    out.next_offset = h.next_offset();
-                    out.batches.push(Bytes::copy_from_slice(bytes));
-                    ControlFlow::Continue(())
-                },
-            )
-            .await?;
-            return Ok(out);
+            let mut scanner = BatchScanner::new(&data);
+            let mut skipped_to = 0usize;
+            let mut full = false;
+            for (p, h) in scanner.by_ref() {
+                if h.last_offset() < offset {
+                    skipped_to = p + h.total_len();
+                    continue;
+                }
+                if h.base_offset >= upper
+                    || (!out.batches.is_empty() && total + h.total_len() > max_bytes)
+                {
+                    full = true;
+                    break;
+                }
+                total += h.total_len();
+                out.next_offset = h.next_offset();
+                out.batches.push(data.slice(p..p + h.total_len()));
+            }
+            if full || !out.batches.is_empty() || start + data.len() as u64 >= segment.size() {
+                return Ok(out);
+            }
+            if let Some(e) = scanner.error() {
+                return Err(LogError::Offline(format!(
+                    "{}: unreadable batch header at position {}: {e}",
+                    segment.log_path().display(),
+                    start + scanner.position() as u64
+                )));
+            }
+            // Nothing whole yet: skip what was before `offset` and make sure the
+            // next read holds at least the next batch entirely.
+            start += skipped_to as u64;
+            let rest = &data[skipped_to..];
+            if let Ok(h) = BatchHeader::parse(rest) {
+                want = want.max(h.total_len());
+            }
         }
-        Ok(ReadBatches {
-            batches: Vec::new(),
-            next_offset: offset,
-        })
     }
 
     /// The first offset whose record timestamp is `>= timestamp`, with that
