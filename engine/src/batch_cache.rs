@@ -145,6 +145,20 @@ impl BatchCache {
         inner.bytes_used -= freed;
     }
 
+    /// Drops a log's batches that end below `offset` (its start moved up).
+    pub fn truncate_front(&self, log_id: u64, offset: i64) {
+        let mut inner = self.inner.borrow_mut();
+        let mut freed = 0;
+        if let Some(entries) = inner.logs.get_mut(&log_id) {
+            while entries.front().is_some_and(|b| b.last_offset < offset) {
+                if let Some(b) = entries.pop_front() {
+                    freed += b.bytes.len();
+                }
+            }
+        }
+        inner.bytes_used -= freed;
+    }
+
     /// Drops everything of a log (deleted or closed).
     pub fn remove_log(&self, log_id: u64) {
         let mut inner = self.inner.borrow_mut();

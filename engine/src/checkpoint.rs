@@ -1,7 +1,8 @@
 //! Kafka's checkpoint text files: line 1 the format version (`0`), line 2 the
 //! number of entries, then one entry per line, fields separated by a space.
 //! Used for `leader-epoch-checkpoint` (`epoch start_offset`) and
-//! `recovery-point-offset-checkpoint` (`topic partition offset`).
+//! `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint`
+//! (`topic partition offset`).
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use crate::fsutil;
 
 pub const LEADER_EPOCH_FILE: &str = "leader-epoch-checkpoint";
 pub const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
+pub const LOG_START_OFFSET_FILE: &str = "log-start-offset-checkpoint";
 
 pub fn encode(entries: &[Vec<String>]) -> String {
     let mut out = format!("0\n{}\n", entries.len());

@@ -36,6 +36,15 @@ pub struct LogConfig {
     /// `message.max.bytes`: largest batch accepted.
     pub max_batch_bytes: usize,
     pub durability: Durability,
+    /// `cleanup.policy` includes `delete`: closed segments are removed by
+    /// retention (`retention_ms`, `retention_bytes`).
+    pub retention_delete: bool,
+    /// `retention.ms`: closed segments whose newest batch is older go (None: -1,
+    /// keep forever).
+    pub retention_ms: Option<Duration>,
+    /// `retention.bytes`: oldest closed segments go while the log is larger
+    /// (None: -1, no limit).
+    pub retention_bytes: Option<u64>,
 }
 
 impl LogConfig {
@@ -54,6 +63,9 @@ impl Default for LogConfig {
             max_inflight_writes: 4,
             max_batch_bytes: 1024 * 1024 + 12 + 61,
             durability: Durability::FlushBeforeAck,
+            retention_delete: true,
+            retention_ms: Some(Duration::from_secs(7 * 24 * 3600)),
+            retention_bytes: None,
         }
     }
 }

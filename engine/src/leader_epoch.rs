@@ -92,6 +92,24 @@ impl LeaderEpochCache {
         before != self.entries.len()
     }
 
+    /// The log now starts at `offset`: epochs that ended before it go, and the
+    /// epoch in force there starts at `offset` (Kafka's truncateFromStart).
+    pub fn truncate_from_start(&mut self, offset: i64) -> bool {
+        let keep_from = self
+            .entries
+            .partition_point(|e| e.start_offset <= offset)
+            .saturating_sub(1);
+        let mut changed = keep_from > 0;
+        self.entries.drain(..keep_from);
+        if let Some(first) = self.entries.first_mut() {
+            if first.start_offset < offset {
+                first.start_offset = offset;
+                changed = true;
+            }
+        }
+        changed
+    }
+
     pub async fn persist(&self) -> Result<()> {
         let rows: Vec<Vec<String>> = self
             .entries
@@ -127,6 +145,29 @@ mod tests {
         assert!(c.truncate_from_end(30));
         assert_eq!(c.latest_epoch(), Some(2));
         assert_eq!(c.end_offset_for(-1, 50), None);
+    }
+
+    #[test]
+    fn truncate_from_start_keeps_the_epoch_in_force() {
+        let mut c = cache();
+        c.assign(1, 0);
+        c.assign(2, 10);
+        c.assign(3, 20);
+        assert!(c.truncate_from_start(15));
+        assert_eq!(
+            c.entries(),
+            &[
+                EpochEntry {
+                    epoch: 2,
+                    start_offset: 15
+                },
+                EpochEntry {
+                    epoch: 3,
+                    start_offset: 20
+                }
+            ]
+        );
+        assert!(!c.truncate_from_start(15));
     }
 
     #[test]

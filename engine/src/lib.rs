@@ -29,7 +29,7 @@ pub mod segment;
 
 pub use config::{Durability, LogConfig};
 pub use error::{LogError, Result};
-pub use log::{AppendInfo, AppendMode, PartitionLog, ReadBatches};
+pub use log::{AppendInfo, AppendMode, PartitionLog, ReadBatches, RetentionOutcome};
 pub mod partition;
 pub mod shard;
 

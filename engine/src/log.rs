@@ -22,10 +22,11 @@ use bytes::{Bytes, BytesMut};
 
 use crate::batch::{self, decode_records, BatchHeader, BatchScanner};
 use crate::batch_cache::BatchCache;
+use crate::checkpoint::LOG_START_OFFSET_FILE;
 use crate::config::LogConfig;
 use crate::error::{LogError, Result};
 use crate::leader_epoch::LeaderEpochCache;
-use crate::recovery::{self, scan_segment, write_recovery_point};
+use crate::recovery::{self, scan_segment, write_offset_checkpoint, write_recovery_point};
 use crate::segment::scan::scan;
 use crate::segment::Segment;
 
@@ -45,6 +46,14 @@ pub struct AppendInfo {
     pub max_timestamp: i64,
     pub records: i32,
     pub bytes: usize,
+}
+
+/// What one retention pass (or DeleteRecords) removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub deleted_segments: usize,
+    pub deleted_bytes: u64,
+    pub log_start_offset: i64,
 }
 
 /// Batches returned by a read, whole and in order.
@@ -528,6 +537,119 @@ impl PartitionLog {
         self.checkpoint_recovery_point().await?;
         self.active().flush().await?;
         self.flushed_offset = self.log_end_offset;
+        Ok(())
+    }
+
+    /// Deletes closed segments by `retention.ms` (their newest batch is older than
+    /// `now_ms - retention.ms`) and `retention.bytes` (oldest first, while the log
+    /// stays at or above the limit without them), as Kafka does: never the active
+    /// segment, never a segment holding offsets at or past `high_watermark`, and
+    /// in order, stopping at the first segment that must stay. The log start
+    /// offset moves to the first remaining segment and is checkpointed.
+    pub async fn apply_retention(
+        &mut self,
+        now_ms: i64,
+        high_watermark: i64,
+    ) -> Result<RetentionOutcome> {
+        let mut outcome = RetentionOutcome {
+            log_start_offset: self.log_start_offset,
+            ..RetentionOutcome::default()
+        };
+        if !self.config.retention_delete {
+            return Ok(outcome);
+        }
+        let retention_ms = self.config.retention_ms.map(|d| d.as_millis() as i64);
+        let retention_bytes = self.config.retention_bytes;
+        let mut size = self.size_bytes();
+        let mut doomed = Vec::new();
+        let closed = self.segments.len().saturating_sub(1);
+        for segment in self.segments.values().take(closed) {
+            if segment.next_offset() > high_watermark {
+                break;
+            }
+            let expired = retention_ms.is_some_and(|ms| {
+                segment.max_timestamp() >= 0 && now_ms - segment.max_timestamp() > ms
+            });
+            let oversized =
+                retention_bytes.is_some_and(|limit| size.saturating_sub(segment.size()) >= limit);
+            if !(expired || oversized) {
+                break;
+            }
+            size -= segment.size();
+            doomed.push(segment.base_offset());
+        }
+        let Some(&last_doomed) = doomed.last() else {
+            return Ok(outcome);
+        };
+        let new_start = self
+            .segments
+            .range(last_doomed + 1..)
+            .next()
+            .map_or(self.log_end_offset, |(b, _)| *b);
+        // The new start is durable before any file goes: a crash in between leaves
+        // extra segments below the start, never a start pointing at nothing.
+        self.set_log_start_offset(new_start).await?;
+        for base in doomed {
+            if let Some(segment) = self.segments.remove(&base) {
+                outcome.deleted_segments += 1;
+                outcome.deleted_bytes += segment.size();
+                segment.delete().await?;
+            }
+        }
+        outcome.log_start_offset = self.log_start_offset;
+        tracing::info!(
+            dir = %self.dir.display(), segments = outcome.deleted_segments, bytes = outcome.deleted_bytes,
+            log_start_offset = outcome.log_start_offset, "retention deleted segments"
+        );
+        Ok(outcome)
+    }
+
+    /// DeleteRecords: the log starts at `offset` (at most `high_watermark`), and
+    /// segments wholly below it are removed. Returns the new log start offset.
+    pub async fn delete_records(&mut self, offset: i64, high_watermark: i64) -> Result<i64> {
+        if offset < 0 || offset > high_watermark {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: high_watermark,
+            });
+        }
+        if offset <= self.log_start_offset {
+            return Ok(self.log_start_offset);
+        }
+        self.set_log_start_offset(offset).await?;
+        let closed = self.segments.len().saturating_sub(1);
+        let doomed: Vec<i64> = self
+            .segments
+            .values()
+            .take(closed)
+            .take_while(|s| s.next_offset() <= offset)
+            .map(Segment::base_offset)
+            .collect();
+        for base in doomed {
+            if let Some(segment) = self.segments.remove(&base) {
+                segment.delete().await?;
+            }
+        }
+        Ok(self.log_start_offset)
+    }
+
+    async fn set_log_start_offset(&mut self, offset: i64) -> Result<()> {
+        if offset <= self.log_start_offset {
+            return Ok(());
+        }
+        write_offset_checkpoint(
+            &self.dir.join(LOG_START_OFFSET_FILE),
+            &self.topic,
+            self.partition,
+            offset,
+        )
+        .await?;
+        self.log_start_offset = offset;
+        self.cache.truncate_front(self.cache_id, offset);
+        if self.epochs.truncate_from_start(offset) {
+            self.epochs.persist().await?;
+        }
         Ok(())
     }
 

@@ -228,6 +228,25 @@ impl Partition {
         }
     }
 
+    /// One retention pass at `now_ms`, below the high watermark.
+    pub async fn apply_retention(&self, now_ms: i64) -> Result<crate::log::RetentionOutcome> {
+        let high_watermark = self.stable_offset_now();
+        self.write()
+            .await?
+            .apply_retention(now_ms, high_watermark)
+            .await
+    }
+
+    /// DeleteRecords up to `offset` (-1: the high watermark).
+    pub async fn delete_records(&self, offset: i64) -> Result<i64> {
+        let high_watermark = self.stable_offset_now();
+        let offset = if offset == -1 { high_watermark } else { offset };
+        self.write()
+            .await?
+            .delete_records(offset, high_watermark)
+            .await
+    }
+
     /// Persists the flushed offset as the recovery point (periodic, cheap when
     /// nothing changed).
     pub async fn checkpoint(&self) -> Result<()> {

@@ -120,11 +120,7 @@ pub async fn scan_segment(
 }
 
 pub async fn read_recovery_point(dir: &Path) -> Result<i64> {
-    let path = dir.join(RECOVERY_POINT_FILE);
-    match checkpoint::read(&path, 3).await? {
-        Some(rows) if !rows.is_empty() => checkpoint::parse_i64(&path, &rows[0][2]),
-        _ => Ok(0),
-    }
+    read_offset_checkpoint(&dir.join(RECOVERY_POINT_FILE)).await
 }
 
 pub async fn write_recovery_point(
@@ -133,8 +129,25 @@ pub async fn write_recovery_point(
     partition: i32,
     offset: i64,
 ) -> Result<()> {
+    write_offset_checkpoint(&dir.join(RECOVERY_POINT_FILE), topic, partition, offset).await
+}
+
+/// A `topic partition offset` checkpoint's offset; 0 when the file is absent.
+pub async fn read_offset_checkpoint(path: &Path) -> Result<i64> {
+    match checkpoint::read(path, 3).await? {
+        Some(rows) if !rows.is_empty() => checkpoint::parse_i64(path, &rows[0][2]),
+        _ => Ok(0),
+    }
+}
+
+pub async fn write_offset_checkpoint(
+    path: &Path,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<()> {
     let row = vec![topic.to_string(), partition.to_string(), offset.to_string()];
-    checkpoint::write(&dir.join(RECOVERY_POINT_FILE), &[row]).await
+    checkpoint::write(path, &[row]).await
 }
 
 /// Recovers the partition in `dir` (see the module docs). The last segment comes
@@ -227,9 +240,14 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
 
     // An empty segment left behind by a crash during a roll is harmless but
     // confusing; keep at most one (the last).
-    let log_start_offset = segments.values().next().map_or(0, |s| s.base_offset());
+    // The log starts at its first segment, or later when records were deleted
+    // inside it (DeleteRecords); never past the end.
+    let first_base = segments.values().next().map_or(0, |s| s.base_offset());
+    let checkpointed_start =
+        read_offset_checkpoint(&dir.join(checkpoint::LOG_START_OFFSET_FILE)).await?;
     if segments.is_empty() {
-        let segment = Segment::create(dir, log_start_offset.max(recovery_point), config).await?;
+        let start = first_base.max(recovery_point).max(checkpointed_start);
+        let segment = Segment::create(dir, start, config).await?;
         segments.insert(segment.base_offset(), segment);
     } else if let Some(last) = segments.values_mut().next_back() {
         last.activate(config).await?;
@@ -239,6 +257,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         .values()
         .next_back()
         .map_or(0, Segment::next_offset);
+    let log_start_offset = first_base.max(checkpointed_start).min(log_end_offset);
     Ok(Recovered {
         segments,
         log_start_offset,

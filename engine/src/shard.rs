@@ -110,6 +110,8 @@ pub struct ShardConfig {
     /// How often each core persists its partitions' recovery points
     /// (Kafka's `log.flush.offset.checkpoint.interval.ms`).
     pub checkpoint_interval: Duration,
+    /// How often each core applies retention (`log.retention.check.interval.ms`).
+    pub retention_check_interval: Duration,
     /// Bound on cross-core requests queued towards one shard from one peer.
     pub mesh_channel_capacity: usize,
 }
@@ -125,6 +127,7 @@ impl ShardConfig {
             batch_cache_bytes_max: 256 << 20,
             io_memory_bytes: 64 << 20,
             checkpoint_interval: Duration::from_secs(60),
+            retention_check_interval: Duration::from_secs(300),
             mesh_channel_capacity: 1024,
         }
     }
@@ -565,18 +568,32 @@ async fn run_shard(
     result
 }
 
+/// The shard's background work, in the low-share task queue: the interval flush
+/// (`Durability::Interval`), recovery-point checkpoints and retention, each on its
+/// own period.
 async fn background_loop(shard: Rc<Shard>) {
     let flush_every = match shard.config.log.durability {
         Durability::Interval(d) => Some(d),
         Durability::FlushBeforeAck => None,
     };
-    let tick = flush_every.map_or(shard.config.checkpoint_interval, |d| {
-        d.min(shard.config.checkpoint_interval)
-    });
-    let mut since_checkpoint = Duration::ZERO;
+    let checkpoint_every = shard.config.checkpoint_interval;
+    let retention_every = shard.config.retention_check_interval;
+    let tick = [flush_every, Some(checkpoint_every), Some(retention_every)]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(checkpoint_every)
+        .max(Duration::from_millis(10));
+    let (mut since_checkpoint, mut since_retention) = (Duration::ZERO, Duration::ZERO);
     loop {
         glommio::timer::sleep(tick).await;
         since_checkpoint += tick;
+        since_retention += tick;
+        let checkpoint = since_checkpoint >= checkpoint_every;
+        let retention = since_retention >= retention_every;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
         for p in shard.snapshot() {
             if flush_every.is_some() {
                 let end = p.log_end_offset().await.unwrap_or(0);
@@ -584,14 +601,22 @@ async fn background_loop(shard: Rc<Shard>) {
                     tracing::error!(error = %e, "periodic flush failed");
                 }
             }
-            if since_checkpoint >= shard.config.checkpoint_interval {
+            if retention {
+                if let Err(e) = p.apply_retention(now_ms).await {
+                    tracing::error!(error = %e, "retention failed");
+                }
+            }
+            if checkpoint {
                 if let Err(e) = p.checkpoint().await {
                     tracing::error!(error = %e, "recovery point checkpoint failed");
                 }
             }
         }
-        if since_checkpoint >= shard.config.checkpoint_interval {
+        if checkpoint {
             since_checkpoint = Duration::ZERO;
+        }
+        if retention {
+            since_retention = Duration::ZERO;
         }
     }
 }

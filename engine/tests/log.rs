@@ -326,3 +326,128 @@ fn long_poll_wakes_on_append_and_never_misses_one() {
         p.close().await.unwrap();
     });
 }
+
+/// Retention by time and size with the clock passed in: whole closed segments
+/// only, never the active one, never at or past the high watermark; the log start
+/// offset moves and survives a reopen.
+#[test]
+fn retention_by_time_and_size() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let config = skiff_engine::LogConfig {
+            retention_ms: Some(Duration::from_millis(10_000)),
+            retention_bytes: None,
+            ..small_config()
+        };
+        let mut log = open(&path, config.clone()).await.unwrap();
+        // 300 batches of ~2 KiB, timestamps 1000 ms apart: ~10 segments of 64 KiB.
+        for i in 0..300i64 {
+            log.append(mutable(&batch(i as u64, 1, 2000, i * 1000)), LEADER)
+                .await
+                .unwrap();
+        }
+        let segments = |log: &skiff_engine::PartitionLog| log.segments().count();
+        let before = segments(&log);
+        assert!(before > 4);
+        let leo = log.log_end_offset();
+
+        // At "now" = 300 s, segments whose newest batch is before 290 s are due;
+        // a high watermark of 0 protects all of them.
+        let none = log.apply_retention(300_000, 0).await.unwrap();
+        assert_eq!(none.deleted_segments, 0);
+        let out = log.apply_retention(300_000, leo).await.unwrap();
+        assert!(out.deleted_segments > 0);
+        assert_eq!(segments(&log), before - out.deleted_segments);
+        let first = log.segments().next().unwrap();
+        assert_eq!(log.log_start_offset(), first.base_offset());
+        assert!(
+            first.max_timestamp() >= 100_000 - 10_000,
+            "kept segments are recent"
+        );
+        let start = log.log_start_offset();
+        assert!(matches!(
+            log.read(start - 1, 100, i64::MAX).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(
+            BatchHeader::parse(&log.read(start, 100, i64::MAX).await.unwrap().batches[0])
+                .unwrap()
+                .base_offset,
+            start
+        );
+
+        // Far in the future everything closed goes, the active segment stays.
+        log.apply_retention(10_000_000, leo).await.unwrap();
+        assert_eq!(segments(&log), 1);
+        assert_eq!(log.log_end_offset(), leo);
+        let start = log.log_start_offset();
+        log.close().await.unwrap();
+        let mut log = open(&path, config).await.unwrap();
+        assert_eq!(
+            log.log_start_offset(),
+            start,
+            "log start offset survives a reopen"
+        );
+        assert_eq!(read_all(&mut log, start).await.len() as i64, leo - start);
+        log.close().await.unwrap();
+
+        // Size: keep at most ~200 KiB.
+        let sized = tempfile::tempdir().unwrap();
+        let config = skiff_engine::LogConfig {
+            retention_ms: None,
+            retention_bytes: Some(200 * 1024),
+            ..small_config()
+        };
+        let mut log = open(&sized.path().join("t-0"), config).await.unwrap();
+        for i in 0..200i64 {
+            log.append(mutable(&batch(i as u64, 1, 2000, i)), LEADER)
+                .await
+                .unwrap();
+        }
+        let leo = log.log_end_offset();
+        let out = log.apply_retention(0, leo).await.unwrap();
+        assert!(out.deleted_segments > 0);
+        assert!(log.size_bytes() >= 200 * 1024, "never below the limit");
+        let oldest = log.segments().next().unwrap().size();
+        assert!(
+            log.size_bytes() - oldest < 200 * 1024,
+            "one more deletion would go below the limit"
+        );
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn delete_records_moves_the_start_inside_a_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        for i in 0..50u64 {
+            log.append(mutable(&batch(i, 2, 2000, 0)), LEADER)
+                .await
+                .unwrap();
+        }
+        let leo = log.log_end_offset();
+        assert!(matches!(
+            log.delete_records(leo + 1, leo).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(log.delete_records(41, leo).await.unwrap(), 41);
+        assert_eq!(log.log_start_offset(), 41);
+        assert!(log.segments().next().unwrap().base_offset() <= 41);
+        assert!(matches!(
+            log.read(40, 100, i64::MAX).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        // The batch holding offset 41 (offsets 40..=41) is still served whole.
+        let r = log.read(41, 100, i64::MAX).await.unwrap();
+        assert_eq!(BatchHeader::parse(&r.batches[0]).unwrap().base_offset, 40);
+        log.close().await.unwrap();
+        let log = open(&path, small_config()).await.unwrap();
+        assert_eq!(log.log_start_offset(), 41);
+        log.close().await.unwrap();
+    });
+}

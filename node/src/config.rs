@@ -60,6 +60,7 @@ pub struct NodeConfig {
     pub durability_flush: bool,
     pub flush_interval_ms: u64,
     pub checkpoint_interval_ms: u64,
+    pub retention_check_interval_ms: u64,
     pub batch_cache_bytes: usize,
     pub io_memory_bytes: usize,
 }
@@ -88,6 +89,7 @@ impl NodeConfig {
             durability_flush: true,
             flush_interval_ms: 1000,
             checkpoint_interval_ms: 60_000,
+            retention_check_interval_ms: 300_000,
             batch_cache_bytes: 256 << 20,
             io_memory_bytes: 64 << 20,
         };
@@ -172,6 +174,7 @@ impl NodeConfig {
             }
             "log.flush.interval.ms" => self.flush_interval_ms = num!(),
             "log.flush.offset.checkpoint.interval.ms" => self.checkpoint_interval_ms = num!(),
+            "log.retention.check.interval.ms" => self.retention_check_interval_ms = num!(),
             "skiff.batch.cache.bytes" => self.batch_cache_bytes = num!(),
             "skiff.io.memory.bytes" => self.io_memory_bytes = num!(),
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
@@ -221,6 +224,18 @@ impl NodeConfig {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(default)
         };
+        let signed = |key: &str, default: i64| {
+            overrides
+                .get(key)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let policy = overrides
+            .get("cleanup.policy")
+            .unwrap_or(&self.cleanup_policy);
+        // -1 means no limit, as in Kafka.
+        let retention_ms = signed("retention.ms", self.retention_ms);
+        let retention_bytes = signed("retention.bytes", self.retention_bytes);
         LogConfig {
             segment_bytes: get("segment.bytes", self.segment_bytes),
             segment_ms: Some(Duration::from_millis(get("segment.ms", self.segment_ms))),
@@ -231,6 +246,10 @@ impl NodeConfig {
             } else {
                 Durability::Interval(Duration::from_millis(self.flush_interval_ms.max(1)))
             },
+            // Compaction is not built yet: a compact-only topic keeps everything.
+            retention_delete: policy.split(',').any(|p| p.trim() == "delete"),
+            retention_ms: u64::try_from(retention_ms).ok().map(Duration::from_millis),
+            retention_bytes: u64::try_from(retention_bytes).ok(),
             ..LogConfig::default()
         }
     }
@@ -325,6 +344,14 @@ mod tests {
         let mut o = BTreeMap::new();
         o.insert("segment.bytes".to_string(), "4096".to_string());
         assert_eq!(c.log_config(&o).segment_bytes, 4096);
+        o.insert("retention.ms".to_string(), "-1".to_string());
+        o.insert("retention.bytes".to_string(), "1000".to_string());
+        o.insert("cleanup.policy".to_string(), "compact".to_string());
+        let l = c.log_config(&o);
+        assert_eq!(
+            (l.retention_ms, l.retention_bytes, l.retention_delete),
+            (None, Some(1000), false)
+        );
         assert!(check_topic_config("cleanup.policy", "compact").is_ok());
         assert!(check_topic_config("segment.bytes", "1").is_err());
         assert!(check_topic_config("bogus", "1").is_err());

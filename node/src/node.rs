@@ -49,6 +49,8 @@ impl Node {
         shard_config.log = config.log_config(&Default::default());
         shard_config.batch_cache_bytes_max = config.batch_cache_bytes;
         shard_config.io_memory_bytes = config.io_memory_bytes;
+        shard_config.retention_check_interval =
+            Duration::from_millis(config.retention_check_interval_ms.max(10));
         shard_config.checkpoint_interval =
             Duration::from_millis(config.checkpoint_interval_ms.max(100));
         let runtime = Runtime::start(shard_config)

@@ -186,12 +186,30 @@ fn fetch_values(client: &mut AdminClient, topic: &str, partition: i32) -> Vec<(i
 }
 
 fn create_topic(client: &mut AdminClient, name: &str, partitions: i32) {
-    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    create_topic_with(client, name, partitions, &[]);
+}
+
+fn create_topic_with(
+    client: &mut AdminClient,
+    name: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    let configs = configs
+        .iter()
+        .map(|(k, v)| {
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(k.to_string()))
+                .with_value(Some(StrBytes::from_string(v.to_string())))
+        })
+        .collect();
     let request = kafka_protocol::messages::CreateTopicsRequest::default().with_topics(vec![
         CreatableTopic::default()
             .with_name(TopicName(StrBytes::from_string(name.to_string())))
             .with_num_partitions(partitions)
-            .with_replication_factor(1),
+            .with_replication_factor(1)
+            .with_configs(configs),
     ]);
     let response = client.create_topics(&request).unwrap();
     assert_eq!(
@@ -346,5 +364,98 @@ fn malformed_input_closes_the_connection_and_the_node_stays_up() {
             .any(|k| k.api_key == 0 && k.min_version == 0),
         "Produce v0 advertised"
     );
+    node.terminate();
+}
+
+fn earliest_offset(client: &mut AdminClient, topic: &str) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+    let request = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
+        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+        .with_partitions(vec![ListOffsetsPartition::default()
+            .with_partition_index(0)
+            .with_timestamp(-2)])]);
+    let response: ListOffsetsResponse = client.call(&request, 7).unwrap();
+    let p = &response.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    p.offset
+}
+
+/// Retention in real time with small settings: old segments of a topic with
+/// `retention.ms` go at the next check, the earliest offset moves, and a fetch
+/// below it answers OFFSET_OUT_OF_RANGE.
+#[test]
+fn retention_deletes_old_segments_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(
+        tmp.path(),
+        free_port(),
+        &["log.retention.check.interval.ms=100"],
+    );
+    let mut c = node.client();
+    create_topic_with(
+        &mut c,
+        "old",
+        1,
+        &[("segment.bytes", "16384"), ("retention.ms", "60000")],
+    );
+    create_topic_with(
+        &mut c,
+        "kept",
+        1,
+        &[("segment.bytes", "16384"), ("retention.ms", "-1")],
+    );
+    let an_hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 3_600_000;
+    let value = "v".repeat(4000);
+    for topic in ["old", "kept"] {
+        for _ in 0..20 {
+            let mut b = BatchBuilder::new();
+            b.push(an_hour_ago, Some(b"k"), Some(value.as_bytes()), &[]);
+            assert_eq!(produce(&mut c, topic, 0, b.build().unwrap()).0, 0);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while earliest_offset(&mut c, "old") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "retention did not delete anything"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let start = earliest_offset(&mut c, "old");
+    assert!(
+        start > 0 && start < 20,
+        "closed segments go, the active one stays: {start}"
+    );
+    assert_eq!(
+        earliest_offset(&mut c, "kept"),
+        0,
+        "retention.ms=-1 keeps everything"
+    );
+
+    let request = FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("old")))
+            .with_partitions(vec![FetchPartition::default()
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let response: FetchResponse = c.call(&request, 11).unwrap();
+    assert_eq!(
+        response.responses[0].partitions[0].error_code, 1,
+        "OFFSET_OUT_OF_RANGE below the log start"
+    );
+    drop(c);
+    // The new start survives a restart.
+    let node = node.restart(false);
+    let mut c = node.client();
+    assert_eq!(earliest_offset(&mut c, "old"), start);
+    drop(c);
     node.terminate();
 }
