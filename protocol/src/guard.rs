@@ -273,6 +273,21 @@ pub(crate) static FIND_COORDINATOR: Schema = Schema {
     flexible_since: 3,
 };
 
+// DeleteRecords (delete_records_request.rs): topics of (name, partitions of
+// (index, offset)), then a timeout.
+static DELETE_RECORDS_PARTITION: Struct = Struct {
+    fields: &[f(I32), f(I64)],
+};
+static DELETE_RECORDS_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(Array(&DELETE_RECORDS_PARTITION))],
+};
+pub(crate) static DELETE_RECORDS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&DELETE_RECORDS_TOPIC)), f(I32)],
+    },
+    flexible_since: 2,
+};
+
 /// Why a body failed the walk; `position` is the byte offset in the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Violation {

@@ -84,6 +84,7 @@ pub const SERVED_APIS: &[ServedApi] = &[
     ServedApi::new(ApiKey::IncrementalAlterConfigs, 0, 1)
         .guarded(&guard::INCREMENTAL_ALTER_CONFIGS),
     ServedApi::new(ApiKey::InitProducerId, 0, 5),
+    ServedApi::new(ApiKey::DeleteRecords, 0, 2).guarded(&guard::DELETE_RECORDS),
     // No consumer groups yet: answered with COORDINATOR_NOT_AVAILABLE. Listed from
     // v0 because librdkafka only enables lz4 when it sees FindCoordinator v0.
     ServedApi::new(ApiKey::FindCoordinator, 0, 4).guarded(&guard::FIND_COORDINATOR),

@@ -4,6 +4,7 @@
 //! (`None` for acks=0 produce, which Kafka never answers).
 
 mod admin;
+mod delete_records;
 mod fetch;
 mod find_coordinator;
 mod init_producer_id;
@@ -110,6 +111,9 @@ pub async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFra
         }
         Some(RequestKind::IncrementalAlterConfigs(r)) => {
             ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(&core, r).await)
+        }
+        Some(RequestKind::DeleteRecords(r)) => {
+            ResponseKind::DeleteRecords(delete_records::handle(&core, r).await)
         }
         Some(RequestKind::FindCoordinator(r)) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(r, version))

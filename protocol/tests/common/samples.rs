@@ -6,6 +6,9 @@ use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
@@ -16,10 +19,10 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeConfigsRequest, FetchRequest, FindCoordinatorRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, ProducerId,
-    RequestKind, TopicName, TransactionalId,
+    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteRecordsRequest,
+    DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest, FindCoordinatorRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
+    ProduceRequest, ProducerId, RequestKind, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -220,6 +223,19 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                 request.into()
             }
         }
+        ApiKey::DeleteRecords => DeleteRecordsRequest::default()
+            .with_topics(vec![DeleteRecordsTopic::default()
+                .with_name(TopicName(s("orders")))
+                .with_partitions(vec![
+                    DeleteRecordsPartition::default()
+                        .with_partition_index(0)
+                        .with_offset(10),
+                    DeleteRecordsPartition::default()
+                        .with_partition_index(1)
+                        .with_offset(-1),
+                ])])
+            .with_timeout_ms(1000)
+            .into(),
         ApiKey::FindCoordinator => {
             let request = FindCoordinatorRequest::default();
             let request = if v <= 3 {
