@@ -85,8 +85,14 @@ impl Partition {
     /// The second half of `append`: waits for the flush the durability policy asks
     /// for before an acknowledgement.
     pub async fn await_durable(&self, info: &AppendInfo) -> Result<()> {
+        self.await_durable_to(info.last_offset + 1).await
+    }
+
+    /// Waits until every offset below `end_offset` is as durable as the policy
+    /// asks before an acknowledgement (a no-op under `Durability::Interval`).
+    pub async fn await_durable_to(&self, end_offset: i64) -> Result<()> {
         if self.durability == Durability::FlushBeforeAck {
-            self.flush_to(info.last_offset + 1).await?;
+            self.flush_to(end_offset).await?;
         }
         Ok(())
     }

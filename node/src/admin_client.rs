@@ -63,6 +63,16 @@ impl AdminClient {
         Req: Request + Encodable + HeaderVersion,
         Resp: Decodable,
     {
+        let correlation_id = self.send(request, version)?;
+        self.receive::<Req, Resp>(correlation_id, version)
+    }
+
+    /// Sends a request without waiting for its answer (pipelining); returns its
+    /// correlation id for `receive`.
+    pub fn send<Req>(&mut self, request: &Req, version: i16) -> anyhow::Result<i32>
+    where
+        Req: Request + Encodable + HeaderVersion,
+    {
         self.correlation_id += 1;
         let header = RequestHeader::default()
             .with_request_api_key(Req::KEY)
@@ -76,7 +86,15 @@ impl AdminClient {
         frame.put_i32(body.len() as i32);
         frame.extend_from_slice(&body);
         self.stream.write_all(&frame).context("sending request")?;
+        Ok(self.correlation_id)
+    }
 
+    /// Reads the next response, which must answer `correlation_id`.
+    pub fn receive<Req, Resp>(&mut self, correlation_id: i32, version: i16) -> anyhow::Result<Resp>
+    where
+        Req: Request,
+        Resp: Decodable,
+    {
         let mut size = [0u8; 4];
         self.stream
             .read_exact(&mut size)
@@ -93,11 +111,10 @@ impl AdminClient {
         let api_key = ApiKey::try_from(Req::KEY)
             .map_err(|_| anyhow::anyhow!("unknown api key {}", Req::KEY))?;
         let header = ResponseHeader::decode(&mut buf, api_key.response_header_version(version))?;
-        if header.correlation_id != self.correlation_id {
+        if header.correlation_id != correlation_id {
             bail!(
-                "correlation id {} does not match {}",
-                header.correlation_id,
-                self.correlation_id
+                "correlation id {} does not match {correlation_id}",
+                header.correlation_id
             );
         }
         let response = Resp::decode(&mut buf, version)?;

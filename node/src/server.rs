@@ -3,9 +3,11 @@
 //! Every core binds the same address (glommio sets SO_REUSEPORT, so the kernel
 //! spreads connections over all cores) and serves the connections it accepts to
 //! the end: a connection never moves. Per connection, a reader task decodes frames
-//! and starts one handler task per request (pipelining: up to
-//! `MAX_INFLIGHT_REQUESTS` at once), and a writer task sends the responses in
-//! request order. A malformed frame closes the connection with a logged reason;
+//! and starts each request in order (a produce's appends happen there, so a
+//! connection's produce requests are applied in the order sent, as Kafka
+//! promises), then runs the rest of it as its own task (pipelining: up to
+//! `MAX_INFLIGHT_REQUESTS` at once); a writer task sends the responses in request
+//! order. A malformed frame closes the connection with a logged reason;
 //! the node stays up.
 
 use std::os::fd::{AsRawFd, RawFd};
@@ -125,9 +127,10 @@ async fn read_requests(
             Some(Err(e)) => return Err(e.to_string()),
         };
         let request = handlers::Request::decode(frame).map_err(|e| e.to_string())?;
-        let core = core.clone();
-        let task =
-            glommio::spawn_local(async move { handlers::handle(core, request).await }).detach();
+        // The start of a request runs here, in order (produce appends); the rest
+        // as its own task, so responses of pipelined requests overlap.
+        let rest = handlers::start(core.clone(), request).await;
+        let task = glommio::spawn_local(rest).detach();
         tx.send(task).await.map_err(|_| "writer gone".to_string())?;
     }
 }

@@ -459,3 +459,48 @@ fn retention_deletes_old_segments_end_to_end() {
     drop(c);
     node.terminate();
 }
+
+/// Pipelined produce requests on one connection (all sent before any answer is
+/// read) are applied in the order sent, as Kafka promises per connection.
+#[test]
+fn pipelined_produces_keep_their_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(tmp.path(), free_port(), &[]);
+    let mut c = node.client();
+    create_topic(&mut c, "ordered", 2);
+    const REQUESTS: usize = 300;
+    let mut sent = Vec::new();
+    for i in 0..REQUESTS {
+        // Alternate partitions and sizes so requests take different times.
+        let value = format!("{i:06}{}", "x".repeat((i % 7) * 500));
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("ordered")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch(&[&value], None)))])]);
+        sent.push(c.send(&request, 9).unwrap());
+    }
+    let mut last = -1;
+    for correlation_id in sent {
+        let r: ProduceResponse = c.receive::<ProduceRequest, _>(correlation_id, 9).unwrap();
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 0);
+        assert_eq!(
+            p.base_offset,
+            last + 1,
+            "responses in order, offsets in send order"
+        );
+        last = p.base_offset;
+    }
+    let values: Vec<String> = fetch_values(&mut c, "ordered", 0)
+        .into_iter()
+        .map(|(_, v)| v[..6].to_string())
+        .collect();
+    let expected: Vec<String> = (0..REQUESTS).map(|i| format!("{i:06}")).collect();
+    assert_eq!(values, expected);
+    drop(c);
+    node.terminate();
+}

@@ -12,6 +12,8 @@ mod list_offsets;
 mod metadata;
 mod produce;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -68,7 +70,63 @@ impl Request {
     }
 }
 
-pub async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFrame> {
+/// Starts a request on the connection's reader and returns the rest of its work,
+/// to run as a task. Produce does its appends here, so the appends of pipelined
+/// requests happen in request order (Kafka's per-connection ordering); every
+/// other API does all its work in the returned future.
+pub async fn start(
+    core: Rc<CoreState>,
+    request: Request,
+) -> Pin<Box<dyn Future<Output = Option<ResponseFrame>>>> {
+    let Request {
+        header,
+        api_key,
+        version,
+        body,
+    } = request;
+    match body {
+        Some(RequestKind::Produce(r)) => {
+            let pending = produce::append_phase(&core, r, version).await;
+            Box::pin(async move {
+                let response = ResponseKind::Produce(pending.finish().await?);
+                encode(
+                    header.correlation_id,
+                    api_key,
+                    version,
+                    &response,
+                    &Splices::default(),
+                )
+            })
+        }
+        body => Box::pin(handle(
+            core,
+            Request {
+                header,
+                api_key,
+                version,
+                body,
+            },
+        )),
+    }
+}
+
+fn encode(
+    correlation_id: i32,
+    api_key: ApiKey,
+    version: i16,
+    response: &ResponseKind,
+    splices: &Splices,
+) -> Option<ResponseFrame> {
+    match encode_response(correlation_id, api_key, version, response, splices) {
+        Ok(frame) => Some(frame),
+        Err(e) => {
+            tracing::error!(?api_key, version, error = %e, "encoding the response failed");
+            None
+        }
+    }
+}
+
+async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFrame> {
     let Request {
         header,
         api_key,
@@ -90,9 +148,6 @@ pub async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFra
         }
         Some(RequestKind::Metadata(r)) => {
             ResponseKind::Metadata(metadata::handle(&core, r, version).await)
-        }
-        Some(RequestKind::Produce(r)) => {
-            ResponseKind::Produce(produce::handle(&core, r, version).await?)
         }
         Some(RequestKind::Fetch(r)) => {
             ResponseKind::Fetch(fetch::handle(&core, r, version, &mut splices).await)
@@ -122,18 +177,13 @@ pub async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFra
             ResponseKind::InitProducerId(init_producer_id::handle(&core, r))
         }
         Some(other) => {
-            // versions::accepts only lets through what is matched above.
+            // versions::accepts only lets through what is matched above (and
+            // Produce, which `start` handles).
             tracing::error!(?api_key, "no handler for {other:?}");
             return None;
         }
     };
-    match encode_response(header.correlation_id, api_key, version, &response, &splices) {
-        Ok(frame) => Some(frame),
-        Err(e) => {
-            tracing::error!(?api_key, version, error = %e, "encoding the response failed");
-            None
-        }
-    }
+    encode(header.correlation_id, api_key, version, &response, &splices)
 }
 
 /// The Kafka error code for an engine error.

@@ -2,12 +2,20 @@
 //! checked against the producer's sequence there (idempotence), appended, and
 //! acknowledged once durable. acks=0 gets no response at all (Kafka's rule).
 //!
+//! Two phases keep Kafka's ordering promise: requests on one connection are
+//! applied in the order they were sent. `append_phase` runs on the connection's
+//! reader, one request after the other: it validates and appends every
+//! partition's batch (offsets assigned, batch in the segment buffer). The wait for
+//! durability and the response (`ProducePending::finish`) then run as their own
+//! task, so pipelined requests still share group commits.
+//!
 //! The request frame is shared by every field kafka-protocol decoded out of it, so
 //! the batch is copied once into a buffer the engine can stamp in place.
 
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
+use futures_channel::oneshot;
 use futures_util::future::join_all;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -38,11 +46,25 @@ struct Refused {
     message: String,
 }
 
-pub async fn handle(
+/// A produce whose batches are appended, waiting to be durable and answered.
+pub struct ProducePending {
+    request: ProduceRequest,
+    version: i16,
+    results: Vec<(TopicPartition, Result<AppendedPending, Refused>)>,
+}
+
+/// One partition's append, with the owner core's signal that it is durable.
+struct AppendedPending {
+    appended: Appended,
+    durable: oneshot::Receiver<Result<(), LogError>>,
+}
+
+/// Phase one (in request order): validate and append every partition's batch.
+pub async fn append_phase(
     core: &CoreState,
     request: ProduceRequest,
     version: i16,
-) -> Option<ProduceResponse> {
+) -> ProducePending {
     let acks = request.acks;
     let topics = core.topics();
     let mut pending = Vec::new();
@@ -75,7 +97,54 @@ pub async fn handle(
             });
         }
     }
-    let results = join_all(pending).await;
+    ProducePending {
+        results: join_all(pending).await,
+        request,
+        version,
+    }
+}
+
+impl ProducePending {
+    /// Phase two: waits for durability and builds the response (`None` for
+    /// acks=0, which Kafka never answers).
+    pub async fn finish(self) -> Option<ProduceResponse> {
+        let ProducePending {
+            request,
+            version,
+            results,
+        } = self;
+        if request.acks == 0 {
+            // Never answered: what the append phase did is all there is.
+            return None;
+        }
+        let mut finished = Vec::with_capacity(results.len());
+        for (tp, result) in results {
+            let result = match result {
+                Ok(p) => match p.durable.await {
+                    Ok(Ok(())) => Ok(p.appended),
+                    Ok(Err(e)) => Err(Refused {
+                        error: error_code(&e),
+                        message: e.to_string(),
+                    }),
+                    Err(_) => Err(Refused {
+                        error: ResponseError::NotLeaderOrFollower,
+                        message: "the partition's core stopped".into(),
+                    }),
+                },
+                Err(r) => Err(r),
+            };
+            finished.push((tp, result));
+        }
+        respond(&request, version, finished)
+    }
+}
+
+fn respond(
+    request: &ProduceRequest,
+    version: i16,
+    results: Vec<(TopicPartition, Result<Appended, Refused>)>,
+) -> Option<ProduceResponse> {
+    let acks = request.acks;
     if acks == 0 {
         for (tp, r) in &results {
             if let Err(e) = r {
@@ -128,7 +197,7 @@ async fn produce_partition(
     tp: &TopicPartition,
     records: Option<Bytes>,
     log_append_time: bool,
-) -> Result<Appended, Refused> {
+) -> Result<AppendedPending, Refused> {
     let refuse = |error: ResponseError, message: String| Refused { error, message };
     let records =
         records.ok_or_else(|| refuse(ResponseError::CorruptMessage, "no records".into()))?;
@@ -169,23 +238,34 @@ async fn produce_partition(
                 append_time = now_ms();
                 batch::stamp_log_append_time(&mut batch, append_time)?;
             }
-            let base_offset = if header.producer_id >= 0 {
+            let (base_offset, last_offset) = if header.producer_id >= 0 {
                 append_idempotent(&partition, &tp2, &header, batch).await?
             } else {
-                partition
-                    .append(
+                let info = partition
+                    .append_buffered(
                         batch,
                         AppendMode::Leader {
                             leader_epoch: LEADER_EPOCH,
                         },
                     )
-                    .await?
-                    .base_offset
+                    .await?;
+                (info.base_offset, info.last_offset)
             };
-            Ok::<_, SequenceOrLog>(Appended {
-                base_offset,
-                log_append_time_ms: append_time,
-                log_start_offset: partition.log_start_offset().await?,
+            // The durability wait runs here, on the owner, as its own task; the
+            // connection learns the outcome through the channel.
+            let (tx, durable) = oneshot::channel();
+            let waiter = partition.clone();
+            glommio::spawn_local(async move {
+                let _ = tx.send(waiter.await_durable_to(last_offset + 1).await);
+            })
+            .detach();
+            Ok::<_, SequenceOrLog>(AppendedPending {
+                appended: Appended {
+                    base_offset,
+                    log_append_time_ms: append_time,
+                    log_start_offset: partition.log_start_offset().await?,
+                },
+                durable,
             })
         })
         .await
@@ -223,7 +303,7 @@ async fn append_idempotent(
     tp: &TopicPartition,
     header: &BatchHeader,
     batch: BytesMut,
-) -> Result<i64, SequenceOrLog> {
+) -> Result<(i64, i64), SequenceOrLog> {
     let Some(core) = CoreState::current() else {
         return Err(LogError::RuntimeStopped.into());
     };
@@ -248,9 +328,12 @@ async fn append_idempotent(
         );
         match check {
             SequenceCheck::Append => {}
-            SequenceCheck::Duplicate { base_offset, .. } => {
+            SequenceCheck::Duplicate {
+                base_offset,
+                last_offset,
+            } => {
                 tracing::debug!(partition = %tp, producer_id = header.producer_id, first_seq, "duplicate batch answered with its original offset");
-                return Ok(base_offset);
+                return Ok((base_offset, last_offset));
             }
             SequenceCheck::OutOfOrder { expected, got } => {
                 return Err(SequenceOrLog::Sequence(
@@ -300,8 +383,7 @@ async fn append_idempotent(
         );
         info
     };
-    partition.await_durable(&info).await?;
-    Ok(info.base_offset)
+    Ok((info.base_offset, info.last_offset))
 }
 
 /// Rebuilds the producers' state from the batches in the log.
