@@ -27,8 +27,9 @@ use super::{error_code, now_ms, str_bytes};
 use crate::producer::{BatchMeta, SequenceCheck};
 use crate::state::CoreState;
 
-/// The leader epoch stamped into batches (single node: epoch 0 for now).
-const LEADER_EPOCH: i32 = 0;
+/// How batches are appended: this node leads every partition, at leader epoch 0
+/// until the controller hands out epochs.
+const AS_LEADER: AppendMode = AppendMode::Leader { leader_epoch: 0 };
 /// Bound on a compressed batch's decompressed size while validating it.
 const DECOMPRESSED_BYTES_MAX: usize = 256 << 20;
 
@@ -241,14 +242,7 @@ async fn produce_partition(
             let (base_offset, last_offset) = if header.producer_id >= 0 {
                 append_idempotent(&partition, &tp2, &header, batch).await?
             } else {
-                let info = partition
-                    .append_buffered(
-                        batch,
-                        AppendMode::Leader {
-                            leader_epoch: LEADER_EPOCH,
-                        },
-                    )
-                    .await?;
+                let info = partition.append_buffered(batch, AS_LEADER).await?;
                 (info.base_offset, info.last_offset)
             };
             // The durability wait runs here, on the owner, as its own task; the
@@ -363,14 +357,7 @@ async fn append_idempotent(
                 ))
             }
         }
-        let info = partition
-            .append_buffered(
-                batch,
-                AppendMode::Leader {
-                    leader_epoch: LEADER_EPOCH,
-                },
-            )
-            .await?;
+        let info = partition.append_buffered(batch, AS_LEADER).await?;
         producers.states.borrow_mut().record(
             header.producer_id,
             header.producer_epoch,
