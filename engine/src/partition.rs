@@ -97,12 +97,6 @@ impl Partition {
         Ok(())
     }
 
-    /// The offset below which data is acknowledged-safe on this replica: the
-    /// flushed offset under `FlushBeforeAck`, the log end otherwise.
-    pub async fn stable_offset(&self) -> Result<i64> {
-        Ok(self.stable_offset_now())
-    }
-
     pub async fn read(
         &self,
         offset: i64,
@@ -145,9 +139,10 @@ impl Partition {
         self.durability
     }
 
-    /// The offset below which data is acknowledged-safe, without waiting for the
-    /// lock (see `stable_offset`).
-    pub fn stable_offset_now(&self) -> i64 {
+    /// The offset below which data is acknowledged-safe on this replica (the high
+    /// watermark consumers read up to): the flushed offset under
+    /// `FlushBeforeAck`, the log end otherwise.
+    pub fn high_watermark(&self) -> i64 {
         match self.durability {
             Durability::FlushBeforeAck => self.flushed_offset.get(),
             Durability::Interval(_) => self.log_end_offset.get(),
@@ -162,7 +157,7 @@ impl Partition {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let changed = self.changed.wait();
-            if self.stable_offset_now() > seen {
+            if self.high_watermark() > seen {
                 return;
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -236,7 +231,7 @@ impl Partition {
 
     /// One retention pass at `now_ms`, below the high watermark.
     pub async fn apply_retention(&self, now_ms: i64) -> Result<crate::log::RetentionOutcome> {
-        let high_watermark = self.stable_offset_now();
+        let high_watermark = self.high_watermark();
         self.write()
             .await?
             .apply_retention(now_ms, high_watermark)
@@ -245,7 +240,7 @@ impl Partition {
 
     /// DeleteRecords up to `offset` (-1: the high watermark).
     pub async fn delete_records(&self, offset: i64) -> Result<i64> {
-        let high_watermark = self.stable_offset_now();
+        let high_watermark = self.high_watermark();
         let offset = if offset == -1 { high_watermark } else { offset };
         self.write()
             .await?

@@ -322,7 +322,7 @@ fn long_poll_wakes_on_append_and_never_misses_one() {
             "woken by the append, not the timeout"
         );
         appender.await;
-        assert_eq!(p.stable_offset_now(), 2);
+        assert_eq!(p.high_watermark(), 2);
         p.close().await.unwrap();
     });
 }

@@ -191,18 +191,33 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     Ok(header)
 }
 
-/// `validate`, and for a compressed batch also decompression (output bounded by
-/// `size_limit`) and the same record walk over the decompressed records. Kafka
-/// does this on produce: a batch whose payload does not decompress, or holds other
-/// than `records_count` records, is refused before it can poison every consumer.
+/// `validate`, and for a compressed batch also `check_compressed_records`.
 pub fn validate_deep(buf: &[u8], size_limit: usize) -> Result<BatchHeader, BatchError> {
     let header = validate(buf)?;
-    let codec = header.compression()?;
-    if codec != Compression::None {
-        let records = super::decompress(codec, &buf[BATCH_HEADER_LEN..], size_limit)?;
-        walk_record_lengths(&records, header.records_count)?;
-    }
+    check_compressed_records(buf, &header, size_limit)?;
     Ok(header)
+}
+
+/// For a compressed batch, the part `validate` leaves out: decompression (output
+/// bounded by `size_limit`) and the record walk over the decompressed records.
+/// Kafka does this on produce: a batch whose payload does not decompress, or holds
+/// other than `records_count` records, is refused before it can poison every
+/// consumer. Uncompressed batches pass (their walk is in `validate`).
+pub fn check_compressed_records(
+    buf: &[u8],
+    header: &BatchHeader,
+    size_limit: usize,
+) -> Result<(), BatchError> {
+    let codec = header.compression()?;
+    if codec == Compression::None {
+        return Ok(());
+    }
+    let body = buf.get(BATCH_HEADER_LEN..).ok_or(BatchError::TooShort {
+        needed: BATCH_HEADER_LEN,
+        actual: buf.len(),
+    })?;
+    let records = super::decompress(codec, body, size_limit)?;
+    walk_record_lengths(&records, header.records_count)
 }
 
 /// Checks only the CRC of one complete batch (`buf` is exactly the batch). Magic is

@@ -27,8 +27,8 @@ mod records;
 pub use builder::BatchBuilder;
 pub use compression::{compress, decompress, Compression};
 pub use header::{
-    crc_matches, stamp, stamp_log_append_time, validate, validate_deep, BatchHeader, BatchScanner,
-    TimestampType, BATCH_HEADER_LEN, LOG_OVERHEAD, MAGIC_V2,
+    check_compressed_records, crc_matches, stamp, stamp_log_append_time, validate, validate_deep,
+    BatchHeader, BatchScanner, TimestampType, BATCH_HEADER_LEN, LOG_OVERHEAD, MAGIC_V2,
 };
 pub use records::{decode_records, Record, RecordHeader};
 

@@ -166,7 +166,7 @@ async fn read_one(
             let p = shard
                 .local(&tp)
                 .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
-            let high_watermark = p.stable_offset().await?;
+            let high_watermark = p.high_watermark();
             let log_start_offset = p.log_start_offset().await?;
             let read = p.read(offset, max_bytes.max(1), high_watermark).await?;
             Ok::<_, LogError>(PartitionRead {

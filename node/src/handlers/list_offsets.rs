@@ -63,7 +63,7 @@ async fn partition(
             let p = shard
                 .local(&tp2)
                 .ok_or_else(|| skiff_engine::LogError::UnknownPartition(tp2.to_string()))?;
-            let stable = p.stable_offset().await?;
+            let stable = p.high_watermark();
             match query {
                 None => Ok(Some((stable, -1))),
                 Some(OffsetQuery::Timestamp(ts)) => {
