@@ -12,6 +12,8 @@ use crate::fsutil;
 pub const LEADER_EPOCH_FILE: &str = "leader-epoch-checkpoint";
 pub const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset-checkpoint";
+/// The cleaner's first dirty offset: everything below it has been compacted.
+pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 
 pub fn encode(entries: &[Vec<String>]) -> String {
     let mut out = format!("0\n{}\n", entries.len());

@@ -45,6 +45,21 @@ pub struct LogConfig {
     /// `retention.bytes`: oldest closed segments go while the log is larger
     /// (None: -1, no limit).
     pub retention_bytes: Option<u64>,
+    /// `cleanup.policy` includes `compact`: the core's cleaner keeps the latest
+    /// record of each key (see `cleaner`).
+    pub compact: bool,
+    /// `min.cleanable.dirty.ratio`: the share of the cleanable log not yet
+    /// cleaned above which the cleaner picks the log.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: records younger than this stay uncompacted.
+    pub min_compaction_lag: Duration,
+    /// `max.compaction.lag.ms`: a log whose oldest dirty segment is older than this
+    /// is cleaned whatever its dirty ratio (None: Long.MAX, never forced).
+    pub max_compaction_lag: Option<Duration>,
+    /// `delete.retention.ms`: how long a tombstone stays after the cleaning that
+    /// first saw it (its batch's delete horizon), so consumers reading from the
+    /// start see deletes.
+    pub delete_retention: Duration,
 }
 
 impl LogConfig {
@@ -66,6 +81,11 @@ impl Default for LogConfig {
             retention_delete: true,
             retention_ms: Some(Duration::from_secs(7 * 24 * 3600)),
             retention_bytes: None,
+            compact: false,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag: Duration::ZERO,
+            max_compaction_lag: None,
+            delete_retention: Duration::from_secs(24 * 3600),
         }
     }
 }

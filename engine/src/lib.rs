@@ -18,6 +18,7 @@
 pub mod batch;
 pub mod batch_cache;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod config;
 pub mod data_dir;
 pub mod error;
@@ -27,6 +28,7 @@ pub mod log;
 pub mod recovery;
 pub mod segment;
 
+pub use cleaner::{CleanStats, Cleaner, CleanerConfig};
 pub use config::{Durability, LogConfig};
 pub use error::{LogError, Result};
 pub use log::{AppendInfo, AppendMode, PartitionLog, ReadBatches, RetentionOutcome};

@@ -22,13 +22,18 @@ use bytes::{Bytes, BytesMut};
 
 use crate::batch::{self, decode_records, BatchHeader, BatchScanner};
 use crate::batch_cache::BatchCache;
-use crate::checkpoint::LOG_START_OFFSET_FILE;
+use crate::checkpoint::{CLEANER_CHECKPOINT_FILE, LOG_START_OFFSET_FILE};
+use crate::cleaner::{CleanPlan, CleanedSegment, SegmentSnapshot};
 use crate::config::LogConfig;
 use crate::error::{LogError, Result};
+use crate::fsutil;
 use crate::leader_epoch::LeaderEpochCache;
 use crate::recovery::{self, scan_segment, write_offset_checkpoint, write_recovery_point};
 use crate::segment::scan::scan;
-use crate::segment::Segment;
+use crate::segment::{
+    remove_segment_files, segment_path, swap_path, Segment, INDEX_SUFFIX, LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+};
 
 /// How an append gets its offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +93,13 @@ pub struct PartitionLog {
     epochs: LeaderEpochCache,
     cache: BatchCache,
     cache_id: u64,
+    /// The cleaner's checkpoint: offsets below it are compacted (`compact` logs).
+    first_dirty_offset: i64,
+    /// Earliest delete horizon of a tombstone the last cleaning kept: once it
+    /// passes, the log is worth cleaning whatever its dirty ratio.
+    tombstone_horizon: Option<i64>,
+    /// Set by `shutdown`: background work (the cleaner) leaves the log alone.
+    closed: bool,
 }
 
 impl PartitionLog {
@@ -109,6 +121,8 @@ impl PartitionLog {
             epochs.persist().await?;
         }
         let cache_id = cache.register();
+        let first_dirty_offset =
+            recovery::read_offset_checkpoint(&dir.join(CLEANER_CHECKPOINT_FILE)).await?;
         let mut log = PartitionLog {
             dir: dir.to_path_buf(),
             topic: topic.to_string(),
@@ -122,6 +136,9 @@ impl PartitionLog {
             epochs,
             cache,
             cache_id,
+            first_dirty_offset,
+            tombstone_horizon: None,
+            closed: false,
         };
         // Recovery flushed the active segment: everything left is durable.
         log.checkpoint_recovery_point().await?;
@@ -530,6 +547,17 @@ impl PartitionLog {
         segment.truncate(scanned.state, &config).await?;
         self.log_end_offset = self.active().next_offset();
         self.cache.truncate(self.cache_id, self.log_end_offset);
+        if self.first_dirty_offset > self.log_end_offset {
+            // Offsets appended again past the cut are not clean.
+            self.first_dirty_offset = self.log_end_offset;
+            write_offset_checkpoint(
+                &self.dir.join(CLEANER_CHECKPOINT_FILE),
+                &self.topic,
+                self.partition,
+                self.log_end_offset,
+            )
+            .await?;
+        }
         if self.epochs.truncate_from_end(self.log_end_offset) {
             self.epochs.persist().await?;
         }
@@ -653,6 +681,165 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// The cleaner's first dirty offset (below it the log is compacted).
+    pub fn first_dirty_offset(&self) -> i64 {
+        self.first_dirty_offset
+            .clamp(self.log_start_offset, self.log_end_offset)
+    }
+
+    /// What a cleaning of this log would cover at `now_ms` (see `cleaner`), or
+    /// `None` when the log is not compacted or nothing is cleanable: only closed
+    /// segments wholly below the high watermark, the active segment, and the first
+    /// segment holding a record younger than `min.compaction.lag.ms`.
+    pub fn clean_plan(&self, now_ms: i64, high_watermark: i64) -> Option<CleanPlan> {
+        if !self.config.compact || self.closed {
+            return None;
+        }
+        let lag_ms = self.config.min_compaction_lag.as_millis() as i64;
+        let closed = self.segments.len().saturating_sub(1);
+        let segments: Vec<SegmentSnapshot> = self
+            .segments
+            .values()
+            .take(closed)
+            .take_while(|s| s.next_offset() <= high_watermark)
+            .take_while(|s| lag_ms == 0 || s.max_timestamp() <= now_ms - lag_ms)
+            .map(|s| SegmentSnapshot {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                size: s.size(),
+                max_timestamp: s.max_timestamp(),
+                file: s.file().clone(),
+                path: s.log_path(),
+            })
+            .collect();
+        let first_dirty = self.first_dirty_offset();
+        let (mut clean_bytes, mut dirty_bytes) = (0u64, 0u64);
+        for s in &segments {
+            if s.next_offset <= first_dirty {
+                clean_bytes += s.size;
+            } else {
+                dirty_bytes += s.size;
+            }
+        }
+        if segments.is_empty() || dirty_bytes == 0 && self.tombstone_horizon.is_none() {
+            return None;
+        }
+        let dirty_ratio = dirty_bytes as f64 / (clean_bytes + dirty_bytes).max(1) as f64;
+        let overdue = self.config.max_compaction_lag.is_some_and(|lag| {
+            segments
+                .iter()
+                .find(|s| s.next_offset > first_dirty)
+                .is_some_and(|s| {
+                    s.max_timestamp >= 0 && now_ms - s.max_timestamp > lag.as_millis() as i64
+                })
+        });
+        let horizon_passed = self.tombstone_horizon.is_some_and(|h| h <= now_ms);
+        Some(CleanPlan {
+            dir: self.dir.clone(),
+            segments,
+            first_dirty,
+            clean_bytes,
+            dirty_bytes,
+            dirty_ratio,
+            must_clean: overdue || horizon_passed,
+            config: self.config.clone(),
+        })
+    }
+
+    /// Swaps cleaned data in for closed segments: `old` names each replaced
+    /// segment by base offset and size, `new` is their cleaned replacement (None
+    /// when nothing of them survives). Returns false, changing nothing, when any of
+    /// them changed since the cleaner read it (retention, truncation, a close).
+    ///
+    /// On disk, crash-safe in this order: the cleaned file (already complete and
+    /// synced) is renamed to `<base>-<end>.log.swap` and the directory synced (the
+    /// commit point: recovery finishes the swap from here); the replaced segments'
+    /// files go, index files first; the swap file becomes `<base>.log`; its indexes
+    /// are written.
+    pub async fn replace_segments(
+        &mut self,
+        old: &[(i64, u64)],
+        new: Option<CleanedSegment>,
+    ) -> Result<bool> {
+        let unchanged = !self.closed
+            && old.iter().all(|&(base, size)| {
+                self.segments
+                    .get(&base)
+                    .is_some_and(|s| !s.is_active() && s.size() == size)
+            })
+            && old
+                .first()
+                .is_some_and(|&(base, _)| new.as_ref().is_none_or(|n| n.base_offset == base));
+        let Some(&(_, _)) = old.last() else {
+            return Ok(false);
+        };
+        if !unchanged {
+            if let Some(new) = new {
+                fsutil::remove(&new.path).await?;
+            }
+            return Ok(false);
+        }
+        let group_end = old
+            .last()
+            .and_then(|(base, _)| self.segments.get(base))
+            .map_or(0, Segment::next_offset);
+        let swap = new
+            .as_ref()
+            .map(|n| swap_path(&self.dir, n.base_offset, group_end));
+        if let (Some(new), Some(swap)) = (&new, &swap) {
+            std::fs::rename(&new.path, swap).map_err(|e| LogError::io("rename", swap, e))?;
+            fsutil::sync_dir(&self.dir).await?;
+        }
+        // Committed: memory follows now, then the files (a failure below leaves a
+        // state recovery completes). Cached copies of the replaced batches go, so
+        // readers see the compacted log.
+        self.cache.truncate_front(self.cache_id, group_end);
+        for &(base, _) in old {
+            self.segments.remove(&base);
+        }
+        let new_segment =
+            new.map(|n| Segment::from_state(&self.dir, n.base_offset, n.file, n.state));
+        let new_base = new_segment.as_ref().map(Segment::base_offset);
+        if let Some(segment) = new_segment {
+            self.segments.insert(segment.base_offset(), segment);
+        }
+        for &(base, _) in old {
+            remove_segment_files(&self.dir, base, &[INDEX_SUFFIX, TIME_INDEX_SUFFIX]).await?;
+            if Some(base) != new_base {
+                remove_segment_files(&self.dir, base, &[LOG_SUFFIX]).await?;
+            }
+        }
+        if let (Some(base), Some(swap)) = (new_base, swap) {
+            let log = segment_path(&self.dir, base, LOG_SUFFIX);
+            std::fs::rename(&swap, &log).map_err(|e| LogError::io("rename", &log, e))?;
+            if let Some(segment) = self.segments.get(&base) {
+                segment.write_indexes().await?;
+            }
+        }
+        fsutil::sync_dir(&self.dir).await?;
+        Ok(true)
+    }
+
+    /// Records a finished cleaning: offsets below `first_dirty` are compacted.
+    pub async fn finish_cleaning(
+        &mut self,
+        first_dirty: i64,
+        tombstone_horizon: Option<i64>,
+    ) -> Result<()> {
+        self.tombstone_horizon = tombstone_horizon;
+        if first_dirty > self.first_dirty_offset {
+            write_offset_checkpoint(
+                &self.dir.join(CLEANER_CHECKPOINT_FILE),
+                &self.topic,
+                self.partition,
+                first_dirty,
+            )
+            .await?;
+            self.first_dirty_offset = first_dirty;
+        }
+        Ok(())
+    }
+
     /// Flushes, closes the active segment (trimmed, indexes written) and
     /// checkpoints the recovery point: a clean stop.
     pub async fn close(mut self) -> Result<()> {
@@ -662,6 +849,7 @@ impl PartitionLog {
     /// `close` for a log still reachable through shared handles: afterwards the
     /// active segment is closed and appends fail; reads still work.
     pub async fn shutdown(&mut self) -> Result<()> {
+        self.closed = true;
         self.active().close_active().await?;
         self.flushed_offset = self.log_end_offset;
         self.checkpoint_recovery_point().await?;

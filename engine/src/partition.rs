@@ -238,6 +238,34 @@ impl Partition {
             .await
     }
 
+    /// What a cleaning would cover now (None: not compacted, or nothing closed
+    /// below the high watermark). A brief shared lock.
+    pub async fn clean_plan(&self, now_ms: i64) -> Result<Option<crate::cleaner::CleanPlan>> {
+        let high_watermark = self.high_watermark();
+        Ok(self.shared().await?.clean_plan(now_ms, high_watermark))
+    }
+
+    /// The cleaner's swap: the only part of a cleaning under the write lock.
+    pub async fn replace_segments(
+        &self,
+        old: &[(i64, u64)],
+        new: Option<crate::cleaner::CleanedSegment>,
+    ) -> Result<bool> {
+        self.write().await?.replace_segments(old, new).await
+    }
+
+    pub async fn finish_cleaning(&self, first_dirty: i64, horizon: Option<i64>) -> Result<()> {
+        self.write()
+            .await?
+            .finish_cleaning(first_dirty, horizon)
+            .await
+    }
+
+    /// The cleaner's checkpoint (offsets below it are compacted).
+    pub async fn first_dirty_offset(&self) -> Result<i64> {
+        Ok(self.shared().await?.first_dirty_offset())
+    }
+
     /// DeleteRecords up to `offset` (-1: the high watermark).
     pub async fn delete_records(&self, offset: i64) -> Result<i64> {
         let high_watermark = self.high_watermark();

@@ -32,8 +32,8 @@ use crate::fsutil;
 use crate::segment::index::{OffsetIndex, TimeIndex};
 use crate::segment::scan::{scan, ScanStop};
 use crate::segment::{
-    parse_segment_name, segment_path, Segment, SegmentState, INDEX_SUFFIX, LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
+    parse_segment_name, parse_swap_name, segment_path, Segment, SegmentState, INDEX_SUFFIX,
+    LOG_SUFFIX, TIME_INDEX_SUFFIX,
 };
 
 const SCAN_CHUNK_BYTES: usize = 4 << 20;
@@ -153,6 +153,7 @@ pub async fn write_offset_checkpoint(
 /// Recovers the partition in `dir` (see the module docs). The last segment comes
 /// back active.
 pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
+    finish_interrupted_cleaning(dir).await?;
     let recovery_point = read_recovery_point(dir).await?;
     let bases = list_segments(dir)?;
     // The segment holding the recovery point and every later one get a full scan.
@@ -327,6 +328,43 @@ async fn load_closed_segment(
         time_index,
         bytes_since_index_entry: bytes_after,
     }))
+}
+
+/// A cleaning interrupted by a crash (see `cleaner`): a `.cleaned` file was not
+/// complete and goes; a `<base>-<end>.log.swap` file was (it is only ever made
+/// from a synced, complete file), so the segments with base offsets in
+/// `[base, end)` it replaces go and it becomes `<base>.log`. Indexes are left to
+/// be rebuilt from the log.
+pub async fn finish_interrupted_cleaning(dir: &Path) -> Result<()> {
+    let mut swaps = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".log.cleaned") {
+            tracing::info!(path = %entry.path().display(), "removing an unfinished cleaned segment");
+            fsutil::remove(&entry.path()).await?;
+        } else if let Some(range) = parse_swap_name(name) {
+            swaps.push((range, entry.path()));
+        }
+    }
+    if swaps.is_empty() {
+        return Ok(());
+    }
+    swaps.sort_by_key(|(range, _)| *range);
+    for ((base, end), swap) in swaps {
+        tracing::info!(path = %swap.display(), "finishing an interrupted segment swap");
+        for old in list_segments(dir)? {
+            if old >= base && old < end {
+                delete_segment_files(dir, old).await?;
+            }
+        }
+        delete_segment_files(dir, base).await?;
+        let log = segment_path(dir, base, LOG_SUFFIX);
+        std::fs::rename(&swap, &log).map_err(|e| LogError::io("rename", &log, e))?;
+    }
+    fsutil::sync_dir(dir).await
 }
 
 /// Base offsets of the segments in `dir`, ascending. Leftover temporary files of

@@ -31,6 +31,7 @@ use glommio::channels::channel_mesh::{MeshBuilder, Senders};
 use glommio::{Latency, LocalExecutorBuilder, Placement, Shares};
 
 use crate::batch_cache::{BatchCache, CacheStats};
+use crate::cleaner::{Cleaner, CleanerConfig};
 use crate::config::{Durability, LogConfig};
 use crate::error::{LogError, Result};
 use crate::log::{AppendInfo, AppendMode, PartitionLog, ReadBatches};
@@ -114,6 +115,8 @@ pub struct ShardConfig {
     pub retention_check_interval: Duration,
     /// Bound on cross-core requests queued towards one shard from one peer.
     pub mesh_channel_capacity: usize,
+    /// The core's log cleaner (compaction).
+    pub cleaner: CleanerConfig,
 }
 
 impl ShardConfig {
@@ -129,6 +132,7 @@ impl ShardConfig {
             checkpoint_interval: Duration::from_secs(60),
             retention_check_interval: Duration::from_secs(300),
             mesh_channel_capacity: 1024,
+            cleaner: CleanerConfig::default(),
         }
     }
 }
@@ -545,6 +549,20 @@ async fn run_shard(
     let bg = glommio::spawn_local_into(background_loop(shard.clone()), background)
         .map(|t| t.detach())
         .ok();
+    // The cleaner gets its own queue with fewer shares than the background one:
+    // under load it runs only in the time produce and fetch leave.
+    let cleaner = if shard.config.cleaner.enabled {
+        let queue = glommio::executor().create_task_queue(
+            Shares::Static(25),
+            Latency::NotImportant,
+            "skiff-cleaner",
+        );
+        glommio::spawn_local_into(cleaner_loop(shard.clone()), queue)
+            .map(|t| t.detach())
+            .ok()
+    } else {
+        None
+    };
 
     let (submit_tx, mut submit_rx) = mpsc::unbounded::<Job>();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -562,6 +580,9 @@ async fn run_shard(
     submissions.cancel();
     if let Some(bg) = bg {
         bg.cancel();
+    }
+    if let Some(cleaner) = cleaner {
+        cleaner.cancel();
     }
     let result = shard.close_all().await;
     shard.peers.close();
@@ -591,9 +612,7 @@ async fn background_loop(shard: Rc<Shard>) {
         since_retention += tick;
         let checkpoint = since_checkpoint >= checkpoint_every;
         let retention = since_retention >= retention_every;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = now_ms();
         for p in shard.snapshot() {
             if flush_every.is_some() {
                 let end = p.log_end_offset().await.unwrap_or(0);
@@ -619,6 +638,38 @@ async fn background_loop(shard: Rc<Shard>) {
             since_retention = Duration::ZERO;
         }
     }
+}
+
+/// The core's cleaner: cleans the dirtiest compacted log on this core, again
+/// right away while logs need it, else after `log.cleaner.backoff.ms`. A log whose
+/// cleaning fails (a corrupt batch, say) is left alone until the node restarts,
+/// as Kafka marks such logs uncleanable.
+async fn cleaner_loop(shard: Rc<Shard>) {
+    let mut cleaner = Cleaner::new(shard.config.cleaner.clone());
+    let backoff = shard.config.cleaner.backoff.max(Duration::from_millis(10));
+    let mut uncleanable: Vec<Rc<Partition>> = Vec::new();
+    loop {
+        let candidates: Vec<Rc<Partition>> = shard
+            .snapshot()
+            .into_iter()
+            .filter(|p| !uncleanable.iter().any(|u| Rc::ptr_eq(u, p)))
+            .collect();
+        match cleaner.clean_dirtiest(&candidates, now_ms()).await {
+            Ok(Some(_)) => glommio::yield_if_needed().await,
+            Ok(None) => glommio::timer::sleep(backoff).await,
+            Err((partition, e)) => {
+                tracing::error!(error = %e, "log cleaning failed; the log stays uncleaned until restart");
+                uncleanable.push(partition);
+                glommio::timer::sleep(backoff).await;
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Waits for a future on a thread that is not an executor: for the receivers

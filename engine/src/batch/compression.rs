@@ -20,7 +20,7 @@ pub enum Compression {
     Zstd,
 }
 
-const CODEC_MASK: i16 = 0x07;
+pub(crate) const CODEC_MASK: i16 = 0x07;
 
 impl Compression {
     pub fn from_attributes(attributes: i16) -> Result<Compression, BatchError> {

@@ -23,6 +23,7 @@ mod builder;
 mod compression;
 mod header;
 mod records;
+mod rewrite;
 
 pub use builder::BatchBuilder;
 pub use compression::{compress, decompress, Compression};
@@ -31,6 +32,7 @@ pub use header::{
     BatchHeader, BatchScanner, TimestampType, BATCH_HEADER_LEN, LOG_OVERHEAD, MAGIC_V2,
 };
 pub use records::{decode_records, Record, RecordHeader};
+pub use rewrite::{rebuild, record_views, records_section, RecordView};
 
 /// Why a batch was rejected. Messages name the field and both values so an
 /// operator can tell truncation from corruption from an unsupported client.

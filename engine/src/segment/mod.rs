@@ -35,6 +35,40 @@ pub fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
     dir.join(format!("{base_offset:020}.{suffix}"))
 }
 
+/// Where the cleaner writes the replacement of segments starting at `base_offset`
+/// (`<base>.log.cleaned`); recovery deletes leftovers.
+pub fn cleaned_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.{LOG_SUFFIX}.cleaned"))
+}
+
+/// A complete cleaned segment about to replace every segment whose base offset is
+/// in `[base_offset, end_offset)`: `<base>-<end>.log.swap`. Its existence is the
+/// commit point of a replacement; recovery finishes the swap (see `recovery`).
+pub fn swap_path(dir: &Path, base_offset: i64, end_offset: i64) -> PathBuf {
+    dir.join(format!(
+        "{base_offset:020}-{end_offset:020}.{LOG_SUFFIX}.swap"
+    ))
+}
+
+/// `(base, end)` of a swap file name made by [`swap_path`].
+pub fn parse_swap_name(name: &str) -> Option<(i64, i64)> {
+    let range = name.strip_suffix(".log.swap")?;
+    let (base, end) = range.split_once('-')?;
+    let digits = |s: &str| s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(base) || !digits(end) {
+        return None;
+    }
+    Some((base.parse().ok()?, end.parse().ok()?))
+}
+
+/// Removes a segment's files (missing ones are fine).
+pub async fn remove_segment_files(dir: &Path, base_offset: i64, suffixes: &[&str]) -> Result<()> {
+    for suffix in suffixes {
+        fsutil::remove(&segment_path(dir, base_offset, suffix)).await?;
+    }
+    Ok(())
+}
+
 /// The base offset named by a segment file name, if it is one of ours.
 pub fn parse_segment_name(name: &str) -> Option<(i64, &str)> {
     let (stem, suffix) = name.split_once('.')?;
@@ -101,6 +135,15 @@ impl SegmentState {
         self.bytes_since_index_entry += header.total_len() as u64;
         self.next_offset = header.next_offset();
         self.size = position + header.total_len() as u64;
+    }
+
+    /// Completes the time index of a segment that takes no more batches: its last
+    /// entry names the segment's largest timestamp, as Kafka's does on roll.
+    pub fn seal(&mut self, base_offset: i64) {
+        if self.next_offset > base_offset {
+            let rel_last = (self.next_offset - 1 - base_offset) as u32;
+            self.time_index.maybe_push(self.max_timestamp, rel_last);
+        }
     }
 }
 
@@ -245,11 +288,7 @@ impl Segment {
             return Ok(());
         };
         appender.finish().await?;
-        let state = &mut self.state;
-        if state.next_offset > self.base_offset {
-            let rel_last = (state.next_offset - 1 - self.base_offset) as u32;
-            state.time_index.maybe_push(state.max_timestamp, rel_last);
-        }
+        self.state.seal(self.base_offset);
         self.write_indexes().await
     }
 
