@@ -56,6 +56,15 @@ pub struct NodeConfig {
     pub retention_ms: i64,
     pub retention_bytes: i64,
     pub cleanup_policy: String,
+    pub min_cleanable_dirty_ratio: f64,
+    pub min_compaction_lag_ms: i64,
+    pub max_compaction_lag_ms: i64,
+    pub delete_retention_ms: i64,
+    pub cleaner_enable: bool,
+    pub cleaner_dedupe_buffer_bytes: usize,
+    /// Kafka's default is Double.MAX_VALUE: no throttle.
+    pub cleaner_io_max_bytes_per_second: f64,
+    pub cleaner_backoff_ms: u64,
     pub min_insync_replicas: i32,
     pub durability_flush: bool,
     pub flush_interval_ms: u64,
@@ -85,6 +94,14 @@ impl NodeConfig {
             retention_ms: 604_800_000,
             retention_bytes: -1,
             cleanup_policy: "delete".into(),
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 86_400_000,
+            cleaner_enable: true,
+            cleaner_dedupe_buffer_bytes: 32 << 20,
+            cleaner_io_max_bytes_per_second: f64::MAX,
+            cleaner_backoff_ms: 15_000,
             min_insync_replicas: 1,
             durability_flush: true,
             flush_interval_ms: 1000,
@@ -163,7 +180,30 @@ impl NodeConfig {
             "log.index.interval.bytes" => self.index_interval_bytes = num!(),
             "log.retention.ms" => self.retention_ms = num!(),
             "log.retention.bytes" => self.retention_bytes = num!(),
-            "log.cleanup.policy" => self.cleanup_policy = value.to_string(),
+            "log.cleanup.policy" => {
+                check_topic_config("cleanup.policy", value)
+                    .map_err(|_| bad("delete, compact or compact,delete"))?;
+                self.cleanup_policy = value.to_string()
+            }
+            "log.cleaner.min.cleanable.ratio" => {
+                self.min_cleanable_dirty_ratio =
+                    ratio(value).ok_or_else(|| bad("a number in [0, 1]"))?
+            }
+            "log.cleaner.min.compaction.lag.ms" => self.min_compaction_lag_ms = num!(),
+            "log.cleaner.max.compaction.lag.ms" => self.max_compaction_lag_ms = num!(),
+            "log.cleaner.delete.retention.ms" => self.delete_retention_ms = num!(),
+            "log.cleaner.enable" => {
+                self.cleaner_enable = value.parse().map_err(|_| bad("true or false"))?
+            }
+            "log.cleaner.dedupe.buffer.size" => self.cleaner_dedupe_buffer_bytes = num!(),
+            "log.cleaner.io.max.bytes.per.second" => {
+                self.cleaner_io_max_bytes_per_second = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| *v > 0.0)
+                    .ok_or_else(|| bad("a positive number"))?
+            }
+            "log.cleaner.backoff.ms" => self.cleaner_backoff_ms = num!(),
             "min.insync.replicas" => self.min_insync_replicas = num!(),
             "log.durability" => {
                 self.durability_flush = match value {
@@ -207,6 +247,19 @@ impl NodeConfig {
             ),
             ("retention.ms", self.retention_ms.to_string()),
             ("retention.bytes", self.retention_bytes.to_string()),
+            (
+                "min.cleanable.dirty.ratio",
+                self.min_cleanable_dirty_ratio.to_string(),
+            ),
+            (
+                "min.compaction.lag.ms",
+                self.min_compaction_lag_ms.to_string(),
+            ),
+            (
+                "max.compaction.lag.ms",
+                self.max_compaction_lag_ms.to_string(),
+            ),
+            ("delete.retention.ms", self.delete_retention_ms.to_string()),
             ("max.message.bytes", self.message_max_bytes.to_string()),
             ("min.insync.replicas", self.min_insync_replicas.to_string()),
             ("message.timestamp.type", "CreateTime".to_string()),
@@ -246,10 +299,20 @@ impl NodeConfig {
             } else {
                 Durability::Interval(Duration::from_millis(self.flush_interval_ms.max(1)))
             },
-            // Compaction is not built yet: a compact-only topic keeps everything.
             retention_delete: policy.split(',').any(|p| p.trim() == "delete"),
             retention_ms: u64::try_from(retention_ms).ok().map(Duration::from_millis),
             retention_bytes: u64::try_from(retention_bytes).ok(),
+            compact: policy.split(',').any(|p| p.trim() == "compact"),
+            min_cleanable_dirty_ratio: overrides
+                .get("min.cleanable.dirty.ratio")
+                .and_then(|v| ratio(v))
+                .unwrap_or(self.min_cleanable_dirty_ratio),
+            min_compaction_lag: millis(signed("min.compaction.lag.ms", self.min_compaction_lag_ms)),
+            max_compaction_lag: match signed("max.compaction.lag.ms", self.max_compaction_lag_ms) {
+                i64::MAX => None,
+                ms => Some(millis(ms)),
+            },
+            delete_retention: millis(signed("delete.retention.ms", self.delete_retention_ms)),
             ..LogConfig::default()
         }
     }
@@ -265,6 +328,11 @@ pub fn check_topic_config(key: &str, value: &str) -> Result<(), String> {
         "segment.bytes" => number(14),
         "segment.ms" | "index.interval.bytes" | "max.message.bytes" => number(0),
         "retention.ms" | "retention.bytes" => number(-1),
+        "min.compaction.lag.ms" | "delete.retention.ms" => number(0),
+        "max.compaction.lag.ms" => number(1),
+        "min.cleanable.dirty.ratio" => ratio(value).map(|_| ()).ok_or_else(|| {
+            format!("min.cleanable.dirty.ratio must be a number in [0, 1], got {value:?}")
+        }),
         "min.insync.replicas" => number(1),
         "cleanup.policy" => match value {
             "delete" | "compact" | "compact,delete" | "delete,compact" => Ok(()),
@@ -280,6 +348,18 @@ pub fn check_topic_config(key: &str, value: &str) -> Result<(), String> {
         },
         _ => Err(format!("unknown topic config {key:?}")),
     }
+}
+
+/// A ratio in [0, 1] (`min.cleanable.dirty.ratio`).
+fn ratio(value: &str) -> Option<f64> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|r| (0.0..=1.0).contains(r))
+}
+
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
 fn parse_cores(value: &str) -> Option<Cores> {
@@ -352,6 +432,22 @@ mod tests {
             (l.retention_ms, l.retention_bytes, l.retention_delete),
             (None, Some(1000), false)
         );
+        assert!(l.compact);
+        o.insert("min.cleanable.dirty.ratio".to_string(), "0.1".to_string());
+        o.insert("delete.retention.ms".to_string(), "5".to_string());
+        o.insert("max.compaction.lag.ms".to_string(), "60000".to_string());
+        let l = c.log_config(&o);
+        assert_eq!(l.min_cleanable_dirty_ratio, 0.1);
+        assert_eq!(l.delete_retention, Duration::from_millis(5));
+        assert_eq!(l.max_compaction_lag, Some(Duration::from_secs(60)));
+        assert_eq!(c.log_config(&BTreeMap::new()).max_compaction_lag, None);
+        assert!(check_topic_config("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(check_topic_config("min.cleanable.dirty.ratio", "0.25").is_ok());
+        assert!(check_topic_config("max.compaction.lag.ms", "0").is_err());
+        assert!(c.apply_set("log.cleanup.policy=shred").is_err());
+        assert!(c
+            .apply_set("log.cleaner.io.max.bytes.per.second=1048576")
+            .is_ok());
         assert!(check_topic_config("cleanup.policy", "compact").is_ok());
         assert!(check_topic_config("segment.bytes", "1").is_err());
         assert!(check_topic_config("bogus", "1").is_err());

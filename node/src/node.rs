@@ -10,7 +10,7 @@ use anyhow::Context;
 use glommio::channels::local_channel;
 use glommio::net::TcpListener;
 use glommio::task::JoinHandle;
-use skiff_engine::{data_dir, Runtime, ShardConfig};
+use skiff_engine::{data_dir, CleanerConfig, Runtime, ShardConfig};
 use std::time::Duration;
 
 use crate::config::NodeConfig;
@@ -53,6 +53,15 @@ impl Node {
             Duration::from_millis(config.retention_check_interval_ms.max(10));
         shard_config.checkpoint_interval =
             Duration::from_millis(config.checkpoint_interval_ms.max(100));
+        shard_config.cleaner = CleanerConfig {
+            enabled: config.cleaner_enable,
+            dedupe_buffer_bytes: config.cleaner_dedupe_buffer_bytes,
+            // Kafka's default (Double.MAX_VALUE) and anything near it: unthrottled.
+            io_max_bytes_per_second: (config.cleaner_io_max_bytes_per_second < 1e15)
+                .then_some(config.cleaner_io_max_bytes_per_second as u64),
+            backoff: Duration::from_millis(config.cleaner_backoff_ms.max(10)),
+            ..CleanerConfig::default()
+        };
         let runtime = Runtime::start(shard_config)
             .with_context(|| format!("starting the engine in {}", data_dir.display()))?;
         let meta = data_dir::load_or_create(&data_dir, config.node_id)?;

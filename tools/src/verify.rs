@@ -331,6 +331,14 @@ fn verify_partition(
     totals: &mut Totals,
 ) -> Result<(), ToolError> {
     totals.partitions += 1;
+    // A partition the cleaner has worked on is compacted whatever the flag says.
+    let options = VerifyOptions {
+        compacted: options.compacted
+            || dir
+                .join(skiff_engine::checkpoint::CLEANER_CHECKPOINT_FILE)
+                .exists(),
+        ..options
+    };
     let entries = match list_dir(dir) {
         Ok(entries) => entries,
         Err(e) => return findings.report_unreadable(dir, e),

@@ -75,6 +75,14 @@ pub async fn append_phase(
             .get(&name)
             .and_then(|info| info.configs.get("message.timestamp.type"))
             .is_some_and(|v| v == "LogAppendTime");
+        // Kafka refuses keyless records on compacted topics: compaction keeps the
+        // latest record per key, and a record without one has no place there.
+        let compacted = topics
+            .get(&name)
+            .and_then(|info| info.configs.get("cleanup.policy"))
+            .unwrap_or(&core.node.config.cleanup_policy)
+            .split(',')
+            .any(|p| p.trim() == "compact");
         for p in &t.partition_data {
             let tp = TopicPartition::new(name.clone(), p.index);
             let known = topics.has_partition(&name, p.index);
@@ -92,7 +100,7 @@ pub async fn append_phase(
                         message: format!("acks must be 0, 1 or -1, got {acks}"),
                     })
                 } else {
-                    produce_partition(&shard, &tp, records, log_append_time).await
+                    produce_partition(&shard, &tp, records, log_append_time, compacted).await
                 };
                 (tp, result)
             });
@@ -198,6 +206,7 @@ async fn produce_partition(
     tp: &TopicPartition,
     records: Option<Bytes>,
     log_append_time: bool,
+    compacted: bool,
 ) -> Result<AppendedPending, Refused> {
     let refuse = |error: ResponseError, message: String| Refused { error, message };
     let records =
@@ -224,8 +233,23 @@ async fn produce_partition(
     // Kafka decompresses compressed batches on produce; so does skiff, on the
     // connection's core, so a batch no consumer could read is refused here. The
     // CRC and record counts are checked once, by the engine's append.
-    batch::check_compressed_records(&records, &header, DECOMPRESSED_BYTES_MAX)
-        .map_err(|e| refuse(ResponseError::CorruptMessage, e.to_string()))?;
+    if compacted {
+        let section = batch::records_section(&records, &header, DECOMPRESSED_BYTES_MAX)
+            .map_err(|e| refuse(ResponseError::CorruptMessage, e.to_string()))?;
+        let views = batch::record_views(&section, header.records_count)
+            .map_err(|e| refuse(ResponseError::CorruptMessage, e.to_string()))?;
+        if views.iter().any(|r| r.key.is_none()) {
+            return Err(refuse(
+                ResponseError::InvalidRecord,
+                format!(
+                    "Compacted topic cannot accept message without key in topic partition {tp}."
+                ),
+            ));
+        }
+    } else {
+        batch::check_compressed_records(&records, &header, DECOMPRESSED_BYTES_MAX)
+            .map_err(|e| refuse(ResponseError::CorruptMessage, e.to_string()))?;
+    }
     let mut batch = BytesMut::from(&records[..]);
     drop(records);
     let owner = shard.table().shard_of(tp);
