@@ -9,6 +9,7 @@
 //! Figures are MB/s (10^6 bytes per second).
 
 mod baseline;
+mod cleaner;
 mod engine;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Command {
     Baseline(baseline::Args),
     /// In-process append/read throughput of the engine beside the raw disk baseline.
     Engine(engine::Args),
+    /// Log cleaner (compaction) throughput, and append latency with it running.
+    Cleaner(cleaner::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,6 +41,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Baseline(args) => baseline::run(args),
         Command::Engine(args) => engine::run(args),
+        Command::Cleaner(args) => cleaner::run(args),
     }
 }
 

@@ -322,6 +322,7 @@ impl Cleaner {
             let mut batches = SegmentBatches::new(segment, self.config.read_chunk_bytes);
             while let Some((position, header, bytes)) = batches.next().await? {
                 self.throttle.account(bytes.len() as u64).await;
+                glommio::yield_if_needed().await;
                 if header.last_offset() < plan.first_dirty {
                     continue;
                 }
@@ -528,6 +529,7 @@ async fn fill_cleaned(
         while let Some((position, header, bytes)) = batches.next().await? {
             stats.bytes_read += bytes.len() as u64;
             throttle.account(bytes.len() as u64).await;
+            glommio::yield_if_needed().await;
             check_crc(segment, position, &header, &bytes)?;
             let out = match rules.filter(&bytes, &header, stats)? {
                 Filtered::Dropped => continue,
