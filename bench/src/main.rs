@@ -5,11 +5,22 @@
 //!   loopback TCP single-stream bandwidth, all in-process.
 //! - `engine`: in-process append and read throughput of the storage engine, with
 //!   the raw disk baseline measured in the same run and the ratio between them.
+//! - `produce`, `consume`, `e2e`: a Kafka-protocol load generator (pipelined
+//!   requests over several connections, HdrHistogram latencies) that works against
+//!   any Kafka-compatible server.
+//! - `suite`: starts its own `skiff` node and runs all of the above at fixed
+//!   workloads; writes results.json, results.md and SVG plots.
 //!
 //! Figures are MB/s (10^6 bytes per second).
 
 mod baseline;
+mod consume;
+mod e2e;
 mod engine;
+mod kafka;
+mod produce;
+mod stats;
+mod workload;
 
 use clap::{Parser, Subcommand};
 
@@ -26,6 +37,12 @@ enum Command {
     Baseline(baseline::Args),
     /// In-process append/read throughput of the engine beside the raw disk baseline.
     Engine(engine::Args),
+    /// Kafka-protocol produce load: MB/s, records/s, request latency percentiles.
+    Produce(workload::WorkloadArgs),
+    /// Kafka-protocol fetch load: reads the topic from its earliest offsets.
+    Consume(consume::Args),
+    /// Produce-to-consume latency while producing (best with --rate).
+    E2e(workload::WorkloadArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,6 +55,9 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Baseline(args) => baseline::run(args),
         Command::Engine(args) => engine::run(args),
+        Command::Produce(args) => produce::run(args),
+        Command::Consume(args) => consume::run(args),
+        Command::E2e(args) => e2e::run(args),
     }
 }
 
