@@ -239,7 +239,6 @@ impl Connection {
 /// Where each partition of the benchmark topic lives.
 #[derive(Debug, Clone)]
 pub struct Cluster {
-    pub bootstrap: String,
     pub topic: String,
     pub versions: Versions,
     /// Broker id -> "host:port".
@@ -310,7 +309,6 @@ impl Cluster {
                     );
                 }
                 return Ok(Cluster {
-                    bootstrap: bootstrap.to_string(),
                     topic: topic.to_string(),
                     versions,
                     brokers,

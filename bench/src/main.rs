@@ -18,8 +18,11 @@ mod consume;
 mod e2e;
 mod engine;
 mod kafka;
+mod node_process;
 mod produce;
+mod report;
 mod stats;
+mod suite;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +46,9 @@ enum Command {
     Consume(consume::Args),
     /// Produce-to-consume latency while producing (best with --rate).
     E2e(workload::WorkloadArgs),
+    /// Everything above against a skiff node it starts: results.json,
+    /// results.md and SVG plots.
+    Suite(suite::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,6 +64,7 @@ fn main() -> anyhow::Result<()> {
         Command::Produce(args) => produce::run(args),
         Command::Consume(args) => consume::run(args),
         Command::E2e(args) => e2e::run(args),
+        Command::Suite(args) => suite::run(args),
     }
 }
 
