@@ -507,3 +507,101 @@ fn read_responses(
     }
     Ok(histogram)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::kafka::Versions;
+    use bytes::{Buf, Bytes};
+    use kafka_protocol::messages::RequestHeader;
+    use kafka_protocol::protocol::{Decodable, HeaderVersion};
+    use skiff_engine::batch::{self, Compression};
+
+    fn cluster(partitions: i32, produce_version: i16) -> Cluster {
+        Cluster {
+            topic: "t".into(),
+            versions: Versions {
+                produce: produce_version,
+                fetch: 12,
+                metadata: 12,
+                list_offsets: 7,
+                create_topics: 7,
+                delete_topics: 5,
+            },
+            brokers: [(1, "127.0.0.1:9092".to_string())].into(),
+            partitions: (0..partitions).map(|p| (p, 1)).collect(),
+        }
+    }
+
+    /// A stamped template is a valid Produce request whose every batch passes
+    /// the broker's checks (CRC included) and carries the new timestamp.
+    #[test]
+    fn stamped_templates_are_valid_requests() {
+        for (version, codec) in [
+            (3, Compression::None),
+            (8, Compression::Lz4),
+            (11, Compression::Zstd),
+        ] {
+            let cluster = cluster(6, version);
+            let mut args = WorkloadArgs::new("127.0.0.1:9092", "t");
+            args.compression = codec;
+            args.batch_bytes = 4096;
+            args.record_size = 100;
+            args.max_request_bytes = 10_000;
+            let payload = workload::build_payload(&args).unwrap();
+            let plans = workload::plan_connections(&cluster, 2).unwrap();
+            assert_eq!(plans.len(), 2);
+            let mut templates = build_templates(&cluster, &plans[0], &payload, &args).unwrap();
+            // 3 partitions; as many batches per request as fit in 10 000 bytes.
+            let fit = (10_000 / payload.batch.len()).clamp(1, 3);
+            assert_eq!(templates.len(), 3usize.div_ceil(fit), "{version} {codec}");
+            for (i, t) in templates.iter_mut().enumerate() {
+                t.stamp(1000 + i as i32, 1_700_000_000_123);
+                let mut frame = Bytes::from(t.frame.clone());
+                assert_eq!(frame.get_i32() as usize, frame.len());
+                let header =
+                    RequestHeader::decode(&mut frame, ProduceRequest::header_version(version))
+                        .unwrap();
+                assert_eq!(header.correlation_id, 1000 + i as i32);
+                let request = ProduceRequest::decode(&mut frame, version).unwrap();
+                assert_eq!(request.acks, 1);
+                let mut batches = 0;
+                for topic in &request.topic_data {
+                    for p in &topic.partition_data {
+                        let records = p.records.clone().unwrap();
+                        let h = batch::validate(&records).unwrap();
+                        assert_eq!(h.base_timestamp, 1_700_000_000_123);
+                        assert_eq!(h.max_timestamp, 1_700_000_000_123);
+                        assert_eq!(h.records_count as u64, payload.records);
+                        assert_eq!(h.compression().unwrap(), codec);
+                        batches += 1;
+                    }
+                }
+                assert_eq!(batches, t.batch_positions.len());
+            }
+        }
+    }
+
+    #[test]
+    fn connections_split_partitions_by_leader() {
+        let mut c = cluster(5, 9);
+        c.brokers.insert(2, "127.0.0.2:9092".into());
+        c.partitions = vec![(0, 1), (1, 2), (2, 1), (3, 2), (4, 1)];
+        let plans = workload::plan_connections(&c, 4).unwrap();
+        let mut seen: Vec<usize> = plans.iter().flat_map(|p| p.partitions.clone()).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 1, 2, 3, 4]);
+        assert!(plans.iter().all(|p| !p.partitions.is_empty()));
+        for p in &plans {
+            let leader = if p.address.starts_with("127.0.0.1") {
+                1
+            } else {
+                2
+            };
+            assert!(p.partitions.iter().all(|&i| c.partitions[i].1 == leader));
+        }
+        // More connections than partitions: one partition each at most.
+        assert_eq!(workload::plan_connections(&c, 50).unwrap().len(), 5);
+    }
+}
