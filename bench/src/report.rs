@@ -212,6 +212,7 @@ fn throughput_plot(path: &Path, r: &Value) -> anyhow::Result<()> {
         .configure_mesh()
         .x_desc("seconds into the workload")
         .y_desc("MB/s")
+        .light_line_style(WHITE)
         .draw()
         .map_err(plot_error)?;
     for (i, (name, points)) in series.iter().enumerate() {
@@ -293,6 +294,7 @@ fn latency_plot(path: &Path, r: &Value) -> anyhow::Result<()> {
         .configure_mesh()
         .x_desc("percentile")
         .y_desc("ms")
+        .light_line_style(WHITE)
         .x_labels(8)
         .x_label_formatter(&|x| {
             let q = 100.0 * (1.0 - 10f64.powf(-x));

@@ -133,10 +133,15 @@ pub fn percentile_curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
         0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99995, 0.99999, 0.999995,
         0.999999,
     ];
-    QUANTILES
+    // Past 1 - 1/count a quantile is only the maximum again: stop there.
+    let last = 1.0 - 1.0 / h.len() as f64;
+    let mut curve: Vec<(f64, f64)> = QUANTILES
         .iter()
+        .take_while(|&&q| q <= last)
         .map(|&q| (q, h.value_at_quantile(q) as f64 / 1000.0))
-        .collect()
+        .collect();
+    curve.push((last.max(0.5), h.max() as f64 / 1000.0));
+    curve
 }
 
 /// A flag set from outside (Ctrl-C in the suite) that stops a run early.
