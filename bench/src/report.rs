@@ -245,7 +245,7 @@ fn throughput_plot(path: &Path, r: &Value) -> anyhow::Result<()> {
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::MiddleRight)
         .draw()
         .map_err(plot_error)?;
     root.present().map_err(plot_error)?;
