@@ -58,7 +58,64 @@ pub struct Args {
     pub json: bool,
 }
 
+/// What one engine run measured.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineFigures {
+    pub append_mb_s: f64,
+    pub read_cold_mb_s: f64,
+    /// The raw disk in the same run (mean of before and after), unless skipped.
+    pub raw: Option<baseline::DiskFigures>,
+    pub partitions: usize,
+    pub batch_bytes: usize,
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let figures = measure(&args)?;
+    let (append, read, raw, partitions) = (
+        figures.append_mb_s,
+        figures.read_cold_mb_s,
+        figures.raw,
+        figures.partitions,
+    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "engine": {"append_mb_s": append, "read_cold_mb_s": read},
+                "baseline": raw.map(|r| serde_json::json!({"disk_write_mb_s": r.write_mb_s, "disk_read_mb_s": r.read_mb_s})),
+                "append_vs_raw_write": raw.map(|r| append / r.write_mb_s),
+                "read_vs_raw_read": raw.map(|r| read / r.read_mb_s),
+                "cores": args.cores, "partitions": partitions, "batch_bytes": figures.batch_bytes,
+                "durability": format!("{:?}", args.durability).to_lowercase(), "inflight": args.inflight,
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "engine: {} partition(s) on {} core(s), {} byte batches, {} in flight, durability {:?}, {} MiB each",
+        partitions,
+        args.cores,
+        figures.batch_bytes,
+        args.inflight,
+        args.durability,
+        args.size_mib
+    );
+    match raw {
+        Some(r) => {
+            println!("raw O_DIRECT write {:>8.1} MB/s (mean of before/after)   engine append    {append:>8.1} MB/s   ratio {:.2}", r.write_mb_s, append / r.write_mb_s);
+            println!(
+                "raw O_DIRECT read  {:>8.1} MB/s   engine cold read {read:>8.1} MB/s   ratio {:.2}",
+                r.read_mb_s,
+                read / r.read_mb_s
+            );
+        }
+        None => println!("engine append {append:.1} MB/s, cold read {read:.1} MB/s"),
+    }
+    Ok(())
+}
+
+/// Appends, restarts and reads back cold; the raw disk before and after.
+pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
     let scratch = baseline::scratch_dir(args.dir.as_deref())?;
     let partitions = args.cores.max(1) * args.partitions_per_core.max(1);
     let batch = build_batch(args.batch_kib * 1024, args.record_bytes)?;
@@ -192,41 +249,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let kept = scratch.keep();
         eprintln!("data kept in {}", kept.join("data").display());
     }
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "engine": {"append_mb_s": append, "read_cold_mb_s": read},
-                "baseline": raw.map(|r| serde_json::json!({"disk_write_mb_s": r.write_mb_s, "disk_read_mb_s": r.read_mb_s})),
-                "append_vs_raw_write": raw.map(|r| append / r.write_mb_s),
-                "read_vs_raw_read": raw.map(|r| read / r.read_mb_s),
-                "cores": args.cores, "partitions": partitions, "batch_bytes": batch.len(),
-                "durability": format!("{:?}", args.durability).to_lowercase(), "inflight": args.inflight,
-            })
-        );
-        return Ok(());
-    }
-    println!(
-        "engine: {} partition(s) on {} core(s), {} byte batches, {} in flight, durability {:?}, {} MiB each",
+    Ok(EngineFigures {
+        append_mb_s: append,
+        read_cold_mb_s: read,
+        raw,
         partitions,
-        args.cores,
-        batch.len(),
-        args.inflight,
-        args.durability,
-        args.size_mib
-    );
-    match raw {
-        Some(r) => {
-            println!("raw O_DIRECT write {:>8.1} MB/s (mean of before/after)   engine append    {append:>8.1} MB/s   ratio {:.2}", r.write_mb_s, append / r.write_mb_s);
-            println!(
-                "raw O_DIRECT read  {:>8.1} MB/s   engine cold read {read:>8.1} MB/s   ratio {:.2}",
-                r.read_mb_s,
-                read / r.read_mb_s
-            );
-        }
-        None => println!("engine append {append:.1} MB/s, cold read {read:.1} MB/s"),
-    }
-    Ok(())
+        batch_bytes: batch.len(),
+    })
 }
 
 /// A batch of about `bytes` bytes of `record_bytes`-byte records.

@@ -5,12 +5,26 @@
 //!   loopback TCP single-stream bandwidth, all in-process.
 //! - `engine`: in-process append and read throughput of the storage engine, with
 //!   the raw disk baseline measured in the same run and the ratio between them.
+//! - `produce`, `consume`, `e2e`: a Kafka-protocol load generator (pipelined
+//!   requests over several connections, HdrHistogram latencies) that works against
+//!   any Kafka-compatible server.
+//! - `suite`: starts its own `skiff` node and runs all of the above at fixed
+//!   workloads; writes results.json, results.md and SVG plots.
 //!
 //! Figures are MB/s (10^6 bytes per second).
 
 mod baseline;
 mod cleaner;
+mod consume;
+mod e2e;
 mod engine;
+mod kafka;
+mod node_process;
+mod produce;
+mod report;
+mod stats;
+mod suite;
+mod workload;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +43,15 @@ enum Command {
     Engine(engine::Args),
     /// Log cleaner (compaction) throughput, and append latency with it running.
     Cleaner(cleaner::Args),
+    /// Kafka-protocol produce load: MB/s, records/s, request latency percentiles.
+    Produce(workload::WorkloadArgs),
+    /// Kafka-protocol fetch load: reads the topic from its earliest offsets.
+    Consume(consume::Args),
+    /// Produce-to-consume latency while producing (best with --rate).
+    E2e(workload::WorkloadArgs),
+    /// Everything above against a skiff node it starts: results.json,
+    /// results.md and SVG plots.
+    Suite(suite::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,6 +65,10 @@ fn main() -> anyhow::Result<()> {
         Command::Baseline(args) => baseline::run(args),
         Command::Engine(args) => engine::run(args),
         Command::Cleaner(args) => cleaner::run(args),
+        Command::Produce(args) => produce::run(args),
+        Command::Consume(args) => consume::run(args),
+        Command::E2e(args) => e2e::run(args),
+        Command::Suite(args) => suite::run(args),
     }
 }
 

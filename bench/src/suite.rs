@@ -1,0 +1,507 @@
+//! `skiff-bench suite`: the whole benchmark in one run, against a `skiff` node it
+//! starts itself. Steps: hardware baselines, the engine in-process, then over the
+//! Kafka protocol: produce at 1 KiB records x 16 partitions for acks=1/all x
+//! compression none/lz4, a catch-up consume of what the first produce wrote, a hot
+//! consume (a topic that fits the node's batch cache, read over and over), and
+//! end-to-end latency at a fixed rate for acks=1 and acks=all. Writes
+//! `results.json`, `results.md` and SVG plots (`report.rs`).
+//!
+//! Replicated workloads (3 nodes, RF=3, acks=all) go here once replication
+//! exists: start three nodes, run the acks=all produce/e2e steps against them, and
+//! fill `Results::replicated` (null until then).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use skiff_engine::batch::Compression;
+
+use crate::kafka::{self, Cluster};
+use crate::node_process::{self, NodeProcess};
+use crate::stats::{self, Latency, StopFlag};
+use crate::workload::WorkloadArgs;
+use crate::{baseline, consume, e2e, engine, produce, report};
+
+#[derive(ClapArgs, Debug, Clone)]
+pub struct Args {
+    /// A short run (at most about a minute): smaller sizes, 3-4 s per workload.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where results.json, results.md, the SVG plots and node.log go.
+    #[arg(long, default_value = "skiff-bench-results")]
+    pub out: PathBuf,
+    /// The `skiff` binary (default: $SKIFF_BIN, else next to skiff-bench).
+    #[arg(long)]
+    pub skiff: Option<PathBuf>,
+    /// Directory for scratch files and the node's data (on the disk to measure).
+    /// Default: a temp dir under the current directory, removed at the end.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Sizes and durations of one suite run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub disk_streams: usize,
+    pub disk_mib_per_stream: u64,
+    pub loopback_mib: u64,
+    pub engine_mib_per_partition: u64,
+    pub produce_s: f64,
+    pub consume_s: f64,
+    pub hot_topic_mib: u64,
+    pub e2e_s: f64,
+    pub e2e_rate_records_s: u64,
+    pub partitions: i32,
+    pub record_size: usize,
+    pub batch_bytes: usize,
+    pub e2e_batch_bytes: usize,
+    pub connections: usize,
+    pub max_in_flight: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        let cores = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, 8);
+        Plan {
+            disk_streams: cores,
+            disk_mib_per_stream: if quick { 128 } else { 1024 },
+            loopback_mib: if quick { 512 } else { 4096 },
+            engine_mib_per_partition: if quick { 64 } else { 1024 },
+            produce_s: if quick { 4.0 } else { 20.0 },
+            consume_s: if quick { 3.0 } else { 15.0 },
+            hot_topic_mib: if quick { 64 } else { 256 },
+            e2e_s: if quick { 3.0 } else { 15.0 },
+            e2e_rate_records_s: 20_000,
+            partitions: 16,
+            record_size: 1024,
+            // Redpanda's and the OpenMessaging Benchmark's producer batch.size.
+            batch_bytes: 128 << 10,
+            // Kafka's default batch.size: at a fixed rate, smaller batches go
+            // out more often, as a producer with a short linger sends them.
+            e2e_batch_bytes: 16 << 10,
+            connections: 4,
+            max_in_flight: 5,
+        }
+    }
+
+    /// Estimated seconds per step, for the progress bar.
+    fn estimates(&self) -> [u64; 7] {
+        let disk = (self.disk_mib_per_stream * self.disk_streams as u64 / 500).max(1);
+        [
+            disk + self.loopback_mib / 2000 + 1,
+            (self.engine_mib_per_partition * 2 / 500).max(1) + 1,
+            2,
+            4 * self.produce_s as u64,
+            self.consume_s as u64 + 1,
+            self.consume_s as u64 + 2,
+            2 * self.e2e_s as u64 + 1,
+        ]
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub cpu: String,
+    pub memory_gib: f64,
+    pub kernel: String,
+    /// Device, file system and kind of the disk the data went to.
+    pub disk: String,
+}
+
+/// One workload's figures, for the table and the plots.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadResult {
+    pub name: String,
+    pub kind: &'static str,
+    pub mb_s: f64,
+    pub records_s: f64,
+    pub latency: Option<Latency>,
+    /// (quantile, ms) points of the latency distribution.
+    pub latency_curve: Vec<(f64, f64)>,
+    pub timeline: Vec<stats::Point>,
+    /// The step's full report.
+    pub report: serde_json::Value,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let stop: StopFlag = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while the first is being handled exits at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, stop.clone())?;
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    let skiff = node_process::find_skiff(args.skiff.as_deref())?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    // Scratch files and the node's data; removed when this guard drops, on
+    // success or error (after the node, which is dropped first).
+    let scratch = baseline::scratch_dir(args.dir.as_deref())?;
+    let plan = Plan::new(args.quick);
+    let started = Instant::now();
+    let progress = progress_bar(plan.estimates().iter().sum());
+    let results = run_steps(&args, &plan, &skiff, scratch.path(), &progress, &stop);
+    progress.finish_and_clear();
+    let mut results = results?;
+    results["duration_s"] = started.elapsed().as_secs_f64().into();
+    let md = report::write(&args.out, &results)?;
+    println!("{md}");
+    println!(
+        "wrote {}/results.json, results.md, throughput.svg, latency.svg (node log: node.log)",
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn progress_bar(total_s: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total_s);
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} ~{pos}/{len} s  {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+fn check_stop(stop: &StopFlag) -> anyhow::Result<()> {
+    anyhow::ensure!(!stop.load(Ordering::Relaxed), "interrupted");
+    Ok(())
+}
+
+fn run_steps(
+    args: &Args,
+    plan: &Plan,
+    skiff: &Path,
+    scratch: &Path,
+    progress: &ProgressBar,
+    stop: &StopFlag,
+) -> anyhow::Result<serde_json::Value> {
+    let est = plan.estimates();
+    let step = |msg: &str| {
+        progress.set_message(msg.to_string());
+        tracing::info!("suite: {msg}");
+    };
+
+    step("baseline: raw O_DIRECT disk and loopback TCP");
+    let disk = baseline::disk(
+        scratch,
+        plan.disk_streams,
+        plan.disk_mib_per_stream,
+        1024,
+        4,
+    )?;
+    let loopback_mb_s = baseline::loopback(plan.loopback_mib)?;
+    progress.inc(est[0]);
+    check_stop(stop)?;
+
+    step("engine: in-process append and cold read");
+    let engine = engine::measure(&engine::Args {
+        dir: Some(scratch.to_path_buf()),
+        cores: plan.disk_streams,
+        partitions_per_core: 1,
+        batch_kib: 1024,
+        record_bytes: plan.record_size,
+        size_mib: plan.engine_mib_per_partition,
+        inflight: 4,
+        durability: engine::DurabilityArg::Flush,
+        no_baseline: true,
+        keep: false,
+        json: false,
+    })?;
+    progress.inc(est[1]);
+    check_stop(stop)?;
+
+    step("starting a skiff node");
+    let data_dir = scratch.join("node-data");
+    let node = NodeProcess::start(skiff, &data_dir, &args.out.join("node.log"))?;
+    progress.inc(est[2]);
+
+    let mut workloads = Vec::new();
+    let limit = disk.write_mb_s.min(loopback_mb_s);
+    let base = |topic: &str| {
+        let mut w = WorkloadArgs::new(&node.bootstrap, topic);
+        w.partitions = plan.partitions;
+        w.record_size = plan.record_size;
+        w.batch_bytes = plan.batch_bytes;
+        w.connections = plan.connections;
+        w.max_in_flight = plan.max_in_flight;
+        w
+    };
+
+    // Produce: acks x compression. Right after the first one, a catch-up read of
+    // everything it wrote (then its topic goes, as every topic does after its
+    // step, so the disk holds one workload's data at a time).
+    let mut headline = None;
+    let mut catchup = None;
+    for (acks, compression) in [
+        (1i16, Compression::None),
+        (-1, Compression::None),
+        (1, Compression::Lz4),
+        (-1, Compression::Lz4),
+    ] {
+        let mut w = base(&format!(
+            "produce-acks{}-{}",
+            acks_label(acks),
+            compression.name()
+        ));
+        w.acks = acks;
+        w.compression = compression;
+        w.duration = plan.produce_s;
+        let name = format!("produce acks={} {}", w.acks_name(), compression.name());
+        step(&name);
+        let cluster = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, true)?;
+        let outcome = produce::produce(&cluster, &w, Some(stop.clone()))?;
+        check_stop(stop)?;
+        anyhow::ensure!(
+            outcome.report.errors == 0,
+            "{name}: {} produce errors",
+            outcome.report.errors
+        );
+        progress.inc(est[3] / 4);
+        let r = &outcome.report;
+        workloads.push(WorkloadResult {
+            name,
+            kind: "produce",
+            mb_s: r.mb_s,
+            records_s: r.records_s,
+            latency: Some(r.latency),
+            latency_curve: stats::percentile_curve(&outcome.histogram),
+            timeline: r.timeline.clone(),
+            report: serde_json::to_value(r)?,
+        });
+        if headline.is_none() {
+            headline = Some(r.clone());
+            step("consume: catch-up read of what the first produce wrote");
+            let mut w = w.clone();
+            w.duration = plan.consume_s;
+            let report = consume::consume_topic(&cluster, &w, false, Some(stop.clone()))?.report;
+            check_stop(stop)?;
+            anyhow::ensure!(
+                report.records == r.records || report.secs >= plan.consume_s,
+                "catch-up read {} of {} records",
+                report.records,
+                r.records
+            );
+            progress.inc(est[4]);
+            workloads.push(consume_result(
+                "consume catch-up (from disk and cache)",
+                &report,
+            )?);
+            catchup = Some(report);
+        }
+        kafka::delete_topic(&node.bootstrap, &w.topic)?;
+    }
+    let headline = headline.context("no produce workload ran")?;
+    let catchup = catchup.context("no catch-up read ran")?;
+
+    // Hot consume: a topic that fits the node's batch cache, read again and again.
+    step("consume: hot reads of a cached topic");
+    let mut w = base("consume-hot");
+    w.num_records = Some((plan.hot_topic_mib << 20) / plan.record_size as u64);
+    w.duration = 60.0;
+    let cluster = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, true)?;
+    produce::produce(&cluster, &w, Some(stop.clone()))?;
+    check_stop(stop)?;
+    w.duration = plan.consume_s;
+    let hot = consume::consume_topic(&cluster, &w, true, Some(stop.clone()))?.report;
+    check_stop(stop)?;
+    kafka::delete_topic(&node.bootstrap, &w.topic)?;
+    progress.inc(est[5]);
+    workloads.push(consume_result("consume hot (cached, repeated)", &hot)?);
+
+    // End-to-end latency at a fixed rate.
+    let mut e2e_runs = Vec::new();
+    for acks in [1i16, -1] {
+        let mut w = base(&format!("e2e-acks{}", acks_label(acks)));
+        w.acks = acks;
+        w.batch_bytes = plan.e2e_batch_bytes;
+        w.rate = Some(plan.e2e_rate_records_s);
+        w.duration = plan.e2e_s;
+        let name = format!(
+            "e2e acks={} at {} records/s",
+            w.acks_name(),
+            plan.e2e_rate_records_s
+        );
+        step(&name);
+        let cluster = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, true)?;
+        let outcome = e2e::e2e(&cluster, &w, Some(stop.clone()))?;
+        check_stop(stop)?;
+        kafka::delete_topic(&node.bootstrap, &w.topic)?;
+        progress.inc(est[6] / 2);
+        let r = &outcome.report;
+        anyhow::ensure!(
+            r.records_consumed == r.records_produced,
+            "{name}: consumed {} of {} records",
+            r.records_consumed,
+            r.records_produced
+        );
+        workloads.push(WorkloadResult {
+            name,
+            kind: "e2e",
+            mb_s: r.produce.mb_s,
+            records_s: r.produce.records_s,
+            latency: Some(r.latency),
+            latency_curve: stats::percentile_curve(&outcome.histogram),
+            timeline: r.produce.timeline.clone(),
+            report: serde_json::to_value(r)?,
+        });
+        e2e_runs.push(r.latency);
+    }
+
+    node.stop()?;
+
+    let l = headline.latency;
+    let e2e1 = e2e_runs.first().copied().unwrap_or_default();
+    Ok(serde_json::json!({
+        "skiff_bench_version": env!("CARGO_PKG_VERSION"),
+        "quick": args.quick,
+        "started_at_unix_s": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        "machine": machine(scratch),
+        "plan": plan,
+        "baseline": {
+            "disk_write_mb_s": disk.write_mb_s,
+            "disk_read_mb_s": disk.read_mb_s,
+            "loopback_mb_s": loopback_mb_s,
+        },
+        "engine": {
+            "append_mb_s": engine.append_mb_s,
+            "read_cold_mb_s": engine.read_cold_mb_s,
+        },
+        "produce": {
+            "workload": "acks=1, compression none",
+            "mb_s": headline.mb_s,
+            "wire_mb_s": headline.wire_mb_s,
+            "records_s": headline.records_s,
+            "p50_ms": l.p50_ms,
+            "p90_ms": l.p90_ms,
+            "p99_ms": l.p99_ms,
+            "p999_ms": l.p999_ms,
+            "max_ms": l.max_ms,
+        },
+        "consume": {
+            "mb_s": hot.mb_s,
+            "records_s": hot.records_s,
+            "catchup_mb_s": catchup.mb_s,
+            "catchup_records_s": catchup.records_s,
+        },
+        "e2e": {
+            "workload": format!("acks=1 at {} records/s", plan.e2e_rate_records_s),
+            "p50_ms": e2e1.p50_ms,
+            "p90_ms": e2e1.p90_ms,
+            "p99_ms": e2e1.p99_ms,
+            "p999_ms": e2e1.p999_ms,
+            "max_ms": e2e1.max_ms,
+        },
+        "ratios": {
+            "engine_vs_disk": engine.append_mb_s / disk.write_mb_s,
+            "engine_read_vs_disk": engine.read_cold_mb_s / disk.read_mb_s,
+            "produce_vs_limit": headline.mb_s / limit,
+            "consume_vs_loopback": hot.mb_s / loopback_mb_s,
+            "catchup_vs_limit": catchup.mb_s / disk.read_mb_s.min(loopback_mb_s),
+        },
+        "targets": {
+            "engine_vs_disk": 0.9,
+            "produce_vs_limit": 0.6,
+            "consume_vs_loopback": 0.7,
+        },
+        "workloads": workloads,
+        "replicated": serde_json::Value::Null,
+    }))
+}
+
+fn acks_label(acks: i16) -> &'static str {
+    if acks == -1 {
+        "all"
+    } else if acks == 0 {
+        "0"
+    } else {
+        "1"
+    }
+}
+
+fn consume_result(name: &str, r: &consume::ConsumeReport) -> anyhow::Result<WorkloadResult> {
+    anyhow::ensure!(r.errors == 0, "{name}: {} fetch errors", r.errors);
+    Ok(WorkloadResult {
+        name: name.to_string(),
+        kind: "consume",
+        mb_s: r.mb_s,
+        records_s: r.records_s,
+        latency: None,
+        latency_curve: Vec::new(),
+        timeline: r.timeline.clone(),
+        report: serde_json::to_value(r)?,
+    })
+}
+
+/// What the run ran on, read from /proc and /sys (best effort: unknown fields
+/// say so).
+fn machine(data_dir: &Path) -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory_kib: f64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    Machine {
+        nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu,
+        memory_gib: (memory_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map_or_else(|_| "unknown".into(), |s| s.trim().to_string()),
+        disk: disk_of(data_dir),
+    }
+}
+
+/// "device fstype (ssd|rotational)" of the mount holding `path`.
+fn disk_of(path: &Path) -> String {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let best = mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?, f.next()?, f.next()?))
+        })
+        .filter(|(_, mount, _)| path.starts_with(mount))
+        .max_by_key(|(_, mount, _)| mount.len());
+    let Some((device, _, fstype)) = best else {
+        return "unknown".into();
+    };
+    let name = device.rsplit('/').next().unwrap_or(device);
+    // A partition's queue settings are its disk's: vda1 -> vda, nvme0n1p1 -> nvme0n1.
+    let mut disk = name.to_string();
+    while !Path::new(&format!("/sys/block/{disk}")).exists() && !disk.is_empty() {
+        disk.pop();
+        if disk.ends_with('p') && disk.contains("nvme") {
+            disk.pop();
+        }
+    }
+    let kind = match std::fs::read_to_string(format!("/sys/block/{disk}/queue/rotational")) {
+        Ok(s) if s.trim() == "0" => "non-rotational",
+        Ok(_) => "rotational",
+        Err(_) => "unknown kind",
+    };
+    let model = std::fs::read_to_string(format!("/sys/block/{disk}/device/model"))
+        .map(|m| format!(", {}", m.trim()))
+        .unwrap_or_default();
+    format!("{device} {fstype} ({kind}{model})")
+}
