@@ -95,6 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let dir = scratch.path().to_path_buf();
     let a = args.clone();
     let report = LocalExecutorBuilder::new(Placement::Unbound)
+        .preempt_timer(skiff_engine::shard::PREEMPT_TIMER)
         .spawn(move || async move { measure(dir, a, codec).await })
         .map_err(|e| anyhow::anyhow!("starting the executor: {e}"))?
         .join()

@@ -117,7 +117,15 @@ pub struct ShardConfig {
     pub mesh_channel_capacity: usize,
     /// The core's log cleaner (compaction).
     pub cleaner: CleanerConfig,
+    /// How long one task queue may run before the executor polls io_uring and
+    /// picks the next queue (glommio's preempt timer; its default is 100 ms).
+    /// Background work (the cleaner, retention) checks it between batches, so
+    /// this bounds how long a completed append waits behind it.
+    pub preempt_timer: Duration,
 }
+
+/// `ShardConfig::preempt_timer`'s default.
+pub const PREEMPT_TIMER: Duration = Duration::from_micros(500);
 
 impl ShardConfig {
     /// `shards` unpinned executors: tests and machines that share cores.
@@ -133,6 +141,7 @@ impl ShardConfig {
             retention_check_interval: Duration::from_secs(300),
             mesh_channel_capacity: 1024,
             cleaner: CleanerConfig::default(),
+            preempt_timer: PREEMPT_TIMER,
         }
     }
 }
@@ -401,6 +410,7 @@ impl Runtime {
             let handle = LocalExecutorBuilder::new(placement)
                 .name(&format!("skiff-shard-{i}"))
                 .io_memory(config.io_memory_bytes)
+                .preempt_timer(config.preempt_timer)
                 .spawn(move || async move { run_shard(mesh, config, table, ready_tx).await })
                 .map_err(|e| {
                     LogError::io("spawn executor", "", std::io::Error::other(e.to_string()))

@@ -143,7 +143,10 @@ pub struct CleanStats {
 }
 
 /// Kafka's byte-rate throttle for the cleaner: sleeps whenever the bytes moved
-/// since the window opened run ahead of the allowed rate.
+/// since the window opened run ahead of the allowed rate. It also paces the
+/// cleaner's CPU: between batches the cleaner yields its task queue when the
+/// executor's preempt timer (`ShardConfig::preempt_timer`) has fired, so the
+/// executor reaps completed I/O and appends and fetches run.
 struct Throttle {
     rate: Option<u64>,
     window_start: Instant,
@@ -159,6 +162,10 @@ impl Throttle {
         }
     }
 
+    async fn pace(&mut self) {
+        glommio::yield_if_needed().await;
+    }
+
     async fn account(&mut self, bytes: u64) {
         let Some(rate) = self.rate.filter(|r| *r > 0) else {
             return;
@@ -166,7 +173,8 @@ impl Throttle {
         self.window_bytes += bytes;
         let elapsed = self.window_start.elapsed();
         let allowed = Duration::from_secs_f64(self.window_bytes as f64 / rate as f64);
-        if allowed > elapsed {
+        // Sleep in steps the timer can honour (short sleeps overshoot).
+        if allowed > elapsed + Duration::from_millis(10) {
             glommio::timer::sleep(allowed - elapsed).await;
         }
         if self.window_start.elapsed() > Duration::from_secs(1) {
@@ -322,7 +330,7 @@ impl Cleaner {
             let mut batches = SegmentBatches::new(segment, self.config.read_chunk_bytes);
             while let Some((position, header, bytes)) = batches.next().await? {
                 self.throttle.account(bytes.len() as u64).await;
-                glommio::yield_if_needed().await;
+                self.throttle.pace().await;
                 if header.last_offset() < plan.first_dirty {
                     continue;
                 }
@@ -529,7 +537,7 @@ async fn fill_cleaned(
         while let Some((position, header, bytes)) = batches.next().await? {
             stats.bytes_read += bytes.len() as u64;
             throttle.account(bytes.len() as u64).await;
-            glommio::yield_if_needed().await;
+            throttle.pace().await;
             check_crc(segment, position, &header, &bytes)?;
             let out = match rules.filter(&bytes, &header, stats)? {
                 Filtered::Dropped => continue,
