@@ -11,7 +11,9 @@
 //! - `state.rs`: the membership protocol as a pure state machine (time passed in).
 //! - `records.rs`: Kafka's key/value formats of `__consumer_offsets` records.
 //! - `coordinator.rs`: per-core glue: waiting members, timers, the log, loading.
+//! - `admin.rs`: `skiff group ...` (a client of the group APIs).
 
+pub mod admin;
 pub mod coordinator;
 pub mod records;
 pub mod state;
