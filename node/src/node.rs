@@ -118,6 +118,12 @@ impl Node {
 
     /// Stops accepting, waits for in-flight requests, closes every partition.
     pub fn stop(self) -> anyhow::Result<()> {
+        // Members waiting in JoinGroup/SyncGroup are answered first, so their
+        // connections can finish.
+        for core in 0..self.runtime.shards() {
+            self.runtime
+                .block_on(core, |_| async move { Coordinator::current().close() })?;
+        }
         for core in 0..self.runtime.shards() {
             self.runtime.block_on(core, |_| async move {
                 let Some((stop, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {

@@ -878,4 +878,42 @@ mod groups {
         assert_eq!(heartbeat(&mut a, "h", &b_id, 2), UNKNOWN_MEMBER_ID);
         node.terminate();
     }
+
+    #[test]
+    fn stopping_answers_waiting_members_not_coordinator() {
+        const NOT_COORDINATOR: i16 = 16;
+        let tmp = tempfile::tempdir().unwrap();
+        let node = NodeProcess::start(
+            tmp.path(),
+            free_port(),
+            &["group.initial.rebalance.delay.ms=0"],
+        );
+        let mut a = node.client();
+        let mut b = node.client();
+        let a_id = join(&mut a, &join_request("w", "", "consumer"))
+            .member_id
+            .to_string();
+        assert_eq!(
+            join(&mut a, &join_request("w", &a_id, "consumer")).generation_id,
+            1
+        );
+        assert_eq!(sync(&mut a, "w", &a_id, 1).error_code, NONE);
+        // b waits in JoinGroup for a to rejoin (up to the 10 s rebalance timeout).
+        let b_id = join(&mut b, &join_request("w", "", "consumer"))
+            .member_id
+            .to_string();
+        let correlation_id = b.send(&join_request("w", &b_id, "consumer"), 5).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        node.terminate();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let answer: JoinGroupResponse = b
+            .receive::<JoinGroupRequest, JoinGroupResponse>(correlation_id, 5)
+            .unwrap();
+        assert_eq!(answer.error_code, NOT_COORDINATOR);
+    }
 }

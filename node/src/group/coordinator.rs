@@ -34,6 +34,10 @@ use crate::state::CoreState;
 /// How often each core applies group timeouts; session timeouts are enforced
 /// to within this.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+/// How often each core forgets groups with no members and no offsets
+/// (Kafka's `offsets.retention.check.interval.ms` default), so group ids
+/// that come and go do not accumulate.
+pub const IDLE_GROUP_CHECK_INTERVAL: Duration = Duration::from_secs(600);
 /// Kafka's `offset.metadata.max.bytes` default.
 pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 /// Bytes read per step while loading a partition.
@@ -61,6 +65,9 @@ struct Entry {
     offsets: BTreeMap<(String, i32), Committed>,
     join_waiters: HashMap<String, oneshot::Sender<JoinResult>>,
     sync_waiters: HashMap<String, oneshot::Sender<SyncResult>>,
+    /// Whether the log holds a GroupMetadata record for it (forgetting the
+    /// group then takes a tombstone).
+    stored: bool,
 }
 
 impl Entry {
@@ -68,6 +75,7 @@ impl Entry {
         Entry {
             group,
             tp,
+            stored: false,
             offsets: BTreeMap::new(),
             join_waiters: HashMap::new(),
             sync_waiters: HashMap::new(),
@@ -96,6 +104,9 @@ pub struct MemberSummary {
     pub assignment: Bytes,
 }
 
+/// Committed offsets by topic: (topic, [(partition, offset if committed)]).
+pub type FetchedOffsets = Vec<(String, Vec<(i32, Option<OffsetValue>)>)>;
+
 /// One group in ListGroups.
 #[derive(Debug, Clone)]
 pub struct Listed {
@@ -107,6 +118,9 @@ pub struct Listed {
 #[derive(Default)]
 pub struct Coordinator {
     groups: RefCell<BTreeMap<String, Entry>>,
+    /// Set when the node stops: calls are answered NOT_COORDINATOR, as a Kafka
+    /// coordinator that resigns answers, so clients never wait on a dead node.
+    closed: std::cell::Cell<bool>,
 }
 
 /// The node settings of the protocol.
@@ -145,6 +159,9 @@ impl Coordinator {
         limits: Limits,
         request: JoinRequest,
     ) -> JoinResult {
+        if self.closed.get() {
+            return JoinResult::error(ResponseError::NotCoordinator, &request.member_id);
+        }
         let now = now_ms();
         let (reply, effects, waiter) = {
             let mut groups = self.groups.borrow_mut();
@@ -189,6 +206,9 @@ impl Coordinator {
         protocol: (Option<String>, Option<String>),
         assignments: Vec<(String, Bytes)>,
     ) -> SyncResult {
+        if self.closed.get() {
+            return SyncResult::error(ResponseError::NotCoordinator);
+        }
         let now = now_ms();
         let (reply, effects, waiter) = {
             let mut groups = self.groups.borrow_mut();
@@ -340,7 +360,7 @@ impl Coordinator {
         &self,
         group_id: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Vec<(String, Vec<(i32, Option<OffsetValue>)>)> {
+    ) -> FetchedOffsets {
         let groups = self.groups.borrow();
         let offsets = groups.get(group_id).map(|e| &e.offsets);
         match wanted {
@@ -360,7 +380,7 @@ impl Coordinator {
                 })
                 .collect(),
             None => {
-                let mut out: Vec<(String, Vec<(i32, Option<OffsetValue>)>)> = Vec::new();
+                let mut out: FetchedOffsets = Vec::new();
                 for ((topic, partition), c) in offsets.into_iter().flatten() {
                     match out.last_mut() {
                         Some((t, list)) if t == topic => {
@@ -478,7 +498,13 @@ impl Coordinator {
                     }),
                     Some(records::encode_group_value(&stored)),
                 );
-                if let Err(e) = append(shard, &tp, &[record]).await {
+                let appended = append(shard, &tp, &[record]).await;
+                if appended.is_ok() {
+                    if let Some(e) = self.groups.borrow_mut().get_mut(group_id) {
+                        e.stored = true;
+                    }
+                }
+                if let Err(e) = appended {
                     let error = storage_error(group_id, &e);
                     for (_, sync) in &mut effects.syncs {
                         *sync = SyncResult::error(error);
@@ -579,6 +605,7 @@ impl Coordinator {
                 groups.keys().chain(offsets.keys()).cloned().collect();
             for id in ids {
                 let stored = groups.remove(&id).flatten();
+                let stored_present = stored.is_some();
                 let committed: BTreeMap<(String, i32), Committed> = offsets
                     .remove(&id)
                     .unwrap_or_default()
@@ -593,12 +620,67 @@ impl Coordinator {
                     None => Group::new(id.clone(), limits, now),
                 };
                 let mut entry = Entry::new(group, tp.clone());
+                entry.stored = stored_present;
                 entry.offsets = committed;
                 map.insert(id, entry);
                 loaded += 1;
             }
         }
         Ok(loaded)
+    }
+}
+
+impl Coordinator {
+    /// Forgets groups with no members, no member ids handed out, no waiting
+    /// members and no committed offsets (a tombstone first if the log has
+    /// their metadata), as Kafka's offsets cleanup does.
+    pub async fn forget_idle_groups(&self, shard: &Rc<Shard>) {
+        let idle: Vec<(String, TopicPartition, bool)> = self
+            .groups
+            .borrow()
+            .iter()
+            .filter(|(_, e)| {
+                e.group.is_idle()
+                    && e.offsets.is_empty()
+                    && e.join_waiters.is_empty()
+                    && e.sync_waiters.is_empty()
+            })
+            .map(|(id, e)| (id.clone(), e.tp.clone(), e.stored))
+            .collect();
+        for (group_id, tp, stored) in idle {
+            if stored {
+                let key = records::encode_key(&RecordKey::Group {
+                    group: group_id.clone(),
+                });
+                if let Err(e) = append(shard, &tp, &[(key, None)]).await {
+                    storage_error(&group_id, &e);
+                    continue;
+                }
+            }
+            let mut groups = self.groups.borrow_mut();
+            // Still idle after the write? (A member may have joined meanwhile.)
+            if groups
+                .get(&group_id)
+                .is_some_and(|e| e.group.is_idle() && e.offsets.is_empty())
+            {
+                groups.remove(&group_id);
+                tracing::debug!(group = %group_id, "forgot an idle group");
+            }
+        }
+    }
+
+    /// The node is stopping: every waiting member is answered NOT_COORDINATOR
+    /// and later calls are refused the same way.
+    pub fn close(&self) {
+        self.closed.set(true);
+        for entry in self.groups.borrow_mut().values_mut() {
+            for (member_id, tx) in entry.join_waiters.drain() {
+                let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, &member_id));
+            }
+            for (_, tx) in entry.sync_waiters.drain() {
+                let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
+            }
+        }
     }
 }
 
@@ -694,9 +776,14 @@ fn storage_error(group_id: &str, e: &LogError) -> ResponseError {
 pub fn start_ticker(core: Rc<CoreState>) {
     glommio::spawn_local(async move {
         let coordinator = Coordinator::current();
+        let mut idle_check = std::time::Instant::now();
         while !core.stopping.get() {
             glommio::timer::sleep(TICK_INTERVAL).await;
             coordinator.tick(&core.shard).await;
+            if idle_check.elapsed() >= IDLE_GROUP_CHECK_INTERVAL {
+                idle_check = std::time::Instant::now();
+                coordinator.forget_idle_groups(&core.shard).await;
+            }
         }
     })
     .detach();

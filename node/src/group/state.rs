@@ -357,6 +357,10 @@ impl Group {
     pub fn is_empty(&self) -> bool {
         self.state == GroupState::Empty
     }
+    /// Empty and not even expecting a member (no member id handed out).
+    pub fn is_idle(&self) -> bool {
+        self.state == GroupState::Empty && self.pending_members.is_empty()
+    }
 
     // --- JoinGroup ---------------------------------------------------------
 
@@ -634,7 +638,7 @@ impl Group {
         let all_joined =
             self.members.values().all(|m| m.awaiting_join) && self.pending_members.is_empty();
         let timed_out = now_ms >= self.rebalance_deadline_ms;
-        if !(delay_over && all_joined) && !timed_out {
+        if !(timed_out || delay_over && all_joined) {
             return;
         }
         let stragglers: Vec<String> = self

@@ -364,7 +364,7 @@ pub async fn offset_commit(
     OffsetCommitResponse::default().with_topics(response)
 }
 
-type Fetched = Vec<(String, Vec<(i32, Option<OffsetValue>)>)>;
+use crate::group::coordinator::FetchedOffsets as Fetched;
 
 async fn fetch_group(
     core: &CoreState,
