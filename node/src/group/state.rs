@@ -1480,4 +1480,163 @@ mod tests {
             Some("roundrobin")
         );
     }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            /// Join: a new member (`who` >= known count) or a known one.
+            Join {
+                who: usize,
+                two_step: bool,
+                sticky_first: bool,
+            },
+            Sync {
+                who: usize,
+                generation_skew: i32,
+            },
+            Heartbeat {
+                who: usize,
+                generation_skew: i32,
+            },
+            Leave {
+                who: usize,
+            },
+            Tick {
+                advance_ms: i64,
+            },
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0usize..6, any::<bool>(), any::<bool>()).prop_map(
+                    |(who, two_step, sticky_first)| Op::Join {
+                        who,
+                        two_step,
+                        sticky_first
+                    }
+                ),
+                (0usize..6, -1i32..2).prop_map(|(who, generation_skew)| Op::Sync {
+                    who,
+                    generation_skew
+                }),
+                (0usize..6, -1i32..2).prop_map(|(who, generation_skew)| Op::Heartbeat {
+                    who,
+                    generation_skew
+                }),
+                (0usize..6).prop_map(|who| Op::Leave { who }),
+                (0i64..12_000).prop_map(|advance_ms| Op::Tick { advance_ms }),
+            ]
+        }
+
+        /// Every answer handed out must agree with the group as it is after
+        /// the call: a successful JoinGroup answer carries the current
+        /// generation and a leader that is a member; a successful SyncGroup
+        /// answer comes only from a Stable group.
+        fn check_effects(g: &Group, effects: &Effects) {
+            for (id, r) in &effects.joins {
+                if r.error.is_none() {
+                    assert_eq!(r.generation_id, g.generation_id(), "{id}: {r:?}");
+                    assert!(g.members.contains_key(&r.leader), "{r:?} {g:?}");
+                    assert_eq!(r.members.is_empty(), *id != r.leader);
+                }
+            }
+            for (_, r) in &effects.syncs {
+                if r.error.is_none() {
+                    assert_eq!(g.state(), GroupState::Stable);
+                }
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
+
+            /// Random interleavings of every call keep the invariants, never
+            /// move the generation back, and never answer with a stale view.
+            #[test]
+            fn random_calls_keep_the_invariants(ops in proptest::collection::vec(op(), 1..80)) {
+                let limits = Limits { initial_rebalance_delay_ms: 200, ..LIMITS };
+                let mut g = Group::new("g", limits, 0);
+                let mut now = 0i64;
+                let mut known: Vec<String> = Vec::new();
+                let mut fresh = 0;
+                let mut generation = g.generation_id();
+                for op in ops {
+                    let effects = match op {
+                        Op::Join { who, two_step, sticky_first } => {
+                            let mut r = request("", "");
+                            if sticky_first {
+                                r.protocols = protocols(&["sticky", "range"]);
+                            }
+                            r.require_known_member_id = two_step;
+                            if let Some(id) = known.get(who) {
+                                r.member_id = id.clone();
+                            }
+                            fresh += 1;
+                            r.fresh_member_id = format!("m{fresh}");
+                            let (reply, effects) = g.join(now, r);
+                            match &reply {
+                                Reply::Wait(id) => {
+                                    prop_assert!(g.members.contains_key(id));
+                                    if !known.contains(id) { known.push(id.clone()); }
+                                }
+                                Reply::Now(result) => {
+                                    if result.error == Some(ResponseError::MemberIdRequired) {
+                                        known.push(result.member_id.clone());
+                                    } else if result.error.is_none() {
+                                        prop_assert_eq!(result.generation_id, g.generation_id());
+                                    }
+                                }
+                            }
+                            effects
+                        }
+                        Op::Sync { who, generation_skew } => {
+                            let id = known.get(who).cloned().unwrap_or_default();
+                            let assignments = known.iter().map(|m| (m.clone(), Bytes::from(m.clone()))).collect();
+                            let (reply, effects) = g.sync(now, &id, g.generation_id() + generation_skew, None, (None, None), assignments);
+                            if let Reply::Now(r) = &reply {
+                                if r.error.is_none() {
+                                    prop_assert_eq!(g.state(), GroupState::Stable);
+                                    prop_assert_eq!(generation_skew, 0);
+                                }
+                            }
+                            effects
+                        }
+                        Op::Heartbeat { who, generation_skew } => {
+                            let id = known.get(who).cloned().unwrap_or_default();
+                            let error = g.heartbeat(now, &id, g.generation_id() + generation_skew, None);
+                            if generation_skew != 0 && g.members.contains_key(&id) {
+                                prop_assert_eq!(error, Some(ResponseError::IllegalGeneration));
+                            }
+                            Effects::default()
+                        }
+                        Op::Leave { who } => {
+                            let id = known.get(who).cloned().unwrap_or_default();
+                            let was_member = g.members.contains_key(&id);
+                            let (errors, effects) = g.leave(now, &[(id.clone(), None)]);
+                            if was_member {
+                                prop_assert_eq!(&errors, &vec![None]);
+                                prop_assert!(!g.members.contains_key(&id));
+                            }
+                            effects
+                        }
+                        Op::Tick { advance_ms } => {
+                            now += advance_ms;
+                            g.tick(now)
+                        }
+                    };
+                    g.check_invariants();
+                    check_effects(&g, &effects);
+                    prop_assert!(g.generation_id() >= generation);
+                    generation = g.generation_id();
+                    // Nobody waits past the rebalance timeout.
+                    if g.state() == GroupState::PreparingRebalance {
+                        prop_assert!(g.rebalance_deadline_ms <= now + 30_000);
+                    }
+                }
+            }
+        }
+    }
 }
