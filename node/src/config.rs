@@ -67,6 +67,8 @@ pub struct NodeConfig {
     pub group_min_session_timeout_ms: i32,
     pub group_max_session_timeout_ms: i32,
     pub group_initial_rebalance_delay_ms: i32,
+    pub offsets_retention_minutes: i64,
+    pub offsets_retention_check_interval_ms: u64,
 }
 
 impl NodeConfig {
@@ -100,6 +102,8 @@ impl NodeConfig {
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,
             group_initial_rebalance_delay_ms: 300,
+            offsets_retention_minutes: 10_080,
+            offsets_retention_check_interval_ms: 600_000,
         };
         config.apply_toml("<embedded skiff.toml>", DEFAULT_CONFIG)?;
         Ok(config)
@@ -195,6 +199,10 @@ impl NodeConfig {
             "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = num!(),
             "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = num!(),
             "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = num!(),
+            "offsets.retention.minutes" => self.offsets_retention_minutes = num!(),
+            "offsets.retention.check.interval.ms" => {
+                self.offsets_retention_check_interval_ms = num!()
+            }
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
         Ok(())

@@ -916,4 +916,55 @@ mod groups {
             .unwrap();
         assert_eq!(answer.error_code, NOT_COORDINATOR);
     }
+
+    #[test]
+    fn offsets_expire_and_idle_groups_are_forgotten() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Retention 0 (Kafka's minimum is 1 minute): whatever may expire does,
+        // at the next check.
+        let settings = [
+            "offsets.retention.minutes=0",
+            "offsets.retention.check.interval.ms=200",
+            "group.initial.rebalance.delay.ms=0",
+        ];
+        let node = NodeProcess::start(tmp.path(), free_port(), &settings);
+        let mut c = node.client();
+        create_topic(&mut c, "orders", 2);
+        // A group with a member keeps its offsets; an offsets-only group does not.
+        let a_id = join(&mut c, &join_request("live", "", "consumer"))
+            .member_id
+            .to_string();
+        assert_eq!(
+            join(&mut c, &join_request("live", &a_id, "consumer")).generation_id,
+            1
+        );
+        assert_eq!(sync(&mut c, "live", &a_id, 1).error_code, NONE);
+        assert_eq!(commit(&mut c, "live", &a_id, 1, "orders", 7), NONE);
+        assert_eq!(commit(&mut c, "simple", "", -1, "orders", 9), NONE);
+        let started = Instant::now();
+        while fetch(&mut c, "simple", "orders") != vec![-1, -1] {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "offsets never expired"
+            );
+            assert_eq!(heartbeat(&mut c, "live", &a_id, 1), NONE);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(fetch(&mut c, "live", "orders"), vec![7, -1]);
+        let listed: ListGroupsResponse = c.call(&ListGroupsRequest::default(), 4).unwrap();
+        let names: Vec<String> = listed
+            .groups
+            .iter()
+            .map(|g| g.group_id.0.to_string())
+            .collect();
+        assert_eq!(names, vec!["live".to_string()]);
+        // The expiry is in the log: a restart does not bring the offsets back.
+        drop(c);
+        let node = node.restart(true);
+        let mut c = node.client();
+        assert_eq!(fetch(&mut c, "simple", "orders"), vec![-1, -1]);
+        assert_eq!(describe(&mut c, "simple"), ("Dead".to_string(), 0));
+        node.terminate();
+    }
 }

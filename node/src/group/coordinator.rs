@@ -12,7 +12,9 @@
 //!
 //! `load` rebuilds everything at start by reading each owned partition from
 //! its start: the latest value per key wins and a tombstone deletes.
-//! A ticker per core (`TICK_INTERVAL`) applies session and rebalance timeouts.
+//! A ticker per core (`TICK_INTERVAL`) applies session and rebalance timeouts,
+//! and every `offsets.retention.check.interval.ms` expires offsets and forgets
+//! idle groups (`cleanup`).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -34,10 +36,6 @@ use crate::state::CoreState;
 /// How often each core applies group timeouts; session timeouts are enforced
 /// to within this.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
-/// How often each core forgets groups with no members and no offsets
-/// (Kafka's `offsets.retention.check.interval.ms` default), so group ids
-/// that come and go do not accumulate.
-pub const IDLE_GROUP_CHECK_INTERVAL: Duration = Duration::from_secs(600);
 /// Kafka's `offset.metadata.max.bytes` default.
 pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 /// Bytes read per step while loading a partition.
@@ -631,10 +629,71 @@ impl Coordinator {
 }
 
 impl Coordinator {
-    /// Forgets groups with no members, no member ids handed out, no waiting
-    /// members and no committed offsets (a tombstone first if the log has
-    /// their metadata), as Kafka's offsets cleanup does.
-    pub async fn forget_idle_groups(&self, shard: &Rc<Shard>) {
+    /// Kafka's offsets cleanup (every `offsets.retention.check.interval.ms`):
+    /// expired offsets get tombstones, then groups with no members, no member
+    /// ids handed out, no waiting members and no offsets are forgotten (a
+    /// tombstone first if the log has their metadata), so group ids that come
+    /// and go do not accumulate.
+    pub async fn cleanup(&self, shard: &Rc<Shard>, retention_ms: i64) {
+        self.expire_offsets(shard, retention_ms).await;
+        self.forget_idle_groups(shard).await;
+    }
+
+    async fn expire_offsets(&self, shard: &Rc<Shard>, retention_ms: i64) {
+        let now = now_ms();
+        // (group, its partition, [(topic, partition, log offset of the commit)])
+        type Expired = Vec<(String, TopicPartition, Vec<(String, i32, i64)>)>;
+        let expired: Expired = self
+            .groups
+            .borrow()
+            .iter()
+            .filter_map(|(id, e)| {
+                let keys: Vec<(String, i32, i64)> = e
+                    .offsets
+                    .iter()
+                    .filter(|(_, c)| {
+                        e.group
+                            .offset_expired(now, retention_ms, c.value.commit_timestamp_ms)
+                    })
+                    .map(|((t, p), c)| (t.clone(), *p, c.log_offset))
+                    .collect();
+                (!keys.is_empty()).then(|| (id.clone(), e.tp.clone(), keys))
+            })
+            .collect();
+        for (group_id, tp, keys) in expired {
+            let tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = keys
+                .iter()
+                .map(|(topic, partition, _)| {
+                    let key = RecordKey::Offset {
+                        group: group_id.clone(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                    };
+                    (records::encode_key(&key), None)
+                })
+                .collect();
+            if let Err(e) = append(shard, &tp, &tombstones).await {
+                storage_error(&group_id, &e);
+                continue;
+            }
+            let mut groups = self.groups.borrow_mut();
+            if let Some(entry) = groups.get_mut(&group_id) {
+                for (topic, partition, log_offset) in keys {
+                    // A commit that landed meanwhile stays.
+                    if entry
+                        .offsets
+                        .get(&(topic.clone(), partition))
+                        .is_some_and(|c| c.log_offset == log_offset)
+                    {
+                        entry.offsets.remove(&(topic, partition));
+                    }
+                }
+            }
+            tracing::info!(group = %group_id, "expired committed offsets");
+        }
+    }
+
+    async fn forget_idle_groups(&self, shard: &Rc<Shard>) {
         let idle: Vec<(String, TopicPartition, bool)> = self
             .groups
             .borrow()
@@ -776,13 +835,17 @@ fn storage_error(group_id: &str, e: &LogError) -> ResponseError {
 pub fn start_ticker(core: Rc<CoreState>) {
     glommio::spawn_local(async move {
         let coordinator = Coordinator::current();
-        let mut idle_check = std::time::Instant::now();
+        let config = &core.node.config;
+        let cleanup_interval =
+            Duration::from_millis(config.offsets_retention_check_interval_ms.max(100));
+        let retention_ms = config.offsets_retention_minutes.saturating_mul(60_000);
+        let mut last_cleanup = std::time::Instant::now();
         while !core.stopping.get() {
             glommio::timer::sleep(TICK_INTERVAL).await;
             coordinator.tick(&core.shard).await;
-            if idle_check.elapsed() >= IDLE_GROUP_CHECK_INTERVAL {
-                idle_check = std::time::Instant::now();
-                coordinator.forget_idle_groups(&core.shard).await;
+            if last_cleanup.elapsed() >= cleanup_interval {
+                last_cleanup = std::time::Instant::now();
+                coordinator.cleanup(&core.shard, retention_ms).await;
             }
         }
     })

@@ -266,6 +266,9 @@ impl Group {
         now_ms: i64,
     ) -> Group {
         let mut group = Group::new(group_id, limits, now_ms);
+        if stored.current_state_timestamp_ms >= 0 {
+            group.state_timestamp_ms = stored.current_state_timestamp_ms;
+        }
         group.generation_id = stored.generation;
         group.protocol_type = Some(stored.protocol_type).filter(|t| !t.is_empty());
         if stored.members.is_empty() {
@@ -357,6 +360,22 @@ impl Group {
     pub fn is_empty(&self) -> bool {
         self.state == GroupState::Empty
     }
+    /// Whether a committed offset is past `offsets.retention.minutes` (Kafka's
+    /// KIP-211 rule): a group that only stores offsets expires each offset
+    /// from its commit; a consumer group only once it is empty, from the time
+    /// it became empty; a group with members keeps its offsets.
+    pub fn offset_expired(&self, now_ms: i64, retention_ms: i64, commit_timestamp_ms: i64) -> bool {
+        match (self.state, &self.protocol_type) {
+            (_, None) if self.members.is_empty() => {
+                commit_timestamp_ms.saturating_add(retention_ms) <= now_ms
+            }
+            (GroupState::Empty, Some(_)) => {
+                self.state_timestamp_ms.saturating_add(retention_ms) <= now_ms
+            }
+            _ => false,
+        }
+    }
+
     /// Empty and not even expecting a member (no member id handed out).
     pub fn is_idle(&self) -> bool {
         self.state == GroupState::Empty && self.pending_members.is_empty()
@@ -1458,6 +1477,28 @@ mod tests {
         assert!(effects.persist);
         assert_eq!(loaded.state(), GroupState::Empty);
         assert_eq!(loaded.generation_id(), 2);
+    }
+
+    #[test]
+    fn offsets_expire_as_kafka_says() {
+        const DAY: i64 = 86_400_000;
+        // Only offsets: from each commit.
+        let simple = Group::new("s", LIMITS, 0);
+        assert!(!simple.offset_expired(7 * DAY - 1, 7 * DAY, 0));
+        assert!(simple.offset_expired(7 * DAY, 7 * DAY, 0));
+        // A consumer group keeps them while it has members...
+        let mut g = Group::new("g", LIMITS, 0);
+        join_two_step(&mut g, 0, "a");
+        g.sync(0, "a", 1, None, (None, None), vec![]);
+        assert!(!g.offset_expired(30 * DAY, 7 * DAY, 0));
+        // ... and from the time it became empty, whatever the commit times.
+        g.leave(DAY, &[("a".into(), None)]);
+        assert_eq!(g.state(), GroupState::Empty);
+        assert!(!g.offset_expired(8 * DAY - 1, 7 * DAY, 0));
+        assert!(g.offset_expired(8 * DAY, 7 * DAY, 7 * DAY));
+        // The time it became empty survives a load.
+        let loaded = Group::loaded("g", LIMITS, g.stored(), 5 * DAY);
+        assert!(loaded.offset_expired(8 * DAY, 7 * DAY, 0));
     }
 
     #[test]
