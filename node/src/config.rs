@@ -72,6 +72,12 @@ pub struct NodeConfig {
     pub retention_check_interval_ms: u64,
     pub batch_cache_bytes: usize,
     pub io_memory_bytes: usize,
+    pub offsets_topic_num_partitions: i32,
+    pub group_min_session_timeout_ms: i32,
+    pub group_max_session_timeout_ms: i32,
+    pub group_initial_rebalance_delay_ms: i32,
+    pub offsets_retention_minutes: i64,
+    pub offsets_retention_check_interval_ms: u64,
 }
 
 impl NodeConfig {
@@ -109,6 +115,12 @@ impl NodeConfig {
             retention_check_interval_ms: 300_000,
             batch_cache_bytes: 256 << 20,
             io_memory_bytes: 64 << 20,
+            offsets_topic_num_partitions: 4,
+            group_min_session_timeout_ms: 6000,
+            group_max_session_timeout_ms: 1_800_000,
+            group_initial_rebalance_delay_ms: 300,
+            offsets_retention_minutes: 10_080,
+            offsets_retention_check_interval_ms: 600_000,
         };
         config.apply_toml("<embedded skiff.toml>", DEFAULT_CONFIG)?;
         Ok(config)
@@ -217,6 +229,20 @@ impl NodeConfig {
             "log.retention.check.interval.ms" => self.retention_check_interval_ms = num!(),
             "skiff.batch.cache.bytes" => self.batch_cache_bytes = num!(),
             "skiff.io.memory.bytes" => self.io_memory_bytes = num!(),
+            "offsets.topic.num.partitions" => {
+                self.offsets_topic_num_partitions = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad("a number >= 1"))?
+            }
+            "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = num!(),
+            "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = num!(),
+            "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = num!(),
+            "offsets.retention.minutes" => self.offsets_retention_minutes = num!(),
+            "offsets.retention.check.interval.ms" => {
+                self.offsets_retention_check_interval_ms = num!()
+            }
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
         Ok(())

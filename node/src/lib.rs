@@ -1,6 +1,7 @@
 //! skiff-node: the `skiff` binary's library: configuration, the per-core Kafka
 //! listener, the Kafka API handlers, topic metadata, idempotent producer state,
-//! and the admin client behind `skiff topic`.
+//! the group coordinator (`group`), and the admin client behind `skiff topic`
+//! and `skiff group`.
 //!
 //! What it is not: storage (skiff-engine) or wire codecs (skiff-protocol over the
 //! kafka-protocol crate). Handlers translate between the two.
@@ -11,6 +12,7 @@
 
 pub mod admin_client;
 pub mod config;
+pub mod group;
 pub mod handlers;
 pub mod node;
 pub mod producer;

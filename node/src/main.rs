@@ -1,4 +1,5 @@
-//! `skiff`: run a node, or administer topics on any Kafka-compatible cluster.
+//! `skiff`: run a node, or administer topics and consumer groups on any
+//! Kafka-compatible cluster.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use skiff_node::admin_client::AdminClient;
 use skiff_node::config::NodeConfig;
+use skiff_node::group::admin as group_admin;
 use skiff_node::node::Node;
 
 #[derive(Parser)]
@@ -36,6 +38,33 @@ enum Command {
     Topic {
         #[command(subcommand)]
         command: TopicCommand,
+    },
+    /// List, describe or delete consumer groups (Kafka group APIs).
+    Group {
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum GroupCommand {
+    /// Every group with its protocol type and state.
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// State, members and assignments, and per partition the committed
+    /// offset, log end offset and lag.
+    Describe {
+        name: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Deletes an empty group and its committed offsets.
+    Delete {
+        name: String,
+        #[command(flatten)]
+        conn: Conn,
     },
 }
 
@@ -110,6 +139,7 @@ fn main() {
     let result = match Cli::parse().command {
         Command::Node(args) => run_node(args),
         Command::Topic { command } => topic(command),
+        Command::Group { command } => group(command),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -277,6 +307,26 @@ fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 check(r.error_code, r.error_message.as_deref())?;
                 println!("Deleted topic {name}.");
             }
+        }
+    }
+    Ok(())
+}
+
+fn group(command: GroupCommand) -> anyhow::Result<()> {
+    match command {
+        GroupCommand::List { conn } => {
+            let groups = group_admin::list(&conn.bootstrap)?;
+            println!("GROUP\tPROTOCOL-TYPE\tSTATE");
+            for g in groups {
+                println!("{}\t{}\t{}", g.group_id, g.protocol_type, g.state);
+            }
+        }
+        GroupCommand::Describe { name, conn } => {
+            print!("{}", group_admin::describe(&conn.bootstrap, &name)?);
+        }
+        GroupCommand::Delete { name, conn } => {
+            group_admin::delete(&conn.bootstrap, &name)?;
+            println!("Deleted group {name}.");
         }
     }
     Ok(())

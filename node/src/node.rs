@@ -14,6 +14,10 @@ use skiff_engine::{data_dir, CleanerConfig, Runtime, ShardConfig};
 use std::time::Duration;
 
 use crate::config::NodeConfig;
+use crate::group::{
+    self,
+    coordinator::{self, Coordinator},
+};
 use crate::server;
 use crate::state::{CoreState, NodeContext, ProducerIdAllocator};
 use crate::topics;
@@ -79,14 +83,30 @@ impl Node {
                 CoreState::install(shard, node);
             })?;
         }
-        runtime.block_on(0, |shard| async move {
+        let offsets_partitions = runtime.block_on(0, |shard| async move {
             let Some(core) = CoreState::current() else {
                 return Err(anyhow::anyhow!("core state missing"));
             };
             let table = topics::load(&core).await?;
             topics::broadcast(&shard, Arc::new(table)).await?;
-            Ok(())
+            Ok(group::ensure_offsets_topic(&core).await?)
         })??;
+        // Each core loads the groups of the offsets partitions it owns before
+        // any listener opens, then applies their timeouts.
+        let mut groups = 0;
+        for core in 0..runtime.shards() {
+            groups += runtime.block_on(core, move |shard| async move {
+                let core =
+                    CoreState::current().ok_or_else(|| anyhow::anyhow!("core state missing"))?;
+                let limits = coordinator::limits(&core);
+                let loaded = Coordinator::current()
+                    .load(&shard, offsets_partitions, limits)
+                    .await?;
+                coordinator::start_ticker(core);
+                anyhow::Ok(loaded)
+            })??;
+        }
+        tracing::info!(groups, offsets_partitions, "loaded consumer groups");
 
         // Core 0 binds first, so a port of 0 resolves to one port for all cores.
         let addr = runtime.block_on(0, move |_| async move { listen(config.listen) })??;
@@ -107,6 +127,12 @@ impl Node {
 
     /// Stops accepting, waits for in-flight requests, closes every partition.
     pub fn stop(self) -> anyhow::Result<()> {
+        // Members waiting in JoinGroup/SyncGroup are answered first, so their
+        // connections can finish.
+        for core in 0..self.runtime.shards() {
+            self.runtime
+                .block_on(core, |_| async move { Coordinator::current().close() })?;
+        }
         for core in 0..self.runtime.shards() {
             self.runtime.block_on(core, |_| async move {
                 let Some((stop, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {

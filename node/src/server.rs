@@ -94,7 +94,9 @@ async fn connection(core: Rc<CoreState>, stream: TcpStream) {
     let (tx, rx) =
         local_channel::new_bounded::<JoinHandle<Option<ResponseFrame>>>(MAX_INFLIGHT_REQUESTS);
     let writer_task = glommio::spawn_local(write_responses(writer, fd, rx, peer.clone())).detach();
-    if let Err(reason) = read_requests(&core, reader, &tx).await {
+    // Kafka's client host: the peer's address as Java prints it ("/127.0.0.1").
+    let client_host: Rc<str> = stream_host(&peer).into();
+    if let Err(reason) = read_requests(&core, reader, &tx, client_host).await {
         tracing::info!(%peer, %reason, "closing connection");
     }
     drop(tx);
@@ -105,6 +107,7 @@ async fn read_requests(
     core: &Rc<CoreState>,
     mut reader: ReadHalf<TcpStream>,
     tx: &local_channel::LocalSender<JoinHandle<Option<ResponseFrame>>>,
+    client_host: Rc<str>,
 ) -> Result<(), String> {
     let mut frames = FrameReader::new(core.node.config.socket_request_max_bytes);
     loop {
@@ -129,9 +132,16 @@ async fn read_requests(
         let request = handlers::Request::decode(frame).map_err(|e| e.to_string())?;
         // The start of a request runs here, in order (produce appends); the rest
         // as its own task, so responses of pipelined requests overlap.
-        let rest = handlers::start(core.clone(), request).await;
+        let rest = handlers::start(core.clone(), request, client_host.clone()).await;
         let task = glommio::spawn_local(rest).detach();
         tx.send(task).await.map_err(|_| "writer gone".to_string())?;
+    }
+}
+
+fn stream_host(peer: &str) -> String {
+    match peer.parse::<std::net::SocketAddr>() {
+        Ok(addr) => format!("/{}", addr.ip()),
+        Err(_) => format!("/{peer}"),
     }
 }
 

@@ -504,3 +504,467 @@ fn pipelined_produces_keep_their_order() {
     drop(c);
     node.terminate();
 }
+
+// ---------------------------------------------------------------- groups
+
+mod groups {
+    use super::*;
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::{
+        DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+        FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest,
+        HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+        LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, MetadataRequest,
+        MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+        OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    };
+
+    const NONE: i16 = 0;
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    const ILLEGAL_GENERATION: i16 = 22;
+    const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    const INVALID_GROUP_ID: i16 = 24;
+    const UNKNOWN_MEMBER_ID: i16 = 25;
+    const INVALID_SESSION_TIMEOUT: i16 = 26;
+    const REBALANCE_IN_PROGRESS: i16 = 27;
+    const NON_EMPTY_GROUP: i16 = 68;
+    const GROUP_ID_NOT_FOUND: i16 = 69;
+    const MEMBER_ID_REQUIRED: i16 = 79;
+
+    fn s(text: &str) -> StrBytes {
+        StrBytes::from_string(text.to_string())
+    }
+
+    fn join_request(group: &str, member_id: &str, protocol_type: &str) -> JoinGroupRequest {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(s(member_id))
+            .with_protocol_type(s(protocol_type))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(s("range"))
+                .with_metadata(Bytes::from_static(b"sub"))])
+    }
+
+    fn join(c: &mut AdminClient, request: &JoinGroupRequest) -> JoinGroupResponse {
+        c.call(request, 5).unwrap()
+    }
+
+    fn heartbeat(c: &mut AdminClient, group: &str, member: &str, generation: i32) -> i16 {
+        let request = HeartbeatRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(member))
+            .with_generation_id(generation);
+        let response: HeartbeatResponse = c.call(&request, 3).unwrap();
+        response.error_code
+    }
+
+    fn sync(c: &mut AdminClient, group: &str, member: &str, generation: i32) -> SyncGroupResponse {
+        let request = SyncGroupRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(member))
+            .with_generation_id(generation)
+            .with_assignments(vec![SyncGroupRequestAssignment::default()
+                .with_member_id(s(member))
+                .with_assignment(Bytes::from_static(b"all of it"))]);
+        c.call(&request, 3).unwrap()
+    }
+
+    fn commit(
+        c: &mut AdminClient,
+        group: &str,
+        member: &str,
+        generation: i32,
+        topic: &str,
+        offset: i64,
+    ) -> i16 {
+        let request = OffsetCommitRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(s(member))
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(s(topic)))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset)
+                    .with_committed_metadata(Some(s("meta")))])]);
+        let response: OffsetCommitResponse = c.call(&request, 8).unwrap();
+        response.topics[0].partitions[0].error_code
+    }
+
+    /// Committed offsets of partitions 0 and 1.
+    fn fetch(c: &mut AdminClient, group: &str, topic: &str) -> Vec<i64> {
+        let request = OffsetFetchRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(TopicName(s(topic)))
+                .with_partition_indexes(vec![0, 1])]));
+        let response: OffsetFetchResponse = c.call(&request, 7).unwrap();
+        assert_eq!(response.error_code, NONE);
+        response.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.committed_offset)
+            .collect()
+    }
+
+    fn describe(c: &mut AdminClient, group: &str) -> (String, usize) {
+        let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]);
+        let response: DescribeGroupsResponse = c.call(&request, 5).unwrap();
+        let g = &response.groups[0];
+        assert_eq!(g.error_code, NONE);
+        (g.group_state.to_string(), g.members.len())
+    }
+
+    fn delete(c: &mut AdminClient, group: &str) -> i16 {
+        let request = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(group))]);
+        let response: DeleteGroupsResponse = c.call(&request, 2).unwrap();
+        response.results[0].error_code
+    }
+
+    #[test]
+    fn group_protocol_edges_fencing_and_offsets_across_restart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let node = NodeProcess::start(tmp.path(), free_port(), &[]);
+        let mut c = node.client();
+        create_topic(&mut c, "orders", 2);
+
+        // FindCoordinator: groups here, transactions nowhere.
+        let find: FindCoordinatorResponse = c
+            .call(&FindCoordinatorRequest::default().with_key(s("g")), 1)
+            .unwrap();
+        assert_eq!((find.error_code, find.port), (NONE, i32::from(node.port)));
+        let find: FindCoordinatorResponse = c
+            .call(
+                &FindCoordinatorRequest::default()
+                    .with_key(s("tx"))
+                    .with_key_type(1),
+                1,
+            )
+            .unwrap();
+        assert_eq!(find.error_code, COORDINATOR_NOT_AVAILABLE);
+
+        // Bad joins.
+        assert_eq!(
+            join(&mut c, &join_request("", "", "consumer")).error_code,
+            INVALID_GROUP_ID
+        );
+        assert_eq!(
+            join(&mut c, &join_request("g", "", "")).error_code,
+            INCONSISTENT_GROUP_PROTOCOL
+        );
+        assert_eq!(
+            join(
+                &mut c,
+                &join_request("g", "", "consumer").with_protocols(vec![])
+            )
+            .error_code,
+            INCONSISTENT_GROUP_PROTOCOL
+        );
+        assert_eq!(
+            join(&mut c, &join_request("g", "ghost", "consumer")).error_code,
+            UNKNOWN_MEMBER_ID
+        );
+        assert_eq!(
+            join(
+                &mut c,
+                &join_request("g", "", "consumer").with_session_timeout_ms(10)
+            )
+            .error_code,
+            INVALID_SESSION_TIMEOUT
+        );
+
+        // The v4+ two-step join, then generation 1 with this member as leader.
+        let first = join(&mut c, &join_request("g", "", "consumer"));
+        assert_eq!(first.error_code, MEMBER_ID_REQUIRED);
+        let member = first.member_id.to_string();
+        assert!(member.starts_with("skiff-admin-"), "{member}");
+        let joined = join(&mut c, &join_request("g", &member, "consumer"));
+        assert_eq!(joined.error_code, NONE);
+        assert_eq!(joined.generation_id, 1);
+        assert_eq!(joined.leader.as_str(), member);
+        assert_eq!(joined.members.len(), 1);
+        assert_eq!(joined.protocol_name.as_deref(), Some("range"));
+        // Another protocol type cannot join this group.
+        assert_eq!(
+            join(&mut c, &join_request("g", "", "connect")).error_code,
+            INCONSISTENT_GROUP_PROTOCOL
+        );
+
+        // Sync: fenced generations and unknown members, then the assignment.
+        assert_eq!(sync(&mut c, "g", &member, 7).error_code, ILLEGAL_GENERATION);
+        assert_eq!(sync(&mut c, "g", "ghost", 1).error_code, UNKNOWN_MEMBER_ID);
+        let synced = sync(&mut c, "g", &member, 1);
+        assert_eq!(synced.error_code, NONE);
+        assert_eq!(&synced.assignment[..], b"all of it");
+        assert_eq!(heartbeat(&mut c, "g", &member, 1), NONE);
+        assert_eq!(heartbeat(&mut c, "g", &member, 0), ILLEGAL_GENERATION);
+        assert_eq!(heartbeat(&mut c, "g", "ghost", 1), UNKNOWN_MEMBER_ID);
+        assert_eq!(heartbeat(&mut c, "nobody", &member, 1), UNKNOWN_MEMBER_ID);
+        assert_eq!(heartbeat(&mut c, "", &member, 1), INVALID_GROUP_ID);
+        assert_eq!(describe(&mut c, "g"), ("Stable".to_string(), 1));
+        assert_eq!(describe(&mut c, "never-seen"), ("Dead".to_string(), 0));
+
+        // Commits: generation and membership are checked; unknown topics refused.
+        assert_eq!(
+            commit(&mut c, "g", &member, 0, "orders", 5),
+            ILLEGAL_GENERATION
+        );
+        assert_eq!(
+            commit(&mut c, "g", "ghost", 1, "orders", 5),
+            UNKNOWN_MEMBER_ID
+        );
+        assert_eq!(commit(&mut c, "g", "", -1, "orders", 5), UNKNOWN_MEMBER_ID);
+        assert_eq!(
+            commit(&mut c, "g", &member, 1, "nope", 5),
+            UNKNOWN_TOPIC_OR_PARTITION
+        );
+        assert_eq!(commit(&mut c, "g", &member, 1, "orders", 5), NONE);
+        assert_eq!(fetch(&mut c, "g", "orders"), vec![5, -1]);
+        // A simple consumer (no membership) commits with generation -1; a
+        // generation without a group is refused.
+        assert_eq!(commit(&mut c, "simple", "", -1, "orders", 42), NONE);
+        assert_eq!(
+            commit(&mut c, "other", "m", 3, "orders", 1),
+            ILLEGAL_GENERATION
+        );
+        assert_eq!(fetch(&mut c, "simple", "orders"), vec![42, -1]);
+        assert_eq!(fetch(&mut c, "never-seen", "orders"), vec![-1, -1]);
+
+        let listed: ListGroupsResponse = c.call(&ListGroupsRequest::default(), 4).unwrap();
+        let mut names: Vec<(String, String)> = listed
+            .groups
+            .iter()
+            .map(|g| (g.group_id.0.to_string(), g.group_state.to_string()))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![
+                ("g".to_string(), "Stable".to_string()),
+                ("simple".to_string(), "Empty".to_string())
+            ]
+        );
+
+        // Deleting: only empty groups, and never an unknown one.
+        assert_eq!(delete(&mut c, "g"), NON_EMPTY_GROUP);
+        assert_eq!(delete(&mut c, "never-seen"), GROUP_ID_NOT_FOUND);
+        let left: LeaveGroupResponse = c
+            .call(
+                &LeaveGroupRequest::default()
+                    .with_group_id(GroupId(s("g")))
+                    .with_member_id(s(&member)),
+                1,
+            )
+            .unwrap();
+        assert_eq!(left.error_code, NONE);
+        assert_eq!(heartbeat(&mut c, "g", &member, 1), UNKNOWN_MEMBER_ID);
+        assert_eq!(describe(&mut c, "g"), ("Empty".to_string(), 0));
+        assert_eq!(delete(&mut c, "g"), NONE);
+        assert_eq!(fetch(&mut c, "g", "orders"), vec![-1, -1]);
+
+        // The internal topic: hidden from a full listing, internal by name,
+        // closed to producers.
+        let all: MetadataResponse = c
+            .call(&MetadataRequest::default().with_topics(None), 12)
+            .unwrap();
+        assert!(all
+            .topics
+            .iter()
+            .all(|t| t.name.as_ref().map(|n| n.0.as_str()) != Some("__consumer_offsets")));
+        let by_name = c
+            .metadata(Some(vec!["__consumer_offsets".to_string()]))
+            .unwrap();
+        assert!(by_name.topics[0].is_internal);
+        assert_eq!(by_name.topics[0].partitions.len(), 4);
+        let (code, _) = produce(&mut c, "__consumer_offsets", 0, batch(&["x"], None));
+        assert_eq!(code, INVALID_TOPIC_EXCEPTION);
+
+        // A stray JoinGroup with a crafted protocol count closes the connection.
+        let mut raw = raw_connection(node.port);
+        let mut body = Vec::new();
+        body.extend_from_slice(&11i16.to_be_bytes()); // JoinGroup
+        body.extend_from_slice(&1i16.to_be_bytes()); // v1
+        body.extend_from_slice(&7i32.to_be_bytes()); // correlation id
+        body.extend_from_slice(&(-1i16).to_be_bytes()); // client id: null
+        body.extend_from_slice(&[0, 1, b'g']); // group
+        body.extend_from_slice(&10_000i32.to_be_bytes());
+        body.extend_from_slice(&10_000i32.to_be_bytes());
+        body.extend_from_slice(&[0, 0]); // member id ""
+        body.extend_from_slice(&[0, 1, b'c']); // protocol type
+        body.extend_from_slice(&0x7fff_ffffi32.to_be_bytes()); // protocols
+        raw.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
+        raw.write_all(&body).unwrap();
+        assert!(closed_by_node(raw));
+
+        // Committed offsets survive a SIGKILL; the deleted group stays deleted.
+        drop(c);
+        let node = node.restart(true);
+        let mut c = node.client();
+        assert_eq!(fetch(&mut c, "simple", "orders"), vec![42, -1]);
+        assert_eq!(fetch(&mut c, "g", "orders"), vec![-1, -1]);
+        assert_eq!(describe(&mut c, "g"), ("Dead".to_string(), 0));
+        assert_eq!(describe(&mut c, "simple"), ("Empty".to_string(), 0));
+        node.terminate();
+    }
+
+    #[test]
+    fn a_member_that_stops_heartbeating_is_removed_and_the_rest_rebalance() {
+        let tmp = tempfile::tempdir().unwrap();
+        let node = NodeProcess::start(
+            tmp.path(),
+            free_port(),
+            &[
+                "group.min.session.timeout.ms=500",
+                "group.initial.rebalance.delay.ms=0",
+            ],
+        );
+        let mut a = node.client();
+        let mut b = node.client();
+        let short =
+            |member: &str| join_request("h", member, "consumer").with_session_timeout_ms(1000);
+        let a_id = join(&mut a, &short("")).member_id.to_string();
+        let joined = join(&mut a, &short(&a_id));
+        assert_eq!((joined.error_code, joined.generation_id), (NONE, 1));
+        assert_eq!(sync(&mut a, "h", &a_id, 1).error_code, NONE);
+        // b joins: a learns of the rebalance, rejoins; b goes silent after.
+        let b_id = join(&mut b, &short("")).member_id.to_string();
+        b.send(&short(&b_id), 5).unwrap();
+        let started = Instant::now();
+        loop {
+            let code = heartbeat(&mut a, "h", &a_id, 1);
+            if code == REBALANCE_IN_PROGRESS {
+                break;
+            }
+            assert_eq!(code, NONE);
+            assert!(started.elapsed() < Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let rejoined = join(&mut a, &short(&a_id));
+        assert_eq!((rejoined.error_code, rejoined.generation_id), (NONE, 2));
+        assert_eq!(rejoined.members.len(), 2);
+        assert_eq!(sync(&mut a, "h", &a_id, 2).error_code, NONE);
+        // b never syncs nor heartbeats: after its session timeout it is gone,
+        // and a's heartbeat sees a new rebalance; a alone makes generation 3.
+        let silent = Instant::now();
+        loop {
+            let code = heartbeat(&mut a, "h", &a_id, 2);
+            if code == REBALANCE_IN_PROGRESS {
+                break;
+            }
+            assert_eq!(code, NONE);
+            assert!(
+                silent.elapsed() < Duration::from_secs(10),
+                "b was never removed"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            silent.elapsed() >= Duration::from_millis(800),
+            "{:?}",
+            silent.elapsed()
+        );
+        let alone = join(&mut a, &short(&a_id));
+        assert_eq!((alone.error_code, alone.generation_id), (NONE, 3));
+        assert_eq!(alone.members.len(), 1);
+        assert_eq!(heartbeat(&mut a, "h", &b_id, 2), UNKNOWN_MEMBER_ID);
+        node.terminate();
+    }
+
+    #[test]
+    fn stopping_answers_waiting_members_not_coordinator() {
+        const NOT_COORDINATOR: i16 = 16;
+        let tmp = tempfile::tempdir().unwrap();
+        let node = NodeProcess::start(
+            tmp.path(),
+            free_port(),
+            &["group.initial.rebalance.delay.ms=0"],
+        );
+        let mut a = node.client();
+        let mut b = node.client();
+        let a_id = join(&mut a, &join_request("w", "", "consumer"))
+            .member_id
+            .to_string();
+        assert_eq!(
+            join(&mut a, &join_request("w", &a_id, "consumer")).generation_id,
+            1
+        );
+        assert_eq!(sync(&mut a, "w", &a_id, 1).error_code, NONE);
+        // b waits in JoinGroup for a to rejoin (up to the 10 s rebalance timeout).
+        let b_id = join(&mut b, &join_request("w", "", "consumer"))
+            .member_id
+            .to_string();
+        let correlation_id = b.send(&join_request("w", &b_id, "consumer"), 5).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        node.terminate();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let answer: JoinGroupResponse = b
+            .receive::<JoinGroupRequest, JoinGroupResponse>(correlation_id, 5)
+            .unwrap();
+        assert_eq!(answer.error_code, NOT_COORDINATOR);
+    }
+
+    #[test]
+    fn offsets_expire_and_idle_groups_are_forgotten() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Retention 0 (Kafka's minimum is 1 minute): whatever may expire does,
+        // at the next check.
+        let settings = [
+            "offsets.retention.minutes=0",
+            "offsets.retention.check.interval.ms=200",
+            "group.initial.rebalance.delay.ms=0",
+        ];
+        let node = NodeProcess::start(tmp.path(), free_port(), &settings);
+        let mut c = node.client();
+        create_topic(&mut c, "orders", 2);
+        // A group with a member keeps its offsets; an offsets-only group does not.
+        let a_id = join(&mut c, &join_request("live", "", "consumer"))
+            .member_id
+            .to_string();
+        assert_eq!(
+            join(&mut c, &join_request("live", &a_id, "consumer")).generation_id,
+            1
+        );
+        assert_eq!(sync(&mut c, "live", &a_id, 1).error_code, NONE);
+        assert_eq!(commit(&mut c, "live", &a_id, 1, "orders", 7), NONE);
+        assert_eq!(commit(&mut c, "simple", "", -1, "orders", 9), NONE);
+        let started = Instant::now();
+        while fetch(&mut c, "simple", "orders") != vec![-1, -1] {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "offsets never expired"
+            );
+            assert_eq!(heartbeat(&mut c, "live", &a_id, 1), NONE);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(fetch(&mut c, "live", "orders"), vec![7, -1]);
+        let listed: ListGroupsResponse = c.call(&ListGroupsRequest::default(), 4).unwrap();
+        let names: Vec<String> = listed
+            .groups
+            .iter()
+            .map(|g| g.group_id.0.to_string())
+            .collect();
+        assert_eq!(names, vec!["live".to_string()]);
+        // The expiry is in the log: a restart does not bring the offsets back.
+        drop(c);
+        let node = node.restart(true);
+        let mut c = node.client();
+        assert_eq!(fetch(&mut c, "simple", "orders"), vec![-1, -1]);
+        assert_eq!(describe(&mut c, "simple"), ("Dead".to_string(), 0));
+        node.terminate();
+    }
+}

@@ -288,6 +288,126 @@ pub(crate) static DELETE_RECORDS: Schema = Schema {
     flexible_since: 2,
 };
 
+// JoinGroup (join_group_request.rs): protocols of (name, metadata bytes).
+static JOIN_GROUP_PROTOCOL: Struct = Struct {
+    fields: &[f(Str), f(Bytes)],
+};
+pub(crate) static JOIN_GROUP: Schema = Schema {
+    body: Struct {
+        fields: &[
+            f(Str),
+            f(I32),
+            since(1, I32),
+            f(Str),
+            since(5, Str),
+            f(Str),
+            f(Array(&JOIN_GROUP_PROTOCOL)),
+            since(8, Str),
+        ],
+    },
+    flexible_since: 6,
+};
+
+// SyncGroup (sync_group_request.rs): assignments of (member id, bytes).
+static SYNC_GROUP_ASSIGNMENT: Struct = Struct {
+    fields: &[f(Str), f(Bytes)],
+};
+pub(crate) static SYNC_GROUP: Schema = Schema {
+    body: Struct {
+        fields: &[
+            f(Str),
+            f(I32),
+            f(Str),
+            since(3, Str),
+            since(5, Str),
+            since(5, Str),
+            f(Array(&SYNC_GROUP_ASSIGNMENT)),
+        ],
+    },
+    flexible_since: 4,
+};
+
+// LeaveGroup (leave_group_request.rs): one member id until v2, members from v3.
+static LEAVE_GROUP_MEMBER: Struct = Struct {
+    fields: &[f(Str), f(Str), since(5, Str)],
+};
+pub(crate) static LEAVE_GROUP: Schema = Schema {
+    body: Struct {
+        fields: &[f(Str), until(2, Str), since(3, Array(&LEAVE_GROUP_MEMBER))],
+    },
+    flexible_since: 4,
+};
+
+// OffsetCommit (offset_commit_request.rs), decoded from v2.
+static OFFSET_COMMIT_PARTITION: Struct = Struct {
+    fields: &[f(I32), f(I64), since(6, I32), f(Str)],
+};
+static OFFSET_COMMIT_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(Array(&OFFSET_COMMIT_PARTITION))],
+};
+pub(crate) static OFFSET_COMMIT: Schema = Schema {
+    body: Struct {
+        fields: &[
+            f(Str),
+            f(I32),
+            f(Str),
+            since(7, Str),
+            until(4, I64),
+            f(Array(&OFFSET_COMMIT_TOPIC)),
+        ],
+    },
+    flexible_since: 8,
+};
+
+// OffsetFetch (offset_fetch_request.rs), decoded from v1: one group with its
+// topics until v7, groups of (id, [member id, epoch: v9], topics) from v8.
+static OFFSET_FETCH_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(FixedArray(4))],
+};
+static OFFSET_FETCH_GROUP: Struct = Struct {
+    fields: &[
+        f(Str),
+        since(9, Str),
+        since(9, I32),
+        f(Array(&OFFSET_FETCH_TOPIC)),
+    ],
+};
+pub(crate) static OFFSET_FETCH: Schema = Schema {
+    body: Struct {
+        fields: &[
+            until(7, Str),
+            until(7, Array(&OFFSET_FETCH_TOPIC)),
+            since(8, Array(&OFFSET_FETCH_GROUP)),
+            since(7, BOOL),
+        ],
+    },
+    flexible_since: 6,
+};
+
+// ListGroups (list_groups_request.rs): states filter from v4, types from v5.
+pub(crate) static LIST_GROUPS: Schema = Schema {
+    body: Struct {
+        fields: &[since(4, StrArray), since(5, StrArray)],
+    },
+    flexible_since: 3,
+};
+
+// DescribeGroups (describe_groups_request.rs).
+pub(crate) static DESCRIBE_GROUPS: Schema = Schema {
+    body: Struct {
+        fields: &[f(StrArray), since(3, BOOL)],
+    },
+    flexible_since: 5,
+};
+
+// DeleteGroups (delete_groups_request.rs).
+pub(crate) static DELETE_GROUPS: Schema = Schema {
+    body: Struct {
+        fields: &[f(StrArray)],
+    },
+    flexible_since: 2,
+};
+
 /// Why a body failed the walk; `position` is the byte offset in the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Violation {

@@ -139,7 +139,7 @@ mod tests {
             Err(ProtocolError::UnsupportedVersion { version: 2, .. })
         ));
         assert!(matches!(
-            decode_body(ApiKey::OffsetCommit, 8, &mut body),
+            decode_body(ApiKey::OffsetCommit, 10, &mut body),
             Err(ProtocolError::UnsupportedVersion { .. })
         ));
         assert_eq!(&body[..], b"garbage");

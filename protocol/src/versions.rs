@@ -85,9 +85,25 @@ pub const SERVED_APIS: &[ServedApi] = &[
         .guarded(&guard::INCREMENTAL_ALTER_CONFIGS),
     ServedApi::new(ApiKey::InitProducerId, 0, 5),
     ServedApi::new(ApiKey::DeleteRecords, 0, 2).guarded(&guard::DELETE_RECORDS),
-    // No consumer groups yet: answered with COORDINATOR_NOT_AVAILABLE. Listed from
-    // v0 because librdkafka only enables lz4 when it sees FindCoordinator v0.
+    // Groups: this node; transactions: COORDINATOR_NOT_AVAILABLE. Listed from v0
+    // also because librdkafka only enables lz4 when it sees FindCoordinator v0.
     ServedApi::new(ApiKey::FindCoordinator, 0, 4).guarded(&guard::FIND_COORDINATOR),
+    // The classic group protocol, every version kafka-protocol decodes; the
+    // flexible versions add nothing skiff cannot honour (reasons are logged
+    // nowhere, skip_assignment is always false: assignors run in clients).
+    ServedApi::new(ApiKey::JoinGroup, 0, 9).guarded(&guard::JOIN_GROUP),
+    ServedApi::new(ApiKey::SyncGroup, 0, 5).guarded(&guard::SYNC_GROUP),
+    ServedApi::new(ApiKey::Heartbeat, 0, 4),
+    ServedApi::new(ApiKey::LeaveGroup, 0, 5).guarded(&guard::LEAVE_GROUP),
+    // v9 is the same request for classic groups (generation id); v10 addresses
+    // topics by id.
+    ServedApi::new(ApiKey::OffsetCommit, 2, 9).guarded(&guard::OFFSET_COMMIT),
+    // v8 batches groups; v9 adds KIP-848 member epochs (new consumer protocol).
+    ServedApi::new(ApiKey::OffsetFetch, 1, 8).guarded(&guard::OFFSET_FETCH),
+    ServedApi::new(ApiKey::ListGroups, 0, 5).guarded(&guard::LIST_GROUPS),
+    // v6 answers unknown groups with GROUP_ID_NOT_FOUND; up to v5 they are Dead.
+    ServedApi::new(ApiKey::DescribeGroups, 0, 5).guarded(&guard::DESCRIBE_GROUPS),
+    ServedApi::new(ApiKey::DeleteGroups, 0, 2).guarded(&guard::DELETE_GROUPS),
 ];
 
 /// The table entry for `api_key`, if skiff serves it.
@@ -158,7 +174,8 @@ mod tests {
         assert!(accepts(ApiKey::Produce, 12));
         assert!(!accepts(ApiKey::Produce, 13));
         assert!(!accepts(ApiKey::Fetch, 3));
-        assert!(!accepts(ApiKey::OffsetCommit, 8));
+        assert!(!accepts(ApiKey::OffsetCommit, 10));
+        assert!(!accepts(ApiKey::OffsetFetch, 9));
     }
 
     #[test]

@@ -545,3 +545,71 @@ def all_batches(bootstrap, topic, partition, timeout_s=30.0):
             if offset >= hw:
                 return batches
     raise AssertionError(f"fetching {topic}/{partition} did not finish in {timeout_s}s")
+
+
+# ---------------------------------------------------------------- groups (classic protocol)
+# JoinGroup v1, SyncGroup v1, Heartbeat v1, LeaveGroup v1: enough for a member
+# that joins, takes an assignment and then goes silent.
+
+API_JOIN_GROUP = 11
+API_HEARTBEAT = 12
+API_LEAVE_GROUP = 13
+API_SYNC_GROUP = 14
+
+ERR_ILLEGAL_GENERATION = 22
+ERR_UNKNOWN_MEMBER_ID = 25
+ERR_REBALANCE_IN_PROGRESS = 27
+
+
+def consumer_subscription(topics):
+    """ConsumerProtocolSubscription v0: the metadata of a 'consumer' protocol."""
+    return struct.pack(">hi", 0, len(topics)) + b"".join(string(t) for t in topics) + nbytes(None)
+
+
+def consumer_assignment(assignment):
+    """ConsumerProtocolAssignment v0 from {topic: [partitions]}."""
+    out = struct.pack(">hi", 0, len(assignment))
+    for topic, partitions in assignment.items():
+        out += string(topic) + struct.pack(">i", len(partitions))
+        out += b"".join(struct.pack(">i", p) for p in partitions)
+    return out + nbytes(None)
+
+
+def join_group(conn, group, member_id, topics, session_timeout_ms, rebalance_timeout_ms=10000, protocol="range"):
+    """JoinGroup v1; returns (error, generation, protocol, leader, member_id, [member ids])."""
+    body = (
+        string(group)
+        + struct.pack(">ii", session_timeout_ms, rebalance_timeout_ms)
+        + string(member_id)
+        + string("consumer")
+        + struct.pack(">i", 1)
+        + string(protocol)
+        + nbytes(consumer_subscription(topics))
+    )
+    r = Reader(conn.request(API_JOIN_GROUP, 1, body))
+    error, generation = r.i16(), r.i32()
+    protocol, leader, member = r.string(), r.string(), r.string()
+    members = []
+    for _ in range(r.i32()):
+        members.append(r.string())
+        r.take(r.i32())
+    return error, generation, protocol, leader, member, members
+
+
+def sync_group(conn, group, generation, member_id, assignments):
+    """SyncGroup v1 with {member id: {topic: [partitions]}}; returns (error, assignment bytes)."""
+    body = string(group) + struct.pack(">i", generation) + string(member_id) + struct.pack(">i", len(assignments))
+    for member, assignment in assignments.items():
+        body += string(member) + nbytes(consumer_assignment(assignment))
+    r = Reader(conn.request(API_SYNC_GROUP, 1, body))
+    r.i32()  # throttle
+    error = r.i16()
+    n = r.i32()
+    return error, (r.take(n) if n >= 0 else None)
+
+
+def heartbeat(conn, group, generation, member_id):
+    body = string(group) + struct.pack(">i", generation) + string(member_id)
+    r = Reader(conn.request(API_HEARTBEAT, 1, body))
+    r.i32()  # throttle
+    return r.i16()

@@ -9,6 +9,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::ResponseError;
 
 use super::str_bytes;
+use crate::group;
 use crate::state::CoreState;
 use crate::topics::{self, CreateTopic, TopicError, TopicInfo};
 
@@ -48,10 +49,12 @@ pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) ->
     let auto_create =
         core.node.config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
     let topics: Vec<MetadataResponseTopic> = match requested {
+        // Internal topics are answered only when asked for by name.
         None => core
             .topics()
             .topics
             .values()
+            .filter(|t| !group::is_internal_topic(&t.name))
             .map(|t| topic(t, node_id, version))
             .collect(),
         Some(names) => {
@@ -112,6 +115,11 @@ fn topic(info: &TopicInfo, node_id: BrokerId, version: i16) -> MetadataResponseT
         MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(info.name.clone()))));
     let t = if version >= 10 {
         t.with_topic_id(info.id)
+    } else {
+        t
+    };
+    let t = if version >= 1 {
+        t.with_is_internal(group::is_internal_topic(&info.name))
     } else {
         t
     };

@@ -7,6 +7,7 @@ mod admin;
 mod delete_records;
 mod fetch;
 mod find_coordinator;
+mod groups;
 mod init_producer_id;
 mod list_offsets;
 mod metadata;
@@ -77,6 +78,7 @@ impl Request {
 pub async fn start(
     core: Rc<CoreState>,
     request: Request,
+    client_host: Rc<str>,
 ) -> Pin<Box<dyn Future<Output = Option<ResponseFrame>>>> {
     let Request {
         header,
@@ -106,6 +108,7 @@ pub async fn start(
                 version,
                 body,
             },
+            client_host,
         )),
     }
 }
@@ -126,7 +129,11 @@ fn encode(
     }
 }
 
-async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFrame> {
+async fn handle(
+    core: Rc<CoreState>,
+    request: Request,
+    client_host: Rc<str>,
+) -> Option<ResponseFrame> {
     let Request {
         header,
         api_key,
@@ -171,7 +178,37 @@ async fn handle(core: Rc<CoreState>, request: Request) -> Option<ResponseFrame> 
             ResponseKind::DeleteRecords(delete_records::handle(&core, r).await)
         }
         Some(RequestKind::FindCoordinator(r)) => {
-            ResponseKind::FindCoordinator(find_coordinator::handle(r, version))
+            ResponseKind::FindCoordinator(find_coordinator::handle(&core, r, version))
+        }
+        Some(RequestKind::JoinGroup(r)) => {
+            let client_id = header.client_id.as_deref().unwrap_or_default().to_string();
+            ResponseKind::JoinGroup(
+                groups::join_group(&core, r, version, client_id, client_host.to_string()).await,
+            )
+        }
+        Some(RequestKind::SyncGroup(r)) => {
+            ResponseKind::SyncGroup(groups::sync_group(&core, r, version).await)
+        }
+        Some(RequestKind::Heartbeat(r)) => {
+            ResponseKind::Heartbeat(groups::heartbeat(&core, r).await)
+        }
+        Some(RequestKind::LeaveGroup(r)) => {
+            ResponseKind::LeaveGroup(groups::leave_group(&core, r, version).await)
+        }
+        Some(RequestKind::OffsetCommit(r)) => {
+            ResponseKind::OffsetCommit(groups::offset_commit(&core, r, version).await)
+        }
+        Some(RequestKind::OffsetFetch(r)) => {
+            ResponseKind::OffsetFetch(groups::offset_fetch(&core, r, version).await)
+        }
+        Some(RequestKind::ListGroups(r)) => {
+            ResponseKind::ListGroups(groups::list_groups(&core, r, version).await)
+        }
+        Some(RequestKind::DescribeGroups(r)) => {
+            ResponseKind::DescribeGroups(groups::describe_groups(&core, r, version).await)
+        }
+        Some(RequestKind::DeleteGroups(r)) => {
+            ResponseKind::DeleteGroups(groups::delete_groups(&core, r).await)
         }
         Some(RequestKind::InitProducerId(r)) => {
             ResponseKind::InitProducerId(init_producer_id::handle(&core, r))

@@ -94,6 +94,12 @@ pub async fn append_phase(
                         error: ResponseError::UnknownTopicOrPartition,
                         message: format!("{tp} does not exist"),
                     })
+                } else if crate::group::is_internal_topic(&tp.topic) {
+                    // Kafka: "Cannot append to internal topic".
+                    Err(Refused {
+                        error: ResponseError::InvalidTopicException,
+                        message: format!("cannot append to internal topic {}", tp.topic),
+                    })
                 } else if acks != 0 && acks != 1 && acks != -1 {
                     Err(Refused {
                         error: ResponseError::InvalidRequiredAcks,

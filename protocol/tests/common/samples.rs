@@ -15,14 +15,26 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, Forgot
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest, FindCoordinatorRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
-    ProduceRequest, ProducerId, RequestKind, TopicName, TransactionalId,
+    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteGroupsRequest,
+    DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest, ProducerId, RequestKind, SyncGroupRequest, TopicName,
+    TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -256,6 +268,156 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                 request.into()
             }
         }
+        ApiKey::JoinGroup => {
+            let protocol = |name: &'static str| {
+                JoinGroupRequestProtocol::default()
+                    .with_name(s(name))
+                    .with_metadata(Bytes::from_static(b"subscription"))
+            };
+            let mut request = JoinGroupRequest::default()
+                .with_group_id(GroupId(s("group-1")))
+                .with_session_timeout_ms(10_000)
+                .with_member_id(s("member-1"))
+                .with_protocol_type(s("consumer"))
+                .with_protocols(vec![protocol("range"), protocol("roundrobin")]);
+            if v >= 1 {
+                request = request.with_rebalance_timeout_ms(30_000);
+            }
+            if v >= 5 {
+                request = request.with_group_instance_id(Some(s("instance-1")));
+            }
+            if v >= 8 {
+                request = request.with_reason(Some(s("rejoin")));
+            }
+            request.into()
+        }
+        ApiKey::SyncGroup => {
+            let assignment = |member: &'static str| {
+                SyncGroupRequestAssignment::default()
+                    .with_member_id(s(member))
+                    .with_assignment(Bytes::from_static(b"assignment"))
+            };
+            let mut request = SyncGroupRequest::default()
+                .with_group_id(GroupId(s("group-1")))
+                .with_generation_id(3)
+                .with_member_id(s("member-1"))
+                .with_assignments(vec![assignment("member-1"), assignment("member-2")]);
+            if v >= 3 {
+                request = request.with_group_instance_id(Some(s("instance-1")));
+            }
+            if v >= 5 {
+                request = request
+                    .with_protocol_type(Some(s("consumer")))
+                    .with_protocol_name(Some(s("range")));
+            }
+            request.into()
+        }
+        ApiKey::Heartbeat => {
+            let request = HeartbeatRequest::default()
+                .with_group_id(GroupId(s("group-1")))
+                .with_generation_id(3)
+                .with_member_id(s("member-1"));
+            if v >= 3 {
+                request.with_group_instance_id(Some(s("instance-1"))).into()
+            } else {
+                request.into()
+            }
+        }
+        ApiKey::LeaveGroup => {
+            let request = LeaveGroupRequest::default().with_group_id(GroupId(s("group-1")));
+            if v >= 3 {
+                let member = |id: &'static str| {
+                    let m = MemberIdentity::default()
+                        .with_member_id(s(id))
+                        .with_group_instance_id(Some(s("instance-1")));
+                    if v >= 5 {
+                        m.with_reason(Some(s("closing")))
+                    } else {
+                        m
+                    }
+                };
+                request
+                    .with_members(vec![member("member-1"), member("member-2")])
+                    .into()
+            } else {
+                request.with_member_id(s("member-1")).into()
+            }
+        }
+        ApiKey::OffsetCommit => {
+            let partition = |index: i32| {
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(index)
+                    .with_committed_offset(100 + i64::from(index))
+                    .with_committed_leader_epoch(if v >= 6 { 2 } else { -1 })
+                    .with_committed_metadata(Some(s("meta")))
+            };
+            let mut request = OffsetCommitRequest::default()
+                .with_group_id(GroupId(s("group-1")))
+                .with_generation_id_or_member_epoch(3)
+                .with_member_id(s("member-1"))
+                .with_topics(vec![
+                    OffsetCommitRequestTopic::default()
+                        .with_name(topic("orders"))
+                        .with_partitions(vec![partition(0), partition(1)]),
+                    OffsetCommitRequestTopic::default()
+                        .with_name(topic("payments"))
+                        .with_partitions(vec![partition(2)]),
+                ]);
+            if v >= 7 {
+                request = request.with_group_instance_id(Some(s("instance-1")));
+            }
+            if v <= 4 {
+                request = request.with_retention_time_ms(-1);
+            }
+            request.into()
+        }
+        ApiKey::OffsetFetch => {
+            if v >= 8 {
+                OffsetFetchRequest::default()
+                    .with_groups(vec![
+                        OffsetFetchRequestGroup::default()
+                            .with_group_id(GroupId(s("group-1")))
+                            .with_topics(Some(vec![OffsetFetchRequestTopics::default()
+                                .with_name(topic("orders"))
+                                .with_partition_indexes(vec![0, 1, 2])])),
+                        OffsetFetchRequestGroup::default()
+                            .with_group_id(GroupId(s("group-2")))
+                            .with_topics(None),
+                    ])
+                    .with_require_stable(true)
+                    .into()
+            } else {
+                OffsetFetchRequest::default()
+                    .with_group_id(GroupId(s("group-1")))
+                    .with_topics(Some(vec![
+                        OffsetFetchRequestTopic::default()
+                            .with_name(topic("orders"))
+                            .with_partition_indexes(vec![0, 1]),
+                        OffsetFetchRequestTopic::default()
+                            .with_name(topic("payments"))
+                            .with_partition_indexes(vec![4]),
+                    ]))
+                    .with_require_stable(v >= 7)
+                    .into()
+            }
+        }
+        ApiKey::ListGroups => {
+            let mut request = ListGroupsRequest::default();
+            if v >= 4 {
+                request = request.with_states_filter(vec![s("Stable"), s("Empty")]);
+            }
+            if v >= 5 {
+                request = request.with_types_filter(vec![s("classic")]);
+            }
+            request.into()
+        }
+        ApiKey::DescribeGroups => DescribeGroupsRequest::default()
+            .with_groups(vec![GroupId(s("group-1")), GroupId(s("group-2"))])
+            .with_include_authorized_operations(v >= 3)
+            .into(),
+        ApiKey::DeleteGroups => DeleteGroupsRequest::default()
+            .with_groups_names(vec![GroupId(s("group-1")), GroupId(s("group-2"))])
+            .into(),
         ApiKey::ApiVersions => {
             let request = ApiVersionsRequest::default();
             if v >= 3 {

@@ -1,0 +1,853 @@
+//! The group coordinator of one core: the groups whose `__consumer_offsets`
+//! partition this core owns, their waiting members, their committed offsets,
+//! and the writes of both to the log.
+//!
+//! Data flow of a call (on the owner core, reached with `invoke_on`): the pure
+//! state machine (`state.rs`) decides; a member that must wait gets a oneshot
+//! registered before the effects are applied; when the effects ask for it the
+//! group's metadata is appended to its offsets partition and made durable;
+//! then the waiting members are answered. An OffsetCommit is acknowledged only
+//! after its records are durable, and the in-memory offsets follow the log
+//! (a newer log offset wins, so racing commits settle as the log orders them).
+//!
+//! `load` rebuilds everything at start by reading each owned partition from
+//! its start: the latest value per key wins and a tombstone deletes.
+//! A ticker per core (`TICK_INTERVAL`) applies session and rebalance timeouts,
+//! and every `offsets.retention.check.interval.ms` expires offsets and forgets
+//! idle groups (`cleanup`).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_channel::oneshot;
+use kafka_protocol::ResponseError;
+use skiff_engine::batch::{decode_records, BatchBuilder};
+use skiff_engine::{AppendMode, LogError, Shard, TopicPartition};
+
+use super::records::{self, OffsetValue, RecordKey};
+use super::state::{Effects, Group, JoinRequest, JoinResult, Limits, Reply, SyncResult};
+use super::OFFSETS_TOPIC;
+use crate::handlers::{error_code, now_ms};
+use crate::state::CoreState;
+
+/// How often each core applies group timeouts; session timeouts are enforced
+/// to within this.
+pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+/// Kafka's `offset.metadata.max.bytes` default.
+pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
+/// Bytes read per step while loading a partition.
+const LOAD_READ_BYTES: usize = 8 << 20;
+/// Bound on a stored record's decompressed size while loading.
+const LOAD_RECORD_BYTES_MAX: usize = 64 << 20;
+/// Appends to `__consumer_offsets`: this node leads it at epoch 0.
+const AS_LEADER: AppendMode = AppendMode::Leader { leader_epoch: 0 };
+
+thread_local! {
+    static COORDINATOR: Rc<Coordinator> = Rc::new(Coordinator::default());
+}
+
+/// A committed offset and where it is in the log.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub value: OffsetValue,
+    log_offset: i64,
+}
+
+struct Entry {
+    group: Group,
+    tp: TopicPartition,
+    /// (topic, partition) -> committed offset.
+    offsets: BTreeMap<(String, i32), Committed>,
+    join_waiters: HashMap<String, oneshot::Sender<JoinResult>>,
+    sync_waiters: HashMap<String, oneshot::Sender<SyncResult>>,
+    /// Whether the log holds a GroupMetadata record for it (forgetting the
+    /// group then takes a tombstone).
+    stored: bool,
+}
+
+impl Entry {
+    fn new(group: Group, tp: TopicPartition) -> Entry {
+        Entry {
+            group,
+            tp,
+            stored: false,
+            offsets: BTreeMap::new(),
+            join_waiters: HashMap::new(),
+            sync_waiters: HashMap::new(),
+        }
+    }
+}
+
+/// What DescribeGroups and `skiff group describe` show of a group.
+#[derive(Debug, Clone)]
+pub struct GroupSummary {
+    pub state: &'static str,
+    pub protocol_type: String,
+    /// Empty unless Stable (Kafka's rule).
+    pub protocol: String,
+    pub members: Vec<MemberSummary>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MemberSummary {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    /// Both empty unless Stable.
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+/// Committed offsets by topic: (topic, [(partition, offset if committed)]).
+pub type FetchedOffsets = Vec<(String, Vec<(i32, Option<OffsetValue>)>)>;
+
+/// One group in ListGroups.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+}
+
+#[derive(Default)]
+pub struct Coordinator {
+    groups: RefCell<BTreeMap<String, Entry>>,
+    /// Set when the node stops: calls are answered NOT_COORDINATOR, as a Kafka
+    /// coordinator that resigns answers, so clients never wait on a dead node.
+    closed: std::cell::Cell<bool>,
+}
+
+/// The node settings of the protocol.
+pub fn limits(core: &CoreState) -> Limits {
+    let c = &core.node.config;
+    Limits {
+        session_timeout_ms_min: c.group_min_session_timeout_ms,
+        session_timeout_ms_max: c.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms: c.group_initial_rebalance_delay_ms,
+    }
+}
+
+impl Coordinator {
+    /// This core's coordinator.
+    pub fn current() -> Rc<Coordinator> {
+        COORDINATOR.with(Rc::clone)
+    }
+
+    fn entry_or_new<'a>(
+        groups: &'a mut BTreeMap<String, Entry>,
+        group_id: &str,
+        tp: &TopicPartition,
+        limits: Limits,
+        now: i64,
+    ) -> &'a mut Entry {
+        groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Entry::new(Group::new(group_id, limits, now), tp.clone()))
+    }
+
+    pub async fn join(
+        &self,
+        shard: &Rc<Shard>,
+        tp: TopicPartition,
+        group_id: String,
+        limits: Limits,
+        request: JoinRequest,
+    ) -> JoinResult {
+        if self.closed.get() {
+            return JoinResult::error(ResponseError::NotCoordinator, &request.member_id);
+        }
+        let now = now_ms();
+        let (reply, effects, waiter) = {
+            let mut groups = self.groups.borrow_mut();
+            let entry = Self::entry_or_new(&mut groups, &group_id, &tp, limits, now);
+            let (reply, effects) = entry.group.join(now, request);
+            let waiter = match &reply {
+                Reply::Now(_) => None,
+                Reply::Wait(member_id) => {
+                    let (tx, rx) = oneshot::channel();
+                    if let Some(old) = entry.join_waiters.insert(member_id.clone(), tx) {
+                        // The same member joined again before its answer came.
+                        let _ = old.send(JoinResult::error(
+                            ResponseError::RebalanceInProgress,
+                            member_id,
+                        ));
+                    }
+                    Some(rx)
+                }
+            };
+            (reply, effects, waiter)
+        };
+        self.apply(shard, &group_id, effects).await;
+        match (reply, waiter) {
+            (Reply::Now(result), _) => result,
+            (Reply::Wait(member_id), Some(rx)) => rx.await.unwrap_or_else(|_| {
+                JoinResult::error(ResponseError::CoordinatorNotAvailable, &member_id)
+            }),
+            (Reply::Wait(member_id), None) => {
+                JoinResult::error(ResponseError::CoordinatorNotAvailable, &member_id)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        &self,
+        shard: &Rc<Shard>,
+        group_id: String,
+        member_id: String,
+        generation_id: i32,
+        group_instance_id: Option<String>,
+        protocol: (Option<String>, Option<String>),
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        if self.closed.get() {
+            return SyncResult::error(ResponseError::NotCoordinator);
+        }
+        let now = now_ms();
+        let (reply, effects, waiter) = {
+            let mut groups = self.groups.borrow_mut();
+            let Some(entry) = groups.get_mut(&group_id) else {
+                return SyncResult::error(ResponseError::UnknownMemberId);
+            };
+            let (reply, effects) = entry.group.sync(
+                now,
+                &member_id,
+                generation_id,
+                group_instance_id.as_deref(),
+                (protocol.0.as_deref(), protocol.1.as_deref()),
+                assignments,
+            );
+            let waiter = match &reply {
+                Reply::Now(_) => None,
+                Reply::Wait(id) => {
+                    let (tx, rx) = oneshot::channel();
+                    if let Some(old) = entry.sync_waiters.insert(id.clone(), tx) {
+                        let _ = old.send(SyncResult::error(ResponseError::RebalanceInProgress));
+                    }
+                    Some(rx)
+                }
+            };
+            (reply, effects, waiter)
+        };
+        self.apply(shard, &group_id, effects).await;
+        match (reply, waiter) {
+            (Reply::Now(result), _) => result,
+            (Reply::Wait(_), Some(rx)) => rx
+                .await
+                .unwrap_or_else(|_| SyncResult::error(ResponseError::CoordinatorNotAvailable)),
+            (Reply::Wait(_), None) => SyncResult::error(ResponseError::CoordinatorNotAvailable),
+        }
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        generation_id: i32,
+        group_instance_id: Option<&str>,
+    ) -> Option<ResponseError> {
+        let mut groups = self.groups.borrow_mut();
+        match groups.get_mut(group_id) {
+            None => Some(ResponseError::UnknownMemberId),
+            Some(entry) => {
+                entry
+                    .group
+                    .heartbeat(now_ms(), member_id, generation_id, group_instance_id)
+            }
+        }
+    }
+
+    pub async fn leave(
+        &self,
+        shard: &Rc<Shard>,
+        group_id: String,
+        leaving: Vec<(String, Option<String>)>,
+    ) -> Vec<Option<ResponseError>> {
+        let (errors, effects) = {
+            let mut groups = self.groups.borrow_mut();
+            match groups.get_mut(&group_id) {
+                None => (
+                    vec![Some(ResponseError::UnknownMemberId); leaving.len()],
+                    Effects::default(),
+                ),
+                Some(entry) => entry.group.leave(now_ms(), &leaving),
+            }
+        };
+        self.apply(shard, &group_id, effects).await;
+        errors
+    }
+
+    /// OffsetCommit: checks membership and generation, appends one record per
+    /// offset, waits until they are durable, then updates the offsets.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn commit(
+        &self,
+        shard: &Rc<Shard>,
+        tp: TopicPartition,
+        group_id: String,
+        limits: Limits,
+        member_id: String,
+        generation_id: i32,
+        group_instance_id: Option<String>,
+        offsets: Vec<(String, i32, OffsetValue)>,
+    ) -> Result<(), ResponseError> {
+        let now = now_ms();
+        {
+            let mut groups = self.groups.borrow_mut();
+            match groups.get_mut(&group_id) {
+                // Kafka: a commit with no generation creates a group that only
+                // stores offsets; any other commit needs a member.
+                None if generation_id < 0 => {
+                    Self::entry_or_new(&mut groups, &group_id, &tp, limits, now);
+                }
+                None => return Err(ResponseError::IllegalGeneration),
+                Some(entry) => entry.group.check_commit(
+                    now,
+                    &member_id,
+                    generation_id,
+                    group_instance_id.as_deref(),
+                )?,
+            }
+        }
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = offsets
+            .iter()
+            .map(|(topic, partition, value)| {
+                let key = RecordKey::Offset {
+                    group: group_id.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                };
+                (
+                    records::encode_key(&key),
+                    Some(records::encode_offset_value(value)),
+                )
+            })
+            .collect();
+        let base_offset = append(shard, &tp, &records)
+            .await
+            .map_err(|e| storage_error(&group_id, &e))?;
+        let mut groups = self.groups.borrow_mut();
+        let entry = Self::entry_or_new(&mut groups, &group_id, &tp, limits, now);
+        for (i, (topic, partition, value)) in offsets.into_iter().enumerate() {
+            let log_offset = base_offset + i as i64;
+            let slot = entry.offsets.entry((topic, partition));
+            match slot {
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    if o.get().log_offset < log_offset {
+                        o.insert(Committed { value, log_offset });
+                    }
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(Committed { value, log_offset });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The committed offsets of `group_id`: of the listed partitions (`None`
+    /// for a partition without a commit), or all of them.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        wanted: Option<Vec<(String, Vec<i32>)>>,
+    ) -> FetchedOffsets {
+        let groups = self.groups.borrow();
+        let offsets = groups.get(group_id).map(|e| &e.offsets);
+        match wanted {
+            Some(topics) => topics
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    let found = partitions
+                        .into_iter()
+                        .map(|p| {
+                            let value = offsets
+                                .and_then(|o| o.get(&(topic.clone(), p)))
+                                .map(|c| c.value.clone());
+                            (p, value)
+                        })
+                        .collect();
+                    (topic, found)
+                })
+                .collect(),
+            None => {
+                let mut out: FetchedOffsets = Vec::new();
+                for ((topic, partition), c) in offsets.into_iter().flatten() {
+                    match out.last_mut() {
+                        Some((t, list)) if t == topic => {
+                            list.push((*partition, Some(c.value.clone())))
+                        }
+                        _ => out.push((topic.clone(), vec![(*partition, Some(c.value.clone()))])),
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<GroupSummary> {
+        let groups = self.groups.borrow();
+        let group = &groups.get(group_id)?.group;
+        let stable = group.state() == super::state::GroupState::Stable;
+        let protocol = group.protocol_name().unwrap_or_default().to_string();
+        Some(GroupSummary {
+            state: group.state().name(),
+            protocol_type: group.protocol_type().unwrap_or_default().to_string(),
+            protocol: if stable {
+                protocol.clone()
+            } else {
+                String::new()
+            },
+            members: group
+                .members()
+                .map(|m| MemberSummary {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable {
+                        m.metadata(&protocol)
+                    } else {
+                        Bytes::new()
+                    },
+                    assignment: if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                })
+                .collect(),
+        })
+    }
+
+    pub fn list(&self) -> Vec<Listed> {
+        self.groups
+            .borrow()
+            .iter()
+            .map(|(id, e)| Listed {
+                group_id: id.clone(),
+                protocol_type: e.group.protocol_type().unwrap_or_default().to_string(),
+                state: e.group.state().name(),
+            })
+            .collect()
+    }
+
+    /// DeleteGroups for one group: only an empty group goes; its metadata and
+    /// every committed offset get a tombstone (durable before the answer).
+    pub async fn delete(&self, shard: &Rc<Shard>, group_id: String) -> Result<(), ResponseError> {
+        let entry = {
+            let mut groups = self.groups.borrow_mut();
+            match groups.get(&group_id) {
+                None => return Err(ResponseError::GroupIdNotFound),
+                Some(e) if !e.group.is_empty() => return Err(ResponseError::NonEmptyGroup),
+                Some(_) => {}
+            }
+            match groups.remove(&group_id) {
+                Some(e) => e,
+                None => return Err(ResponseError::GroupIdNotFound),
+            }
+        };
+        let mut tombstones = vec![(
+            records::encode_key(&RecordKey::Group {
+                group: group_id.clone(),
+            }),
+            None,
+        )];
+        for (topic, partition) in entry.offsets.keys() {
+            tombstones.push((
+                records::encode_key(&RecordKey::Offset {
+                    group: group_id.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                }),
+                None,
+            ));
+        }
+        if let Err(e) = append(shard, &entry.tp, &tombstones).await {
+            // Not deleted after all: put it back unless the id is in use again.
+            let error = storage_error(&group_id, &e);
+            self.groups.borrow_mut().entry(group_id).or_insert(entry);
+            return Err(error);
+        }
+        tracing::info!(group = %group_id, "deleted group");
+        Ok(())
+    }
+
+    /// Stores the group when asked, then answers the waiting members.
+    async fn apply(&self, shard: &Rc<Shard>, group_id: &str, mut effects: Effects) {
+        if effects.persist {
+            let stored = {
+                let groups = self.groups.borrow();
+                groups
+                    .get(group_id)
+                    .map(|e| (e.tp.clone(), e.group.stored()))
+            };
+            if let Some((tp, stored)) = stored {
+                let record = (
+                    records::encode_key(&RecordKey::Group {
+                        group: group_id.to_string(),
+                    }),
+                    Some(records::encode_group_value(&stored)),
+                );
+                let appended = append(shard, &tp, &[record]).await;
+                if appended.is_ok() {
+                    if let Some(e) = self.groups.borrow_mut().get_mut(group_id) {
+                        e.stored = true;
+                    }
+                }
+                if let Err(e) = appended {
+                    let error = storage_error(group_id, &e);
+                    for (_, sync) in &mut effects.syncs {
+                        *sync = SyncResult::error(error);
+                    }
+                    let more = self
+                        .groups
+                        .borrow_mut()
+                        .get_mut(group_id)
+                        .map(|e| e.group.persist_failed(now_ms()))
+                        .unwrap_or_default();
+                    effects.joins.extend(more.joins);
+                    effects.syncs.extend(more.syncs);
+                }
+            }
+        }
+        let mut groups = self.groups.borrow_mut();
+        let Some(entry) = groups.get_mut(group_id) else {
+            return;
+        };
+        for (member_id, result) in effects.joins {
+            if let Some(tx) = entry.join_waiters.remove(&member_id) {
+                let _ = tx.send(result);
+            }
+        }
+        for (member_id, result) in effects.syncs {
+            if let Some(tx) = entry.sync_waiters.remove(&member_id) {
+                let _ = tx.send(result);
+            }
+        }
+    }
+
+    /// Applies timeouts to every group of this core.
+    pub async fn tick(&self, shard: &Rc<Shard>) {
+        let now = now_ms();
+        let due: Vec<(String, Effects)> = self
+            .groups
+            .borrow_mut()
+            .iter_mut()
+            .map(|(id, e)| (id.clone(), e.group.tick(now)))
+            .filter(|(_, effects)| !effects.is_empty())
+            .collect();
+        for (group_id, effects) in due {
+            self.apply(shard, &group_id, effects).await;
+        }
+    }
+
+    /// Loads the groups and offsets stored in the `__consumer_offsets`
+    /// partitions this core owns (at start, before the listeners open).
+    pub async fn load(
+        &self,
+        shard: &Rc<Shard>,
+        partitions: i32,
+        limits: Limits,
+    ) -> Result<usize, LogError> {
+        let now = now_ms();
+        let mut loaded = 0;
+        for p in 0..partitions {
+            let tp = TopicPartition::new(OFFSETS_TOPIC, p);
+            if shard.table().shard_of(&tp) != shard.id() {
+                continue;
+            }
+            let Some(partition) = shard.local(&tp) else {
+                continue;
+            };
+            let mut groups: BTreeMap<String, Option<super::state::StoredGroup>> = BTreeMap::new();
+            let mut offsets: BTreeMap<String, BTreeMap<(String, i32), Option<Committed>>> =
+                BTreeMap::new();
+            let end = partition.log_end_offset().await?;
+            let mut offset = partition.log_start_offset().await?;
+            while offset < end {
+                let read = partition.read(offset, LOAD_READ_BYTES, end).await?;
+                if read.batches.is_empty() {
+                    break;
+                }
+                for batch in &read.batches {
+                    let records = match decode_records(batch, LOAD_RECORD_BYTES_MAX) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            tracing::warn!(partition = %tp, error = %e, "skipping an undecodable batch");
+                            continue;
+                        }
+                    };
+                    for r in records {
+                        apply_record(
+                            &tp,
+                            r.offset,
+                            r.key.as_deref(),
+                            r.value.as_deref(),
+                            &mut groups,
+                            &mut offsets,
+                        );
+                    }
+                }
+                offset = read.next_offset;
+            }
+            let mut map = self.groups.borrow_mut();
+            let ids: std::collections::BTreeSet<String> =
+                groups.keys().chain(offsets.keys()).cloned().collect();
+            for id in ids {
+                let stored = groups.remove(&id).flatten();
+                let stored_present = stored.is_some();
+                let committed: BTreeMap<(String, i32), Committed> = offsets
+                    .remove(&id)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k, v)))
+                    .collect();
+                if stored.is_none() && committed.is_empty() {
+                    continue;
+                }
+                let group = match stored {
+                    Some(s) => Group::loaded(id.clone(), limits, s, now),
+                    None => Group::new(id.clone(), limits, now),
+                };
+                let mut entry = Entry::new(group, tp.clone());
+                entry.stored = stored_present;
+                entry.offsets = committed;
+                map.insert(id, entry);
+                loaded += 1;
+            }
+        }
+        Ok(loaded)
+    }
+}
+
+impl Coordinator {
+    /// Kafka's offsets cleanup (every `offsets.retention.check.interval.ms`):
+    /// expired offsets get tombstones, then groups with no members, no member
+    /// ids handed out, no waiting members and no offsets are forgotten (a
+    /// tombstone first if the log has their metadata), so group ids that come
+    /// and go do not accumulate.
+    pub async fn cleanup(&self, shard: &Rc<Shard>, retention_ms: i64) {
+        self.expire_offsets(shard, retention_ms).await;
+        self.forget_idle_groups(shard).await;
+    }
+
+    async fn expire_offsets(&self, shard: &Rc<Shard>, retention_ms: i64) {
+        let now = now_ms();
+        // (group, its partition, [(topic, partition, log offset of the commit)])
+        type Expired = Vec<(String, TopicPartition, Vec<(String, i32, i64)>)>;
+        let expired: Expired = self
+            .groups
+            .borrow()
+            .iter()
+            .filter_map(|(id, e)| {
+                let keys: Vec<(String, i32, i64)> = e
+                    .offsets
+                    .iter()
+                    .filter(|(_, c)| {
+                        e.group
+                            .offset_expired(now, retention_ms, c.value.commit_timestamp_ms)
+                    })
+                    .map(|((t, p), c)| (t.clone(), *p, c.log_offset))
+                    .collect();
+                (!keys.is_empty()).then(|| (id.clone(), e.tp.clone(), keys))
+            })
+            .collect();
+        for (group_id, tp, keys) in expired {
+            let tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = keys
+                .iter()
+                .map(|(topic, partition, _)| {
+                    let key = RecordKey::Offset {
+                        group: group_id.clone(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                    };
+                    (records::encode_key(&key), None)
+                })
+                .collect();
+            if let Err(e) = append(shard, &tp, &tombstones).await {
+                storage_error(&group_id, &e);
+                continue;
+            }
+            let mut groups = self.groups.borrow_mut();
+            if let Some(entry) = groups.get_mut(&group_id) {
+                for (topic, partition, log_offset) in keys {
+                    // A commit that landed meanwhile stays.
+                    if entry
+                        .offsets
+                        .get(&(topic.clone(), partition))
+                        .is_some_and(|c| c.log_offset == log_offset)
+                    {
+                        entry.offsets.remove(&(topic, partition));
+                    }
+                }
+            }
+            tracing::info!(group = %group_id, "expired committed offsets");
+        }
+    }
+
+    async fn forget_idle_groups(&self, shard: &Rc<Shard>) {
+        let idle: Vec<(String, TopicPartition, bool)> = self
+            .groups
+            .borrow()
+            .iter()
+            .filter(|(_, e)| {
+                e.group.is_idle()
+                    && e.offsets.is_empty()
+                    && e.join_waiters.is_empty()
+                    && e.sync_waiters.is_empty()
+            })
+            .map(|(id, e)| (id.clone(), e.tp.clone(), e.stored))
+            .collect();
+        for (group_id, tp, stored) in idle {
+            if stored {
+                let key = records::encode_key(&RecordKey::Group {
+                    group: group_id.clone(),
+                });
+                if let Err(e) = append(shard, &tp, &[(key, None)]).await {
+                    storage_error(&group_id, &e);
+                    continue;
+                }
+            }
+            let mut groups = self.groups.borrow_mut();
+            // Still idle after the write? (A member may have joined meanwhile.)
+            if groups
+                .get(&group_id)
+                .is_some_and(|e| e.group.is_idle() && e.offsets.is_empty())
+            {
+                groups.remove(&group_id);
+                tracing::debug!(group = %group_id, "forgot an idle group");
+            }
+        }
+    }
+
+    /// The node is stopping: every waiting member is answered NOT_COORDINATOR
+    /// and later calls are refused the same way.
+    pub fn close(&self) {
+        self.closed.set(true);
+        for entry in self.groups.borrow_mut().values_mut() {
+            for (member_id, tx) in entry.join_waiters.drain() {
+                let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, &member_id));
+            }
+            for (_, tx) in entry.sync_waiters.drain() {
+                let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
+            }
+        }
+    }
+}
+
+/// Folds one stored record into the load state (the latest value per key wins;
+/// a null value deletes).
+fn apply_record(
+    tp: &TopicPartition,
+    log_offset: i64,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    groups: &mut BTreeMap<String, Option<super::state::StoredGroup>>,
+    offsets: &mut BTreeMap<String, BTreeMap<(String, i32), Option<Committed>>>,
+) {
+    let Some(key) = key else {
+        return;
+    };
+    let key = match records::decode_key(key) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::warn!(partition = %tp, log_offset, error = %e, "skipping a record with an unknown key");
+            return;
+        }
+    };
+    match key {
+        RecordKey::Group { group } => {
+            let stored = match value.map(records::decode_group_value) {
+                None => None,
+                Some(Ok(g)) => Some(g),
+                Some(Err(e)) => {
+                    tracing::warn!(partition = %tp, log_offset, %group, error = %e, "skipping a bad group record");
+                    return;
+                }
+            };
+            groups.insert(group, stored);
+        }
+        RecordKey::Offset {
+            group,
+            topic,
+            partition,
+        } => {
+            let committed = match value.map(records::decode_offset_value) {
+                None => None,
+                Some(Ok(value)) => Some(Committed { value, log_offset }),
+                Some(Err(e)) => {
+                    tracing::warn!(partition = %tp, log_offset, %group, error = %e, "skipping a bad offset record");
+                    return;
+                }
+            };
+            offsets
+                .entry(group)
+                .or_default()
+                .insert((topic, partition), committed);
+        }
+    }
+}
+
+/// Appends records (key, value or tombstone) as one batch to an offsets
+/// partition of this core and waits until they are durable; returns the
+/// first record's offset.
+async fn append(
+    shard: &Rc<Shard>,
+    tp: &TopicPartition,
+    records: &[(Vec<u8>, Option<Vec<u8>>)],
+) -> Result<i64, LogError> {
+    let partition = shard
+        .local(tp)
+        .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+    let mut builder = BatchBuilder::new();
+    let now = now_ms();
+    for (key, value) in records {
+        builder.push(now, Some(key), value.as_deref(), &[]);
+    }
+    let batch = builder.build().map_err(LogError::InvalidBatch)?;
+    let info = partition
+        .append(BytesMut::from(&batch[..]), AS_LEADER)
+        .await?;
+    Ok(info.base_offset)
+}
+
+fn storage_error(group_id: &str, e: &LogError) -> ResponseError {
+    tracing::warn!(group = %group_id, error = %e, "writing to __consumer_offsets failed");
+    match error_code(e) {
+        // Kafka's coordinator answers a failed write with a retriable
+        // coordinator error, so clients look for the coordinator again.
+        ResponseError::KafkaStorageError | ResponseError::NotLeaderOrFollower => {
+            ResponseError::CoordinatorNotAvailable
+        }
+        other => other,
+    }
+}
+
+/// Starts this core's ticker (stops with the core).
+pub fn start_ticker(core: Rc<CoreState>) {
+    glommio::spawn_local(async move {
+        let coordinator = Coordinator::current();
+        let config = &core.node.config;
+        let cleanup_interval =
+            Duration::from_millis(config.offsets_retention_check_interval_ms.max(100));
+        let retention_ms = config.offsets_retention_minutes.saturating_mul(60_000);
+        let mut last_cleanup = std::time::Instant::now();
+        while !core.stopping.get() {
+            glommio::timer::sleep(TICK_INTERVAL).await;
+            coordinator.tick(&core.shard).await;
+            if last_cleanup.elapsed() >= cleanup_interval {
+                last_cleanup = std::time::Instant::now();
+                coordinator.cleanup(&core.shard, retention_ms).await;
+            }
+        }
+    })
+    .detach();
+}

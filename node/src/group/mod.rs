@@ -1,0 +1,111 @@
+//! Consumer groups: the group coordinator (classic protocol) and committed
+//! offsets, stored in the internal compacted topic `__consumer_offsets`.
+//!
+//! Where a group lives: partition `P = abs(java_hashCode(group_id)) %
+//! partitions` of `__consumer_offsets` (Kafka's rule, so a group maps to the
+//! same partition as in Kafka), and the core that owns P (`ShardTable`) owns
+//! the group: its state machine, its committed offsets and the writes to P.
+//! Requests for a group are forwarded to that core with `Shard::invoke_on`, so
+//! nothing about a group is shared between cores and nothing takes a lock.
+//!
+//! - `state.rs`: the membership protocol as a pure state machine (time passed in).
+//! - `records.rs`: Kafka's key/value formats of `__consumer_offsets` records.
+//! - `coordinator.rs`: per-core glue: waiting members, timers, the log, loading.
+//! - `admin.rs`: `skiff group ...` (a client of the group APIs).
+
+pub mod admin;
+pub mod coordinator;
+pub mod records;
+pub mod state;
+
+use skiff_engine::TopicPartition;
+
+use crate::state::CoreState;
+use crate::topics::{self, CreateTopic, TopicError};
+
+/// Kafka's internal topic of group metadata and committed offsets.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Java's `String.hashCode` (over UTF-16 code units, wrapping).
+pub fn java_string_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
+/// The `__consumer_offsets` partition of a group: Kafka's
+/// `Utils.abs(groupId.hashCode) % partitions` (`Utils.abs(MIN_VALUE)` is 0).
+pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
+    let hash = java_string_hash(group_id);
+    let abs = if hash == i32::MIN { 0 } else { hash.abs() };
+    abs % partitions.max(1)
+}
+
+/// The offsets partition of a group and the core that owns it; `None` while
+/// the internal topic does not exist.
+pub fn coordinator_of(core: &CoreState, group_id: &str) -> Option<(TopicPartition, usize)> {
+    let partitions = core.topics().get(OFFSETS_TOPIC)?.partitions;
+    let tp = TopicPartition::new(OFFSETS_TOPIC, partition_for(group_id, partitions));
+    let owner = core.shard.table().shard_of(&tp);
+    Some((tp, owner))
+}
+
+/// Whether clients may not write to `topic` directly (Kafka's internal topics).
+pub fn is_internal_topic(topic: &str) -> bool {
+    topic == OFFSETS_TOPIC
+}
+
+/// Kafka's `offsets.topic.segment.bytes` default: small segments, so the
+/// compactor has closed segments to work on.
+const OFFSETS_TOPIC_SEGMENT_BYTES: &str = "104857600";
+
+/// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`
+/// partitions) unless it exists; returns its partition count, which decides
+/// where groups live from then on.
+pub async fn ensure_offsets_topic(core: &CoreState) -> Result<i32, TopicError> {
+    if let Some(info) = core.topics().get(OFFSETS_TOPIC) {
+        return Ok(info.partitions);
+    }
+    let configs = [
+        ("cleanup.policy", "compact"),
+        ("segment.bytes", OFFSETS_TOPIC_SEGMENT_BYTES),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let create = CreateTopic {
+        name: OFFSETS_TOPIC.to_string(),
+        partitions: core.node.config.offsets_topic_num_partitions,
+        replication_factor: -1,
+        configs,
+    };
+    match topics::create(core, create).await {
+        Ok(info) => Ok(info.partitions),
+        Err(TopicError::Exists(_)) => core
+            .topics()
+            .get(OFFSETS_TOPIC)
+            .map(|t| t.partitions)
+            .ok_or_else(|| TopicError::Unknown(OFFSETS_TOPIC.to_string())),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_partition_matches_java() {
+        // Values of "...".hashCode() in Java.
+        assert_eq!(java_string_hash(""), 0);
+        assert_eq!(java_string_hash("a"), 97);
+        assert_eq!(java_string_hash("group"), 98_629_247);
+        assert_eq!(java_string_hash("my-group"), -1_906_497_762);
+        assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
+        assert_eq!(partition_for("my-group", 50), 1_906_497_762 % 50);
+        assert_eq!(partition_for("polygenelubricants", 50), 0);
+        assert_eq!(partition_for("group", 4), 98_629_247 % 4);
+        // Non-BMP characters hash as two UTF-16 units, as in Java.
+        assert_eq!(java_string_hash("\u{1F600}"), 0xD83D * 31 + 0xDE00);
+    }
+}
