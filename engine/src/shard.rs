@@ -118,14 +118,15 @@ pub struct ShardConfig {
     /// The core's log cleaner (compaction).
     pub cleaner: CleanerConfig,
     /// How long one task queue may run before the executor polls io_uring and
-    /// picks the next queue (glommio's preempt timer; its default is 100 ms).
-    /// Background work (the cleaner, retention) checks it between batches, so
-    /// this bounds how long a completed append waits behind it.
+    /// picks the next queue (glommio's preempt timer). Below a few milliseconds
+    /// glommio 0.9 can hang at start (the channel mesh join never completes:
+    /// seen with 500 us under load), so background work that runs long on the
+    /// CPU (the cleaner) paces itself instead (`cleaner::Throttle::pace`).
     pub preempt_timer: Duration,
 }
 
-/// `ShardConfig::preempt_timer`'s default.
-pub const PREEMPT_TIMER: Duration = Duration::from_micros(500);
+/// `ShardConfig::preempt_timer`'s default: glommio's own.
+pub const PREEMPT_TIMER: Duration = Duration::from_millis(100);
 
 impl ShardConfig {
     /// `shards` unpinned executors: tests and machines that share cores.

@@ -61,8 +61,12 @@ impl NodeProcess {
                 }
             }
         });
-        rx.recv_timeout(Duration::from_secs(30))
-            .expect("node did not start listening");
+        if let Err(e) = rx.recv_timeout(Duration::from_secs(30)) {
+            // Do not leave a hung node behind.
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("node did not start listening: {e}");
+        }
         NodeProcess {
             child,
             port,
