@@ -17,5 +17,6 @@
 pub mod decisions;
 pub mod records;
 pub mod state;
+pub mod storage;
 
 pub use raft;
