@@ -15,6 +15,7 @@
 //! interval (entries behind a snapshot are dropped from memory and disk).
 
 pub mod decisions;
+pub mod node;
 pub mod records;
 pub mod state;
 pub mod storage;
