@@ -10,6 +10,8 @@
 //! active controller:     node.propose(&records)      (NotLeader elsewhere)
 //! after any of these:    let out = node.poll()?;
 //!                        send out.messages; hand out.committed to whoever waits
+//! a snapshot message:    node.report_snapshot(to, delivered) once the
+//!                        transport knows (raft-rs waits for it)
 //! ```
 //!
 //! `poll` handles raft-rs's `Ready` in the order that keeps Raft safe here:
@@ -26,7 +28,7 @@
 use std::path::Path;
 
 use raft::prelude::{EntryType, Message};
-use raft::{RawNode, StateRole};
+use raft::{RawNode, SnapshotStatus, StateRole};
 
 use crate::records::{self, MetadataRecord, RecordError};
 use crate::state::ClusterState;
@@ -182,6 +184,23 @@ impl QuorumNode {
     /// Delivers a message from a peer.
     pub fn step(&mut self, message: Message) -> Result<(), NodeError> {
         self.raw.step(message).map_err(NodeError::from)
+    }
+
+    /// The transport's word on a snapshot message sent to `to`: delivered, or
+    /// lost. The leader sends no more entries to that follower until it hears
+    /// (raft-rs's contract), so a transport that drops a snapshot must say so.
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        let status = if delivered {
+            SnapshotStatus::Finish
+        } else {
+            SnapshotStatus::Failure
+        };
+        self.raw.report_snapshot(to, status);
+    }
+
+    /// The transport could not reach `to`: the leader goes back to probing it.
+    pub fn report_unreachable(&mut self, to: u64) {
+        self.raw.report_unreachable(to);
     }
 
     /// Proposes one batch of records (applied atomically once committed). Only
