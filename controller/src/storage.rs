@@ -418,9 +418,10 @@ impl MetadataLog {
         if self.is_initialized() {
             return Ok(());
         }
-        let mut cs = ConfState::default();
-        cs.voters = voters.to_vec();
-        self.set_conf_state(cs);
+        self.set_conf_state(ConfState {
+            voters: voters.to_vec(),
+            ..Default::default()
+        });
         self.sync()
     }
 

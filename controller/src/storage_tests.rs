@@ -5,11 +5,12 @@ use raft::Storage;
 use super::*;
 
 fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
-    let mut e = Entry::default();
-    e.index = index;
-    e.term = term;
-    e.set_data(data.to_vec().into());
-    e
+    Entry {
+        index,
+        term,
+        data: data.to_vec().into(),
+        ..Default::default()
+    }
 }
 
 fn indexes(log: &MetadataLog) -> Vec<(u64, u64)> {
@@ -32,11 +33,12 @@ fn write_batches(dir: &Path, batches: u64) -> Vec<u64> {
             .map(|i| entry(b * 3 + i + 1, 1, format!("e{b}-{i}").as_bytes()))
             .collect();
         log.append(&ents).unwrap();
-        let mut hs = HardState::default();
-        hs.term = 1;
-        hs.vote = 1;
-        hs.commit = b * 3 + 3;
-        log.set_hard_state(hs);
+        log.set_hard_state(HardState {
+            term: 1,
+            vote: 1,
+            commit: b * 3 + 3,
+            ..Default::default()
+        });
         log.sync().unwrap();
         ends.push(
             std::fs::metadata(dir.join(LOG_DIR).join(LOG_FILE))
@@ -208,9 +210,10 @@ fn received_snapshot_replaces_the_log() {
     snap.set_data(b"leader-state".to_vec().into());
     snap.mut_metadata().index = 20;
     snap.mut_metadata().term = 3;
-    let mut cs = ConfState::default();
-    cs.voters = vec![1, 2, 3];
-    snap.mut_metadata().set_conf_state(cs);
+    snap.mut_metadata().set_conf_state(ConfState {
+        voters: vec![1, 2, 3],
+        ..Default::default()
+    });
     log.apply_snapshot(snap).unwrap();
     assert_eq!(log.first_index().unwrap(), 21);
     assert_eq!(log.last_index().unwrap(), 20);
