@@ -1,8 +1,10 @@
 //! Metadata records: what the controller writes to the metadata log.
 //!
-//! One Raft entry holds one batch of records (`encode_batch`), applied
+//! One Raft entry holds one batch of records (`encode_batch`), committed
 //! atomically: fencing a node is its partition changes and its registration
-//! change together, never half of them.
+//! change in one entry, so no replica ever sees half of it. Each record then
+//! applies on its own (`ClusterState::apply`); one the state refuses is skipped
+//! the same way on every replica.
 //!
 //! Wire form of a batch (and of a state snapshot):
 //!
