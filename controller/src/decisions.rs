@@ -552,13 +552,18 @@ pub fn create_topic(
 /// Kafka's replica assignment (`AdminUtils.assignReplicasToBrokers`): leaders
 /// round-robin from `start_index`, followers shifted so that replicas spread;
 /// rack-aware (racks alternate, one replica per rack while racks remain) when
-/// every node has a rack. `nodes` must hold at least `rf` distinct nodes.
+/// every node has a rack. `rf` is capped at the number of nodes (`create_topic`
+/// refuses a larger one before it gets here); no nodes, no assignment.
 pub fn assign_replicas(
     nodes: &[(NodeId, Option<&str>)],
     partitions: usize,
     rf: usize,
     start_index: usize,
 ) -> Vec<Vec<NodeId>> {
+    if nodes.is_empty() || rf == 0 {
+        return Vec::new();
+    }
+    let rf = rf.min(nodes.len());
     let rack_aware = nodes.iter().all(|(_, r)| r.is_some());
     let (arranged, rack_of): (Vec<NodeId>, BTreeMap<NodeId, &str>) = if rack_aware {
         let racks: BTreeMap<NodeId, &str> =

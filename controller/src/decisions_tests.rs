@@ -331,6 +331,19 @@ fn assignment_matches_kafka_rack_unaware() {
 }
 
 #[test]
+fn assignment_caps_replication_and_handles_no_nodes() {
+    assert!(assign_replicas(&[], 3, 2, 0).is_empty());
+    let racked = [(1, Some("a")), (2, Some("b"))];
+    for replicas in assign_replicas(&racked, 3, 5, 1) {
+        assert_eq!(replicas.len(), 2);
+    }
+    assert_eq!(
+        assign_replicas(&[(7, None)], 2, 1, 9),
+        vec![vec![7], vec![7]]
+    );
+}
+
+#[test]
 fn assignment_is_rack_aware() {
     // Six nodes over three racks: every partition's replicas sit in three racks,
     // and leaders spread evenly.

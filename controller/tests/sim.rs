@@ -24,9 +24,9 @@ use std::path::PathBuf;
 
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
-use skiff_controller::decisions::{self, Registration};
+use skiff_controller::decisions::{self, CreateTopic, Heartbeat, Registration};
 use skiff_controller::node::{NodeError, QuorumConfig, QuorumNode};
-use skiff_controller::records::{Config, ConfigResource, MetadataRecord};
+use skiff_controller::records::{Config, ConfigResource, MetadataRecord, TopicId};
 use skiff_controller::state::ClusterState;
 use skiff_controller::storage::{LOG_DIR, LOG_FILE};
 
@@ -72,6 +72,8 @@ struct Stats {
     torn_tails: u64,
     snapshots_installed: u64,
     partitions: u64,
+    topics: u64,
+    unfenced_nodes: u64,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -82,6 +84,8 @@ impl std::ops::AddAssign for Stats {
         self.torn_tails += o.torn_tails;
         self.snapshots_installed += o.snapshots_installed;
         self.partitions += o.partitions;
+        self.topics += o.topics;
+        self.unfenced_nodes += o.unfenced_nodes;
     }
 }
 
@@ -258,27 +262,14 @@ impl Sim {
         self.proposals += 1;
         let seq = self.proposals;
         let node = self.nodes[i].as_mut().unwrap();
-        let records = if seq % 5 == 0 {
-            // A real decision made from the leader's state.
-            let node_id = (seq % 7) as i32 + 1;
-            let registration = Registration {
-                node_id,
-                incarnation_id: [(seq % 3) as u8; 16],
-                endpoints: vec![],
-                rack: None,
-            };
-            let config = decisions::ControllerConfig::default();
-            decisions::register(node.state(), &registration, &config)
-                .unwrap()
-                .0
-        } else {
+        let records = decide(node, seq, self.now).unwrap_or_else(|| {
             // Order-sensitive: later values overwrite earlier ones.
             vec![MetadataRecord::Config(Config {
                 resource: ConfigResource::Cluster,
                 name: format!("k{}", seq % 7),
                 value: Some(seq.to_string()),
             })]
-        };
+        });
         match node.propose(&records) {
             Ok(()) | Err(NodeError::NotLeader { .. }) => {}
             Err(e) => panic!("seed {}: propose: {e}", self.seed),
@@ -376,7 +367,9 @@ impl Sim {
                 .map(|n| n.as_ref().map(|n| n.applied_offset()))
                 .collect::<Vec<_>>()
         );
-        self.check_final_state();
+        let state = self.check_final_state();
+        self.stats.topics = state.topics().count() as u64;
+        self.stats.unfenced_nodes = state.nodes().filter(|n| !n.fenced).count() as u64;
         self.stats.terms = self.leaders.len() as u64;
         self.stats.committed = self.committed.len() as u64;
         self.stats
@@ -400,7 +393,7 @@ impl Sim {
                 .all(|n| n.as_ref().is_some_and(|n| n.applied_offset() == target))
     }
 
-    fn check_final_state(&self) {
+    fn check_final_state(&self) -> ClusterState {
         let mut replay = ClusterState::new();
         for (offset, batch) in &self.committed {
             replay.apply_batch(*offset, batch);
@@ -415,8 +408,60 @@ impl Sim {
                 i + 1
             );
         }
-        // The log held order-sensitive records and real registrations.
-        assert!(replay.config(&ConfigResource::Cluster, "k1").is_some() || self.proposals < 10);
+        for (t, i, p) in replay.partitions() {
+            p.check()
+                .unwrap_or_else(|e| panic!("seed {}: partition {t}-{i}: {e}", self.seed));
+        }
+        replay
+    }
+}
+
+/// Real controller decisions made from the leader's applied state: nodes
+/// register, heartbeat (and so get unfenced), topics are created. Decisions made
+/// from the same state before the first one commits can conflict (two
+/// registrations with one epoch); the state machine refuses the later one on
+/// every node alike, which the final comparison checks. `None`: no decision
+/// this time (the caller proposes a plain config record).
+fn decide(node: &QuorumNode, seq: u64, now: u64) -> Option<Vec<MetadataRecord>> {
+    let state = node.state();
+    let config = decisions::ControllerConfig::default();
+    let node_id = (seq % 7) as i32 + 1;
+    match seq % 10 {
+        0 | 5 => {
+            let registration = Registration {
+                node_id,
+                incarnation_id: [(seq % 3) as u8; 16],
+                endpoints: vec![],
+                rack: Some(format!("rack-{}", node_id % 3)),
+            };
+            decisions::register(state, &registration, &config)
+                .ok()
+                .map(|(records, _)| records)
+        }
+        1 | 6 => {
+            let heartbeat = Heartbeat {
+                node_id,
+                broker_epoch: state.node(node_id)?.broker_epoch,
+                metadata_offset: node.applied_offset(),
+                want_fence: false,
+                want_shutdown: seq % 20 == 1,
+            };
+            let mut sessions = decisions::Sessions::new();
+            decisions::heartbeat(state, &mut sessions, &heartbeat, now, &config).ok()
+        }
+        3 => {
+            let eligible = state.nodes().filter(|n| n.is_eligible()).count();
+            let request = CreateTopic {
+                name: format!("t{seq}"),
+                topic_id: TopicId((u128::from(seq) << 8).to_le_bytes()),
+                partitions: 3,
+                replication_factor: eligible.min(3) as i16,
+                configs: vec![],
+                start_index: seq as usize,
+            };
+            decisions::create_topic(state, &request).ok()
+        }
+        _ => None,
     }
 }
 
@@ -452,6 +497,7 @@ fn run_seeds(size: usize, salt: u64) {
         assert!(total.crashes > 0 && total.torn_tails > 0, "{total:?}");
         assert!(total.snapshots_installed > 0, "{total:?}");
         assert!(total.partitions > 0, "{total:?}");
+        assert!(total.topics > 0 && total.unfenced_nodes > 0, "{total:?}");
     }
 }
 
