@@ -32,6 +32,9 @@ use skiff_controller::storage::{LOG_DIR, LOG_FILE};
 
 const FAULT_TICKS: u64 = 1000;
 const HEAL_TICKS_MAX: u64 = 3000;
+/// Chance per tick (per mille) that a node crashes, and that a partition starts.
+const CRASH_PER_MILLE_TICK: u16 = 40;
+const PARTITION_PER_MILLE_TICK: u16 = 15;
 
 struct InFlight {
     deliver_at: u64,
@@ -287,7 +290,7 @@ impl Sim {
                 self.applied_seen[i] = 0;
             }
         }
-        if !self.faults || self.rng.u16(..1000) >= 8 {
+        if !self.faults || self.rng.u16(..1000) >= CRASH_PER_MILLE_TICK {
             return;
         }
         let i = self.rng.usize(..self.nodes.len());
@@ -316,7 +319,7 @@ impl Sim {
             }
             return;
         }
-        if self.faults && self.rng.u16(..1000) < 10 {
+        if self.faults && self.rng.u16(..1000) < PARTITION_PER_MILLE_TICK {
             let groups = (0..self.nodes.len()).map(|_| self.rng.u8(..2)).collect();
             self.groups = Some((groups, self.now + self.rng.u64(10..120)));
             self.stats.partitions += 1;
