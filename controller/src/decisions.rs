@@ -1,0 +1,746 @@
+//! The active controller's decisions: state (and time) in, records out.
+//!
+//! Every function here reads a `ClusterState` and returns the records that carry
+//! out the decision; nothing is changed until the caller has the records
+//! committed through Raft and applied. No I/O, no clock (time is an argument), no
+//! randomness (topic ids and the assignment start index are arguments), so every
+//! rule is tested without a quorum.
+//!
+//! Decisions are made against the state the caller passes. When requests are
+//! pipelined the caller passes the committed state plus its own proposals that
+//! are still in flight (as Kafka's controller does), so two decisions do not build
+//! on the same stale epoch; a record that was built on a stale state anyway is
+//! refused by `ClusterState::apply` on every replica alike.
+//!
+//! The rules follow Kafka's KRaft controller:
+//! - a fenced, shutting-down or restarted (new incarnation) node leads nothing: its
+//!   leaderships move to the first eligible ISR member in replica order (leader
+//!   epoch + 1), and it leaves every ISR that has other members;
+//! - with no eligible ISR member the partition is offline (`NO_LEADER`), unless
+//!   `unclean.leader.election.enable` lets the first eligible replica lead alone;
+//! - a fenced node is unfenced once its heartbeat reports a metadata offset at or
+//!   past its own registration, and then takes offline partitions it can lead;
+//! - every change bumps the partition epoch; AlterPartition must name the current
+//!   leader epoch and partition epoch.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::records::{
+    ConfigResource, Endpoint, MetadataRecord, NodeId, NodeRegistrationChange, Partition,
+    PartitionChange, RegisterNode, RegistrationChange, RemoveTopic, Topic, TopicId, NO_LEADER,
+};
+use crate::state::{ClusterState, PartitionState};
+
+pub const UNCLEAN_LEADER_ELECTION: &str = "unclean.leader.election.enable";
+/// Kafka's limit on topic name length.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Upper bound on partitions per CreateTopics request (one metadata batch).
+pub const TOPIC_PARTITIONS_MAX: i32 = 10_000;
+
+/// The controller's settings (Kafka's names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// `broker.heartbeat.interval.ms`: how often nodes are told to heartbeat.
+    pub heartbeat_interval_ms: u64,
+    /// `broker.session.timeout.ms`: a node silent this long is fenced.
+    pub session_timeout_ms: u64,
+    /// `unclean.leader.election.enable`: cluster default; topics may override it.
+    pub unclean_leader_election: bool,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_ms: 2000,
+            session_timeout_ms: 9000,
+            unclean_leader_election: false,
+        }
+    }
+}
+
+/// Why a request was refused; each maps to the Kafka error code a client sees.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ControllerError {
+    #[error("node {0} is not registered")]
+    BrokerIdNotRegistered(NodeId),
+    #[error("node {node}: broker epoch {got} is stale (current {current})")]
+    StaleBrokerEpoch {
+        node: NodeId,
+        got: i64,
+        current: i64,
+    },
+    #[error("topic {0} already exists")]
+    TopicAlreadyExists(String),
+    #[error("unknown topic or partition")]
+    UnknownTopicOrPartition,
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopic { name: String, reason: &'static str },
+    #[error("invalid partition count {0}")]
+    InvalidPartitions(i32),
+    #[error(
+        "replication factor {requested} needs that many unfenced nodes; {available} available"
+    )]
+    InvalidReplicationFactor { requested: i16, available: usize },
+    #[error("leader epoch {request} is older than the current {current}")]
+    FencedLeaderEpoch { request: i32, current: i32 },
+    #[error("leader epoch {request} is newer than this controller's {current}")]
+    NotController { request: i32, current: i32 },
+    #[error("partition epoch {request} does not match the current {current}")]
+    InvalidUpdateVersion { request: i32, current: i32 },
+    #[error("ISR would contain ineligible replicas {0:?} (fenced, shutting down or not replicas)")]
+    IneligibleReplica(Vec<NodeId>),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+}
+
+impl ControllerError {
+    /// The Kafka protocol error code.
+    pub fn kafka_code(&self) -> i16 {
+        match self {
+            ControllerError::UnknownTopicOrPartition => 3,
+            ControllerError::InvalidTopic { .. } => 17,
+            ControllerError::TopicAlreadyExists(_) => 36,
+            ControllerError::InvalidPartitions(_) => 37,
+            ControllerError::InvalidReplicationFactor { .. } => 38,
+            ControllerError::NotController { .. } => 41,
+            ControllerError::InvalidRequest(_) => 42,
+            ControllerError::FencedLeaderEpoch { .. } => 74,
+            ControllerError::StaleBrokerEpoch { .. } => 77,
+            ControllerError::InvalidUpdateVersion { .. } => 95,
+            ControllerError::BrokerIdNotRegistered(_) => 102,
+            ControllerError::IneligibleReplica(_) => 107,
+        }
+    }
+}
+
+/// The controller's in-memory record of heartbeats (not in the log, as in Kafka:
+/// a new active controller gives every node a fresh session).
+#[derive(Debug, Clone, Default)]
+pub struct Sessions {
+    last_heartbeat_ms: BTreeMap<NodeId, u64>,
+}
+
+impl Sessions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn touch(&mut self, node: NodeId, now_ms: u64) {
+        self.last_heartbeat_ms.insert(node, now_ms);
+    }
+
+    /// Forget nodes that no longer exist.
+    pub fn retain_registered(&mut self, state: &ClusterState) {
+        self.last_heartbeat_ms
+            .retain(|id, _| state.node(*id).is_some());
+    }
+
+    /// Unfenced nodes whose session has expired, in id order. A node the
+    /// controller has not heard from since it became active gets a session
+    /// starting now.
+    pub fn expired(
+        &mut self,
+        state: &ClusterState,
+        now_ms: u64,
+        config: &ControllerConfig,
+    ) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        for node in state.nodes().filter(|n| !n.fenced) {
+            let last = *self.last_heartbeat_ms.entry(node.node_id).or_insert(now_ms);
+            if now_ms.saturating_sub(last) > config.session_timeout_ms {
+                out.push(node.node_id);
+            }
+        }
+        out
+    }
+}
+
+/// A node's registration request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub node_id: NodeId,
+    pub incarnation_id: [u8; 16],
+    pub endpoints: Vec<Endpoint>,
+    pub rack: Option<String>,
+}
+
+/// A node's heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub node_id: NodeId,
+    pub broker_epoch: i64,
+    /// The highest metadata log offset the node has applied.
+    pub metadata_offset: u64,
+    pub want_fence: bool,
+    pub want_shutdown: bool,
+}
+
+/// What the heartbeat's sender is told (computed after the decision's records
+/// have been applied).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    pub is_fenced: bool,
+    pub in_controlled_shutdown: bool,
+    /// Controlled shutdown is done: the node leads nothing and may stop.
+    pub should_shut_down: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateTopic {
+    pub name: String,
+    /// Chosen by the caller (random in the node).
+    pub topic_id: TopicId,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: Vec<(String, String)>,
+    /// Where the round-robin assignment starts (random in the node, as in Kafka).
+    pub start_index: usize,
+}
+
+/// An AlterPartition request from a partition leader (an ISR change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartition {
+    pub node_id: NodeId,
+    pub broker_epoch: i64,
+    pub topic_id: TopicId,
+    pub index: u32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub new_isr: Vec<NodeId>,
+}
+
+fn is_eligible(state: &ClusterState, node: NodeId) -> bool {
+    state.node(node).is_some_and(|n| n.is_eligible())
+}
+
+fn unclean_allowed(state: &ClusterState, topic: TopicId, config: &ControllerConfig) -> bool {
+    let topic_value = state
+        .topic(topic)
+        .and_then(|t| t.config(UNCLEAN_LEADER_ELECTION));
+    let cluster_value = state.config(&ConfigResource::Cluster, UNCLEAN_LEADER_ELECTION);
+    match topic_value.or(cluster_value) {
+        Some(v) => v.eq_ignore_ascii_case("true"),
+        None => config.unclean_leader_election,
+    }
+}
+
+/// The change that makes a partition consistent with `eligible`: ineligible
+/// members leave the ISR (never emptying it), an ineligible leader is replaced by
+/// the first eligible ISR member in replica order (or, if allowed, an eligible
+/// replica alone), an offline partition gets a leader if one is eligible now.
+fn rebalance_partition(
+    topic_id: TopicId,
+    index: u32,
+    p: &PartitionState,
+    eligible: &dyn Fn(NodeId) -> bool,
+    unclean: bool,
+) -> Option<PartitionChange> {
+    let kept: Vec<NodeId> = p.isr.iter().copied().filter(|n| eligible(*n)).collect();
+    let mut isr = if kept.is_empty() {
+        // Keep the last member(s): they hold the data and may come back.
+        p.isr.clone()
+    } else {
+        kept
+    };
+    let mut leader = if p.leader != NO_LEADER && eligible(p.leader) {
+        p.leader
+    } else {
+        p.replicas
+            .iter()
+            .copied()
+            .find(|r| isr.contains(r) && eligible(*r))
+            .unwrap_or(NO_LEADER)
+    };
+    if leader == NO_LEADER && unclean {
+        if let Some(r) = p.replicas.iter().copied().find(|r| eligible(*r)) {
+            leader = r;
+            isr = vec![r];
+        }
+    }
+    if leader == p.leader && isr == p.isr {
+        return None;
+    }
+    Some(PartitionChange {
+        topic_id,
+        index,
+        isr: (isr != p.isr).then_some(isr),
+        leader: (leader != p.leader).then_some(leader),
+        leader_epoch: p.leader_epoch + i32::from(leader != p.leader),
+        partition_epoch: p.partition_epoch + 1,
+    })
+}
+
+/// Partition changes for every partition `node` leads or is in the ISR of, as if
+/// `node` were ineligible.
+fn move_away_from(
+    state: &ClusterState,
+    node: NodeId,
+    config: &ControllerConfig,
+) -> Vec<MetadataRecord> {
+    let eligible = |n: NodeId| n != node && is_eligible(state, n);
+    state
+        .partitions()
+        .filter(|(_, _, p)| p.leader == node || p.isr.contains(&node))
+        .filter_map(|(t, i, p)| {
+            rebalance_partition(t, i, p, &eligible, unclean_allowed(state, t, config))
+        })
+        .map(MetadataRecord::PartitionChange)
+        .collect()
+}
+
+/// Leaders for offline partitions, with `node` counted as eligible (it is being
+/// unfenced in the same batch).
+fn elect_offline_with(
+    state: &ClusterState,
+    node: NodeId,
+    config: &ControllerConfig,
+) -> Vec<MetadataRecord> {
+    let eligible = |n: NodeId| n == node || is_eligible(state, n);
+    state
+        .partitions()
+        .filter(|(_, _, p)| p.leader == NO_LEADER && p.replicas.contains(&node))
+        .filter_map(|(t, i, p)| {
+            rebalance_partition(t, i, p, &eligible, unclean_allowed(state, t, config))
+        })
+        .map(MetadataRecord::PartitionChange)
+        .collect()
+}
+
+fn registration_change(
+    node: NodeId,
+    broker_epoch: i64,
+    change: RegistrationChange,
+) -> MetadataRecord {
+    MetadataRecord::NodeRegistrationChange(NodeRegistrationChange {
+        node_id: node,
+        broker_epoch,
+        change,
+    })
+}
+
+/// Fences `node`: its leaderships move, it leaves ISRs, then the fence record.
+/// Empty if the node is unknown or already fenced.
+pub fn fence_node(
+    state: &ClusterState,
+    node: NodeId,
+    config: &ControllerConfig,
+) -> Vec<MetadataRecord> {
+    let Some(n) = state.node(node).filter(|n| !n.fenced) else {
+        return Vec::new();
+    };
+    let mut out = move_away_from(state, node, config);
+    out.push(registration_change(
+        node,
+        n.broker_epoch,
+        RegistrationChange::Fenced,
+    ));
+    out
+}
+
+/// Fences the first node whose session expired. One node per call, as Kafka
+/// does: the next call sees the first fence applied, so two nodes expiring
+/// together never hand leaderships to each other.
+pub fn fence_one_expired(
+    state: &ClusterState,
+    sessions: &mut Sessions,
+    now_ms: u64,
+    config: &ControllerConfig,
+) -> Vec<MetadataRecord> {
+    match sessions.expired(state, now_ms, config).first() {
+        Some(&node) => {
+            tracing::info!(node, now_ms, "session expired: fencing node");
+            fence_node(state, node, config)
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Registers a node. The same incarnation registering again is a retry: no
+/// records, the current epoch. A new incarnation (the node restarted) gets a new
+/// broker epoch, starts fenced, and its leaderships move away first.
+/// Returns the records and the node's broker epoch.
+pub fn register(
+    state: &ClusterState,
+    request: &Registration,
+    config: &ControllerConfig,
+) -> Result<(Vec<MetadataRecord>, i64), ControllerError> {
+    if request.node_id < 0 {
+        return Err(ControllerError::InvalidRequest(format!(
+            "node id {} is negative",
+            request.node_id
+        )));
+    }
+    if let Some(n) = state.node(request.node_id) {
+        if n.incarnation_id == request.incarnation_id {
+            return Ok((Vec::new(), n.broker_epoch));
+        }
+    }
+    let broker_epoch = state.broker_epoch_max() + 1;
+    let mut out = if state.node(request.node_id).is_some() {
+        move_away_from(state, request.node_id, config)
+    } else {
+        Vec::new()
+    };
+    out.push(MetadataRecord::RegisterNode(RegisterNode {
+        node_id: request.node_id,
+        incarnation_id: request.incarnation_id,
+        broker_epoch,
+        endpoints: request.endpoints.clone(),
+        rack: request.rack.clone(),
+    }));
+    Ok((out, broker_epoch))
+}
+
+/// Handles a heartbeat at `now_ms`: renews the session, and unfences, fences or
+/// starts a controlled shutdown as the node's state and request say.
+pub fn heartbeat(
+    state: &ClusterState,
+    sessions: &mut Sessions,
+    request: &Heartbeat,
+    now_ms: u64,
+    config: &ControllerConfig,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let node = state
+        .node(request.node_id)
+        .ok_or(ControllerError::BrokerIdNotRegistered(request.node_id))?;
+    if node.broker_epoch != request.broker_epoch {
+        return Err(ControllerError::StaleBrokerEpoch {
+            node: request.node_id,
+            got: request.broker_epoch,
+            current: node.broker_epoch,
+        });
+    }
+    sessions.touch(request.node_id, now_ms);
+    let id = request.node_id;
+    if node.fenced {
+        let caught_up = request.metadata_offset >= node.registered_offset;
+        if request.want_fence || request.want_shutdown || !caught_up {
+            return Ok(Vec::new());
+        }
+        tracing::info!(
+            node = id,
+            offset = request.metadata_offset,
+            "node caught up: unfencing"
+        );
+        let mut out = vec![registration_change(
+            id,
+            node.broker_epoch,
+            RegistrationChange::Unfenced,
+        )];
+        out.extend(elect_offline_with(state, id, config));
+        return Ok(out);
+    }
+    if request.want_fence {
+        return Ok(fence_node(state, id, config));
+    }
+    if request.want_shutdown && !node.in_controlled_shutdown {
+        tracing::info!(node = id, "controlled shutdown: moving leaderships away");
+        let mut out = move_away_from(state, id, config);
+        out.push(registration_change(
+            id,
+            node.broker_epoch,
+            RegistrationChange::ControlledShutdown,
+        ));
+        return Ok(out);
+    }
+    Ok(Vec::new())
+}
+
+/// The heartbeat reply, from the state after the heartbeat's records applied.
+pub fn heartbeat_reply(state: &ClusterState, node: NodeId, want_shutdown: bool) -> HeartbeatReply {
+    let Some(n) = state.node(node) else {
+        return HeartbeatReply {
+            is_fenced: true,
+            in_controlled_shutdown: false,
+            should_shut_down: want_shutdown,
+        };
+    };
+    let leads_nothing = state.leader_count(node) == 0;
+    HeartbeatReply {
+        is_fenced: n.fenced,
+        in_controlled_shutdown: n.in_controlled_shutdown,
+        should_shut_down: want_shutdown
+            && (n.fenced || (n.in_controlled_shutdown && leads_nothing)),
+    }
+}
+
+fn check_topic_name(name: &str) -> Result<(), ControllerError> {
+    let invalid = |reason| {
+        Err(ControllerError::InvalidTopic {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return invalid("empty");
+    }
+    if name == "." || name == ".." {
+        return invalid("'.' and '..' are not allowed");
+    }
+    if name.len() > TOPIC_NAME_BYTES_MAX {
+        return invalid("longer than 249 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return invalid("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+/// Creates a topic: the Topic record and one Partition record per partition,
+/// replicas assigned over the eligible nodes (rack-aware when every eligible node
+/// has a rack), the first replica leading, ISR = replicas.
+pub fn create_topic(
+    state: &ClusterState,
+    request: &CreateTopic,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    check_topic_name(&request.name)?;
+    if state.topic_by_name(&request.name).is_some() {
+        return Err(ControllerError::TopicAlreadyExists(request.name.clone()));
+    }
+    if state.topic(request.topic_id).is_some() {
+        return Err(ControllerError::InvalidRequest(format!(
+            "topic id {} is taken",
+            request.topic_id
+        )));
+    }
+    if request.partitions < 1 || request.partitions > TOPIC_PARTITIONS_MAX {
+        return Err(ControllerError::InvalidPartitions(request.partitions));
+    }
+    let nodes: Vec<(NodeId, Option<&str>)> = state
+        .nodes()
+        .filter(|n| n.is_eligible())
+        .map(|n| (n.node_id, n.rack.as_deref()))
+        .collect();
+    let rf = request.replication_factor;
+    if rf < 1 || rf as usize > nodes.len() {
+        return Err(ControllerError::InvalidReplicationFactor {
+            requested: rf,
+            available: nodes.len(),
+        });
+    }
+    let assignment = assign_replicas(
+        &nodes,
+        request.partitions as usize,
+        rf as usize,
+        request.start_index,
+    );
+    let mut configs = request.configs.clone();
+    configs.sort();
+    let mut out = vec![MetadataRecord::Topic(Topic {
+        name: request.name.clone(),
+        topic_id: request.topic_id,
+        partitions: request.partitions as u32,
+        configs,
+    })];
+    for (index, replicas) in assignment.into_iter().enumerate() {
+        out.push(MetadataRecord::Partition(Partition {
+            topic_id: request.topic_id,
+            index: index as u32,
+            leader: replicas[0],
+            isr: replicas.clone(),
+            replicas,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        }));
+    }
+    Ok(out)
+}
+
+/// Kafka's replica assignment (`AdminUtils.assignReplicasToBrokers`): leaders
+/// round-robin from `start_index`, followers shifted so that replicas spread;
+/// rack-aware (racks alternate, one replica per rack while racks remain) when
+/// every node has a rack. `rf` is capped at the number of nodes (`create_topic`
+/// refuses a larger one before it gets here); no nodes, no assignment.
+pub fn assign_replicas(
+    nodes: &[(NodeId, Option<&str>)],
+    partitions: usize,
+    rf: usize,
+    start_index: usize,
+) -> Vec<Vec<NodeId>> {
+    if nodes.is_empty() || rf == 0 {
+        return Vec::new();
+    }
+    let rf = rf.min(nodes.len());
+    let rack_aware = nodes.iter().all(|(_, r)| r.is_some());
+    let (arranged, rack_of): (Vec<NodeId>, BTreeMap<NodeId, &str>) = if rack_aware {
+        let racks: BTreeMap<NodeId, &str> =
+            nodes.iter().map(|(n, r)| (*n, r.unwrap_or(""))).collect();
+        (rack_alternated(&racks), racks)
+    } else {
+        let mut ids: Vec<NodeId> = nodes.iter().map(|(n, _)| *n).collect();
+        ids.sort_unstable();
+        (ids, BTreeMap::new())
+    };
+    let n = arranged.len();
+    let rack_count = rack_of.values().collect::<BTreeSet<_>>().len().max(1);
+    let start = start_index % n.max(1);
+    let mut shift = start;
+    let replica_index =
+        |first: usize, shift: usize, j: usize| (first + 1 + (shift + j) % (n - 1)) % n;
+    let mut out = Vec::with_capacity(partitions);
+    for p in 0..partitions {
+        if p > 0 && p % n == 0 {
+            shift += 1;
+        }
+        let first = (p + start) % n;
+        let mut replicas = vec![arranged[first]];
+        if !rack_aware {
+            for j in 0..rf - 1 {
+                replicas.push(arranged[replica_index(first, shift, j)]);
+            }
+        } else {
+            let mut racks_used: BTreeSet<&str> = BTreeSet::new();
+            racks_used.insert(rack_of[&arranged[first]]);
+            let mut k = 0;
+            while replicas.len() < rf {
+                let node = arranged[replica_index(first, shift * rack_count, k)];
+                let rack = rack_of[&node];
+                let rack_ok = !racks_used.contains(rack) || racks_used.len() == rack_count;
+                let node_ok = !replicas.contains(&node) || replicas.len() == n;
+                if rack_ok && node_ok {
+                    replicas.push(node);
+                    racks_used.insert(rack);
+                }
+                k += 1;
+            }
+        }
+        out.push(replicas);
+    }
+    out
+}
+
+/// Nodes ordered so that racks alternate: first node of each rack (racks
+/// sorted), then the second of each, ... (Kafka's `getRackAlternatedBrokerList`).
+fn rack_alternated(racks: &BTreeMap<NodeId, &str>) -> Vec<NodeId> {
+    let mut by_rack: BTreeMap<&str, std::collections::VecDeque<NodeId>> = BTreeMap::new();
+    for (node, rack) in racks {
+        by_rack.entry(rack).or_default().push_back(*node);
+    }
+    let mut out = Vec::with_capacity(racks.len());
+    while out.len() < racks.len() {
+        for queue in by_rack.values_mut() {
+            if let Some(n) = queue.pop_front() {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
+pub fn delete_topic(
+    state: &ClusterState,
+    name: &str,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let topic = state
+        .topic_by_name(name)
+        .ok_or(ControllerError::UnknownTopicOrPartition)?;
+    Ok(vec![MetadataRecord::RemoveTopic(RemoveTopic {
+        topic_id: topic.topic_id,
+    })])
+}
+
+/// Checks an ISR change from a partition leader against the current epochs and
+/// returns the change (empty if the ISR is already what it asks for).
+pub fn alter_partition(
+    state: &ClusterState,
+    request: &AlterPartition,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let node = state
+        .node(request.node_id)
+        .ok_or(ControllerError::BrokerIdNotRegistered(request.node_id))?;
+    if node.broker_epoch != request.broker_epoch {
+        return Err(ControllerError::StaleBrokerEpoch {
+            node: request.node_id,
+            got: request.broker_epoch,
+            current: node.broker_epoch,
+        });
+    }
+    let p = state
+        .partition(request.topic_id, request.index)
+        .ok_or(ControllerError::UnknownTopicOrPartition)?;
+    if request.leader_epoch < p.leader_epoch {
+        return Err(ControllerError::FencedLeaderEpoch {
+            request: request.leader_epoch,
+            current: p.leader_epoch,
+        });
+    }
+    if request.leader_epoch > p.leader_epoch {
+        return Err(ControllerError::NotController {
+            request: request.leader_epoch,
+            current: p.leader_epoch,
+        });
+    }
+    if request.node_id != p.leader {
+        return Err(ControllerError::InvalidRequest(format!(
+            "node {} is not the leader ({})",
+            request.node_id, p.leader
+        )));
+    }
+    if request.partition_epoch != p.partition_epoch {
+        return Err(ControllerError::InvalidUpdateVersion {
+            request: request.partition_epoch,
+            current: p.partition_epoch,
+        });
+    }
+    let isr = &request.new_isr;
+    if !isr.contains(&p.leader) {
+        return Err(ControllerError::InvalidRequest(
+            "the new ISR must contain the leader".into(),
+        ));
+    }
+    if isr.iter().collect::<BTreeSet<_>>().len() != isr.len() {
+        return Err(ControllerError::InvalidRequest(
+            "the new ISR has duplicates".into(),
+        ));
+    }
+    let ineligible: Vec<NodeId> = isr
+        .iter()
+        .copied()
+        .filter(|n| !p.replicas.contains(n) || !is_eligible(state, *n))
+        .collect();
+    if !ineligible.is_empty() {
+        return Err(ControllerError::IneligibleReplica(ineligible));
+    }
+    if *isr == p.isr {
+        return Ok(Vec::new());
+    }
+    Ok(vec![MetadataRecord::PartitionChange(PartitionChange {
+        topic_id: request.topic_id,
+        index: request.index,
+        isr: Some(isr.clone()),
+        leader: None,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch + 1,
+    })])
+}
+
+/// Moves leadership back to each partition's preferred (first) replica where it
+/// is in the ISR and eligible.
+pub fn elect_preferred_leaders(state: &ClusterState) -> Vec<MetadataRecord> {
+    state
+        .partitions()
+        .filter_map(|(topic_id, index, p)| {
+            let preferred = *p.replicas.first()?;
+            let ok = preferred != p.leader
+                && p.isr.contains(&preferred)
+                && is_eligible(state, preferred);
+            ok.then(|| {
+                MetadataRecord::PartitionChange(PartitionChange {
+                    topic_id,
+                    index,
+                    isr: None,
+                    leader: Some(preferred),
+                    leader_epoch: p.leader_epoch + 1,
+                    partition_epoch: p.partition_epoch + 1,
+                })
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "decisions_tests.rs"]
+mod tests;

@@ -1,0 +1,675 @@
+#![allow(clippy::unwrap_used)]
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::records::tests::tid;
+
+const CFG: ControllerConfig = ControllerConfig {
+    heartbeat_interval_ms: 2000,
+    session_timeout_ms: 9000,
+    unclean_leader_election: false,
+};
+
+/// A state machine plus a log offset: applies decisions as the quorum would.
+struct Harness {
+    state: ClusterState,
+    offset: u64,
+    sessions: Sessions,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self {
+            state: ClusterState::new(),
+            offset: 0,
+            sessions: Sessions::new(),
+        }
+    }
+
+    fn commit(&mut self, records: &[MetadataRecord]) {
+        if records.is_empty() {
+            return;
+        }
+        self.offset += 1;
+        let refused = self.state.apply_batch(self.offset, records);
+        assert!(refused.is_empty(), "decision records refused: {refused:?}");
+    }
+
+    fn register(&mut self, id: NodeId, rack: Option<&str>, incarnation: u8) -> i64 {
+        let (records, epoch) = register(
+            &self.state,
+            &Registration {
+                node_id: id,
+                incarnation_id: [incarnation; 16],
+                endpoints: vec![],
+                rack: rack.map(str::to_string),
+            },
+            &CFG,
+        )
+        .unwrap();
+        self.commit(&records);
+        epoch
+    }
+
+    fn heartbeat(
+        &mut self,
+        id: NodeId,
+        now: u64,
+        shutdown: bool,
+    ) -> Result<HeartbeatReply, ControllerError> {
+        let epoch = self.state.node(id).map_or(-1, |n| n.broker_epoch);
+        let records = heartbeat(
+            &self.state,
+            &mut self.sessions,
+            &Heartbeat {
+                node_id: id,
+                broker_epoch: epoch,
+                metadata_offset: self.offset,
+                want_fence: false,
+                want_shutdown: shutdown,
+            },
+            now,
+            &CFG,
+        )?;
+        self.commit(&records);
+        Ok(heartbeat_reply(&self.state, id, shutdown))
+    }
+
+    /// Registers and unfences nodes `1..=n` (racks when given).
+    fn cluster(n: NodeId, racks: Option<&[&str]>) -> Self {
+        let mut h = Self::new();
+        for id in 1..=n {
+            let rack = racks.map(|r| r[(id - 1) as usize % r.len()]);
+            h.register(id, rack, id as u8);
+            assert!(!h.heartbeat(id, 0, false).unwrap().is_fenced);
+        }
+        h
+    }
+
+    fn create(
+        &mut self,
+        name: &str,
+        id: u8,
+        partitions: i32,
+        rf: i16,
+    ) -> Result<(), ControllerError> {
+        let records = create_topic(
+            &self.state,
+            &CreateTopic {
+                name: name.into(),
+                topic_id: tid(id),
+                partitions,
+                replication_factor: rf,
+                configs: vec![],
+                start_index: 0,
+            },
+        )?;
+        self.commit(&records);
+        Ok(())
+    }
+
+    fn part(&self, id: u8, index: u32) -> PartitionState {
+        self.state.partition(tid(id), index).unwrap().clone()
+    }
+}
+
+#[test]
+fn registration_is_fenced_until_caught_up_and_retry_is_idempotent() {
+    let mut h = Harness::new();
+    let e1 = h.register(1, None, 9);
+    assert_eq!(e1, 1);
+    let registered = h.offset;
+    // A retry by the same incarnation changes nothing.
+    assert_eq!(h.register(1, None, 9), e1);
+    assert_eq!(h.offset, registered);
+    // Behind its registration: stays fenced.
+    let records = heartbeat(
+        &h.state,
+        &mut h.sessions,
+        &Heartbeat {
+            node_id: 1,
+            broker_epoch: e1,
+            metadata_offset: registered - 1,
+            want_fence: false,
+            want_shutdown: false,
+        },
+        0,
+        &CFG,
+    )
+    .unwrap();
+    assert!(records.is_empty());
+    // Caught up: unfenced.
+    assert!(!h.heartbeat(1, 0, false).unwrap().is_fenced);
+    // A stale epoch and an unknown node are refused with Kafka's errors.
+    let stale = heartbeat(
+        &h.state,
+        &mut h.sessions,
+        &Heartbeat {
+            node_id: 1,
+            broker_epoch: e1 - 1,
+            metadata_offset: 0,
+            want_fence: false,
+            want_shutdown: false,
+        },
+        0,
+        &CFG,
+    )
+    .unwrap_err();
+    assert_eq!(stale.kafka_code(), 77);
+    assert_eq!(h.heartbeat(7, 0, false).unwrap_err().kafka_code(), 102);
+}
+
+#[test]
+fn session_timeout_fences_and_moves_leaderships_to_isr() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 3, 3).unwrap();
+    let led_by_3: Vec<u32> = (0..3).filter(|i| h.part(1, *i).leader == 3).collect();
+    assert_eq!(led_by_3.len(), 1);
+    let before = h.part(1, led_by_3[0]);
+    // Nodes 1 and 2 keep heartbeating; 3 goes silent.
+    for now in (0..=9000).step_by(2000) {
+        h.heartbeat(1, now, false).unwrap();
+        h.heartbeat(2, now, false).unwrap();
+    }
+    let fence = fence_one_expired(&h.state, &mut h.sessions, 9000, &CFG);
+    assert!(fence.is_empty(), "fenced at exactly the timeout");
+    h.heartbeat(1, 9001, false).unwrap();
+    h.heartbeat(2, 9001, false).unwrap();
+    let fence = fence_one_expired(&h.state, &mut h.sessions, 9001, &CFG);
+    assert!(!fence.is_empty());
+    h.commit(&fence);
+    assert!(h.state.node(3).unwrap().fenced);
+    let after = h.part(1, led_by_3[0]);
+    assert_ne!(after.leader, 3);
+    assert_eq!(
+        after.leader,
+        before.replicas.iter().copied().find(|r| *r != 3).unwrap()
+    );
+    assert_eq!(after.leader_epoch, before.leader_epoch + 1);
+    assert_eq!(after.partition_epoch, before.partition_epoch + 1);
+    for i in 0..3 {
+        let p = h.part(1, i);
+        assert!(!p.isr.contains(&3), "fenced node left the ISR of {i}");
+        assert_eq!(p.isr.len(), 2);
+    }
+    // Nothing more to fence.
+    assert!(fence_one_expired(&h.state, &mut h.sessions, 9001, &CFG).is_empty());
+}
+
+#[test]
+fn last_isr_member_fenced_makes_partition_offline_and_unfence_restores_it() {
+    let mut h = Harness::cluster(2, None);
+    h.create("t", 1, 2, 1).unwrap();
+    let on_2 = (0..2).find(|i| h.part(1, *i).replicas == vec![2]).unwrap();
+    h.commit(&fence_node(&h.state, 2, &CFG));
+    let p = h.part(1, on_2);
+    assert_eq!(p.leader, NO_LEADER);
+    assert_eq!(p.isr, vec![2], "the last ISR member stays in the ISR");
+    assert_eq!(p.leader_epoch, 1);
+    // Node 2 heartbeats again, caught up: unfenced and leads its partition again.
+    let reply = h.heartbeat(2, 100, false).unwrap();
+    assert!(!reply.is_fenced);
+    let p = h.part(1, on_2);
+    assert_eq!(p.leader, 2);
+    assert_eq!(p.leader_epoch, 2);
+}
+
+#[test]
+fn unclean_election_only_when_enabled() {
+    let mut h = Harness::cluster(2, None);
+    h.create("t", 1, 1, 2).unwrap();
+    let p = h.part(1, 0);
+    // Shrink the ISR to the leader, then fence the leader.
+    let leader = p.leader;
+    let other = p.replicas.iter().copied().find(|r| *r != leader).unwrap();
+    let records = alter_partition(
+        &h.state,
+        &AlterPartition {
+            node_id: leader,
+            broker_epoch: h.state.node(leader).unwrap().broker_epoch,
+            topic_id: tid(1),
+            index: 0,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            new_isr: vec![leader],
+        },
+    )
+    .unwrap();
+    h.commit(&records);
+    let fenced = fence_node(&h.state, leader, &CFG);
+    let mut clean = h.state.clone();
+    clean.apply_batch(99, &fenced);
+    assert_eq!(clean.partition(tid(1), 0).unwrap().leader, NO_LEADER);
+    // With the topic override, the out-of-sync replica takes over alone.
+    h.commit(&[MetadataRecord::Config(crate::records::Config {
+        resource: ConfigResource::Cluster,
+        name: UNCLEAN_LEADER_ELECTION.into(),
+        value: Some("true".into()),
+    })]);
+    h.commit(&fence_node(&h.state, leader, &CFG));
+    let p = h.part(1, 0);
+    assert_eq!((p.leader, p.isr.clone()), (other, vec![other]));
+}
+
+#[test]
+fn controlled_shutdown_moves_leaderships_first() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 6, 2).unwrap();
+    assert!(h.state.leader_count(1) > 0);
+    let reply = h.heartbeat(1, 10, true).unwrap();
+    assert!(reply.in_controlled_shutdown);
+    assert!(reply.should_shut_down);
+    assert_eq!(h.state.leader_count(1), 0);
+    for (_, _, p) in h.state.partitions() {
+        assert!(!p.isr.contains(&1) || p.isr == vec![1]);
+    }
+    // Not eligible for new topics while shutting down.
+    h.create("u", 2, 4, 2).unwrap();
+    assert!(h
+        .state
+        .topic(tid(2))
+        .unwrap()
+        .partitions
+        .values()
+        .all(|p| !p.replicas.contains(&1)));
+}
+
+#[test]
+fn restart_with_new_incarnation_gets_new_epoch_and_loses_leaderships() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 3, 3).unwrap();
+    let old = h.state.node(2).unwrap().broker_epoch;
+    let new = h.register(2, None, 200);
+    assert!(new > old);
+    assert!(h.state.node(2).unwrap().fenced);
+    assert_eq!(h.state.leader_count(2), 0);
+    assert!(!h.heartbeat(2, 5, false).unwrap().is_fenced);
+}
+
+#[test]
+fn create_topic_validates_and_spreads() {
+    let mut h = Harness::cluster(3, None);
+    assert_eq!(h.create("", 1, 1, 1).unwrap_err().kafka_code(), 17);
+    assert_eq!(h.create("a/b", 1, 1, 1).unwrap_err().kafka_code(), 17);
+    assert_eq!(h.create("t", 1, 0, 1).unwrap_err().kafka_code(), 37);
+    assert_eq!(h.create("t", 1, 1, 4).unwrap_err().kafka_code(), 38);
+    h.create("t", 1, 6, 3).unwrap();
+    assert_eq!(h.create("t", 2, 1, 1).unwrap_err().kafka_code(), 36);
+    let leaders: Vec<NodeId> = (0..6).map(|i| h.part(1, i).leader).collect();
+    assert_eq!(leaders, vec![1, 2, 3, 1, 2, 3]);
+    for i in 0..6 {
+        let p = h.part(1, i);
+        assert_eq!(p.isr, p.replicas);
+        let mut r = p.replicas.clone();
+        r.sort_unstable();
+        assert_eq!(r, vec![1, 2, 3]);
+    }
+    assert_eq!(delete_topic(&h.state, "nope").unwrap_err().kafka_code(), 3);
+    h.commit(&delete_topic(&h.state, "t").unwrap());
+    assert!(h.state.topic_by_name("t").is_none());
+}
+
+#[test]
+fn assignment_matches_kafka_rack_unaware() {
+    // Kafka's AdminUtils test: 5 brokers, 10 partitions, RF 3, start index 0.
+    let nodes: Vec<(NodeId, Option<&str>)> = (0..5).map(|n| (n, None)).collect();
+    let got = assign_replicas(&nodes, 10, 3, 0);
+    let expected = vec![
+        vec![0, 1, 2],
+        vec![1, 2, 3],
+        vec![2, 3, 4],
+        vec![3, 4, 0],
+        vec![4, 0, 1],
+        vec![0, 2, 3],
+        vec![1, 3, 4],
+        vec![2, 4, 0],
+        vec![3, 0, 1],
+        vec![4, 1, 2],
+    ];
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn assignment_caps_replication_and_handles_no_nodes() {
+    assert!(assign_replicas(&[], 3, 2, 0).is_empty());
+    let racked = [(1, Some("a")), (2, Some("b"))];
+    for replicas in assign_replicas(&racked, 3, 5, 1) {
+        assert_eq!(replicas.len(), 2);
+    }
+    assert_eq!(
+        assign_replicas(&[(7, None)], 2, 1, 9),
+        vec![vec![7], vec![7]]
+    );
+}
+
+#[test]
+fn assignment_is_rack_aware() {
+    // Six nodes over three racks: every partition's replicas sit in three racks,
+    // and leaders spread evenly.
+    let racks = ["a", "b", "c", "a", "b", "c"];
+    let nodes: Vec<(NodeId, Option<&str>)> =
+        (0..6).map(|n| (n as NodeId, Some(racks[n]))).collect();
+    let got = assign_replicas(&nodes, 12, 3, 2);
+    let mut leader_counts = BTreeMap::new();
+    for replicas in &got {
+        let used: BTreeSet<&str> = replicas.iter().map(|r| racks[*r as usize]).collect();
+        assert_eq!(used.len(), 3, "{replicas:?}");
+        *leader_counts.entry(replicas[0]).or_insert(0) += 1;
+    }
+    assert!(leader_counts.values().all(|c| *c == 2), "{leader_counts:?}");
+    // Fewer racks than replicas: racks are reused only once all are used.
+    let nodes: Vec<(NodeId, Option<&str>)> = vec![(1, Some("x")), (2, Some("x")), (3, Some("y"))];
+    for replicas in assign_replicas(&nodes, 4, 3, 0) {
+        let mut r = replicas.clone();
+        r.sort_unstable();
+        assert_eq!(r, vec![1, 2, 3]);
+    }
+}
+
+#[test]
+fn alter_partition_checks_epochs_and_eligibility() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 1, 3).unwrap();
+    let p = h.part(1, 0);
+    let leader = p.leader;
+    let epoch = h.state.node(leader).unwrap().broker_epoch;
+    let request = |le, pe, isr: Vec<NodeId>| AlterPartition {
+        node_id: leader,
+        broker_epoch: epoch,
+        topic_id: tid(1),
+        index: 0,
+        leader_epoch: le,
+        partition_epoch: pe,
+        new_isr: isr,
+    };
+    let shrunk = vec![leader];
+    fn code_in(state: &ClusterState, r: &AlterPartition) -> i16 {
+        alter_partition(state, r).unwrap_err().kafka_code()
+    }
+    assert_eq!(
+        code_in(
+            &h.state,
+            &request(p.leader_epoch - 1, p.partition_epoch, shrunk.clone())
+        ),
+        74
+    );
+    assert_eq!(
+        code_in(
+            &h.state,
+            &request(p.leader_epoch, p.partition_epoch + 1, shrunk.clone())
+        ),
+        95
+    );
+    assert_eq!(
+        code_in(
+            &h.state,
+            &request(p.leader_epoch, p.partition_epoch, vec![leader, 9])
+        ),
+        107
+    );
+    assert_eq!(
+        code_in(
+            &h.state,
+            &request(p.leader_epoch, p.partition_epoch, vec![])
+        ),
+        42
+    );
+    let mut not_leader = request(p.leader_epoch, p.partition_epoch, shrunk.clone());
+    not_leader.node_id = p.replicas.iter().copied().find(|r| *r != leader).unwrap();
+    not_leader.broker_epoch = h.state.node(not_leader.node_id).unwrap().broker_epoch;
+    assert_eq!(code_in(&h.state, &not_leader), 42);
+    let mut stale = request(p.leader_epoch, p.partition_epoch, shrunk.clone());
+    stale.broker_epoch -= 1;
+    assert_eq!(code_in(&h.state, &stale), 77);
+    // Valid shrink.
+    h.commit(
+        &alter_partition(
+            &h.state,
+            &request(p.leader_epoch, p.partition_epoch, shrunk.clone()),
+        )
+        .unwrap(),
+    );
+    let q = h.part(1, 0);
+    assert_eq!(
+        (q.isr.clone(), q.partition_epoch, q.leader_epoch),
+        (shrunk, 1, 0)
+    );
+    // The same request again carries a stale partition epoch.
+    assert_eq!(code_in(&h.state, &request(0, 0, vec![leader])), 95);
+    // Adding a fenced replica is refused.
+    let other = p.replicas.iter().copied().find(|r| *r != leader).unwrap();
+    h.commit(&fence_node(&h.state, other, &CFG));
+    assert_eq!(code_in(&h.state, &request(0, 1, vec![leader, other])), 107);
+}
+
+#[test]
+fn preferred_leader_election_returns_leadership() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 3, 2).unwrap();
+    h.commit(&fence_node(&h.state, 1, &CFG));
+    assert_eq!(h.state.leader_count(1), 0);
+    // Back, unfenced, caught up. Node 1 was removed from ISRs, so re-add it.
+    h.heartbeat(1, 1, false).unwrap();
+    for i in 0..3 {
+        let p = h.part(1, i);
+        if p.replicas.contains(&1) && !p.isr.contains(&1) {
+            let mut isr = p.isr.clone();
+            isr.push(1);
+            let leader = p.leader;
+            let records = alter_partition(
+                &h.state,
+                &AlterPartition {
+                    node_id: leader,
+                    broker_epoch: h.state.node(leader).unwrap().broker_epoch,
+                    topic_id: tid(1),
+                    index: i,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    new_isr: isr,
+                },
+            )
+            .unwrap();
+            h.commit(&records);
+        }
+    }
+    let records = elect_preferred_leaders(&h.state);
+    assert!(!records.is_empty());
+    h.commit(&records);
+    for i in 0..3 {
+        let p = h.part(1, i);
+        assert_eq!(p.leader, p.replicas[0]);
+    }
+    assert!(elect_preferred_leaders(&h.state).is_empty());
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Register {
+        node: NodeId,
+        restart: bool,
+    },
+    Heartbeats,
+    Advance {
+        ms: u64,
+    },
+    Kill {
+        node: NodeId,
+    },
+    Revive {
+        node: NodeId,
+    },
+    Create {
+        partitions: i32,
+        rf: i16,
+        start: usize,
+    },
+    Delete {
+        pick: usize,
+    },
+    Shrink {
+        pick: usize,
+    },
+    Expand {
+        pick: usize,
+    },
+    Shutdown {
+        node: NodeId,
+    },
+    Preferred,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => (1..=5i32, any::<bool>()).prop_map(|(node, restart)| Op::Register { node, restart }),
+        3 => Just(Op::Heartbeats),
+        2 => (0..6000u64).prop_map(|ms| Op::Advance { ms }),
+        1 => (1..=5i32).prop_map(|node| Op::Kill { node }),
+        1 => (1..=5i32).prop_map(|node| Op::Revive { node }),
+        2 => (1..5i32, 1..4i16, 0..10usize)
+            .prop_map(|(partitions, rf, start)| Op::Create { partitions, rf, start }),
+        1 => (0..10usize).prop_map(|pick| Op::Delete { pick }),
+        2 => (0..50usize).prop_map(|pick| Op::Shrink { pick }),
+        2 => (0..50usize).prop_map(|pick| Op::Expand { pick }),
+        1 => (1..=5i32).prop_map(|node| Op::Shutdown { node }),
+        1 => Just(Op::Preferred),
+    ]
+}
+
+/// Invariants every reachable state keeps, plus growth of epochs since `before`.
+fn check_invariants(before: &ClusterState, after: &ClusterState) {
+    for (t, i, p) in after.partitions() {
+        p.check().unwrap();
+        if p.leader != NO_LEADER {
+            let n = after.node(p.leader).unwrap();
+            assert!(!n.fenced, "fenced node {} leads {t}-{i}", p.leader);
+        }
+        if let Some(old) = before.partition(t, i) {
+            assert!(p.leader_epoch >= old.leader_epoch);
+            assert!(p.partition_epoch >= old.partition_epoch);
+            if p.leader != old.leader {
+                assert!(p.leader_epoch > old.leader_epoch);
+            }
+            if p != old {
+                assert!(p.partition_epoch > old.partition_epoch);
+            }
+        }
+    }
+    for n in before.nodes() {
+        assert!(after.node(n.node_id).unwrap().broker_epoch >= n.broker_epoch);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_operations_keep_invariants(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut h = Harness::new();
+        let mut now = 0u64;
+        let mut alive = BTreeSet::new();
+        let mut incarnation = 0u8;
+        let mut next_topic = 0u8;
+        for op in ops {
+            let before = h.state.clone();
+            match op {
+                Op::Register { node, restart } => {
+                    if restart || h.state.node(node).is_none() {
+                        incarnation = incarnation.wrapping_add(1);
+                    }
+                    let inc = h.state.node(node).filter(|_| !restart).map_or(incarnation, |n| n.incarnation_id[0]);
+                    h.register(node, None, inc);
+                    alive.insert(node);
+                }
+                Op::Heartbeats => {
+                    for node in alive.clone() {
+                        let _ = h.heartbeat(node, now, false);
+                    }
+                }
+                Op::Advance { ms } => {
+                    now += ms;
+                    loop {
+                        let records = fence_one_expired(&h.state, &mut h.sessions, now, &CFG);
+                        if records.is_empty() {
+                            break;
+                        }
+                        h.commit(&records);
+                    }
+                }
+                Op::Kill { node } => {
+                    alive.remove(&node);
+                }
+                Op::Revive { node } => {
+                    if h.state.node(node).is_some() {
+                        alive.insert(node);
+                    }
+                }
+                Op::Create { partitions, rf, start } => {
+                    next_topic = next_topic.wrapping_add(1);
+                    let request = CreateTopic {
+                        name: format!("t{next_topic}"),
+                        topic_id: tid(next_topic),
+                        partitions,
+                        replication_factor: rf,
+                        configs: vec![],
+                        start_index: start,
+                    };
+                    if let Ok(records) = create_topic(&h.state, &request) {
+                        h.commit(&records);
+                    }
+                }
+                Op::Delete { pick } => {
+                    let names: Vec<String> = h.state.topics().map(|t| t.name.clone()).collect();
+                    if !names.is_empty() {
+                        let records = delete_topic(&h.state, &names[pick % names.len()]).unwrap();
+                        h.commit(&records);
+                    }
+                }
+                Op::Shrink { pick } | Op::Expand { pick } => {
+                    let parts: Vec<(TopicId, u32, PartitionState)> =
+                        h.state.partitions().map(|(t, i, p)| (t, i, p.clone())).collect();
+                    if parts.is_empty() {
+                        continue;
+                    }
+                    let (t, i, p) = &parts[pick % parts.len()];
+                    if p.leader == NO_LEADER {
+                        continue;
+                    }
+                    let new_isr = if matches!(op, Op::Shrink { .. }) {
+                        vec![p.leader]
+                    } else {
+                        p.replicas.clone()
+                    };
+                    let request = AlterPartition {
+                        node_id: p.leader,
+                        broker_epoch: h.state.node(p.leader).unwrap().broker_epoch,
+                        topic_id: *t,
+                        index: *i,
+                        leader_epoch: p.leader_epoch,
+                        partition_epoch: p.partition_epoch,
+                        new_isr,
+                    };
+                    // Expansion with a fenced replica is refused; that is fine.
+                    if let Ok(records) = alter_partition(&h.state, &request) {
+                        h.commit(&records);
+                    }
+                }
+                Op::Shutdown { node } => {
+                    if alive.contains(&node) {
+                        if let Ok(reply) = h.heartbeat(node, now, true) {
+                            if reply.should_shut_down {
+                                prop_assert_eq!(h.state.leader_count(node), 0);
+                                alive.remove(&node);
+                            }
+                        }
+                    }
+                }
+                Op::Preferred => {
+                    let records = elect_preferred_leaders(&h.state);
+                    h.commit(&records);
+                }
+            }
+            check_invariants(&before, &h.state);
+        }
+    }
+}

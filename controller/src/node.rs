@@ -1,0 +1,483 @@
+//! The Raft driver: one quorum member, sans I/O.
+//!
+//! `QuorumNode` owns raft-rs's `RawNode`, the durable metadata log (its
+//! `Storage`) and the metadata state machine. The caller owns the clock and the
+//! network:
+//!
+//! ```text
+//! every tick interval:   node.tick()
+//! message from a peer:   node.step(msg)
+//! active controller:     node.propose(&records)      (NotLeader elsewhere)
+//! after any of these:    let out = node.poll()?;
+//!                        send out.messages; hand out.committed to whoever waits
+//! a snapshot message:    node.report_snapshot(to, delivered) once the
+//!                        transport knows (raft-rs waits for it)
+//! ```
+//!
+//! `poll` handles raft-rs's `Ready` in the order that keeps Raft safe here:
+//! a received snapshot is installed, new entries and the hard state are written
+//! and fdatasynced, and only then are messages released (votes, append
+//! acknowledgements and the leader's own appends alike) and committed batches
+//! applied, in log order. Every `snapshot_interval_entries` applied entries the
+//! state machine is snapshotted and the log truncated behind it.
+//!
+//! Architecture invariant: nothing leaves `poll` before the storage has synced
+//! what it depends on; a storage error stops the node (its durable state is then
+//! unknown), it is never retried or logged and ignored.
+
+use std::path::Path;
+
+use raft::prelude::{EntryType, Message};
+use raft::{RawNode, SnapshotStatus, StateRole};
+
+use crate::records::{self, MetadataRecord, RecordError};
+use crate::state::ClusterState;
+use crate::storage::{MetadataLog, StorageError};
+
+/// Settings of one quorum member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumConfig {
+    /// This member's Raft id (the node id; never 0).
+    pub id: u64,
+    /// The voters (static membership: changing it is not supported yet).
+    pub voters: Vec<u64>,
+    /// A follower that hears nothing for a random number of ticks in
+    /// `[election_tick_min, election_tick_max)` starts an election.
+    pub election_tick_min: usize,
+    pub election_tick_max: usize,
+    /// The leader sends heartbeats every this many ticks.
+    pub heartbeat_tick: usize,
+    /// Snapshot the state machine (and truncate the log) after this many
+    /// applied entries, or once `raft.log` holds this many bytes, whichever
+    /// comes first.
+    pub snapshot_interval_entries: u64,
+    pub snapshot_interval_bytes: u64,
+    /// Bytes of entries per append message.
+    pub max_size_per_msg: u64,
+    /// Append messages in flight per follower.
+    pub max_inflight_msgs: usize,
+}
+
+impl QuorumConfig {
+    /// Defaults for a tick of 100 ms: elections after 1-2 s of silence,
+    /// heartbeats every 200 ms.
+    pub fn new(id: u64, voters: Vec<u64>) -> Self {
+        Self {
+            id,
+            voters,
+            election_tick_min: 10,
+            election_tick_max: 20,
+            heartbeat_tick: 2,
+            snapshot_interval_entries: 10_000,
+            snapshot_interval_bytes: 64 << 20,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("metadata record: {0}")]
+    Record(#[from] RecordError),
+    #[error("not the active controller (leader: {leader:?})")]
+    NotLeader { leader: Option<u64> },
+    #[error("invalid quorum config: {0}")]
+    Config(String),
+    #[error(
+        "committed entry {index} is a membership change; the quorum is static in this version"
+    )]
+    MembershipChange { index: u64 },
+}
+
+/// A committed record batch, applied at `offset` (its Raft index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: u64,
+    pub records: Vec<MetadataRecord>,
+}
+
+/// What one `poll` produced.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// To send to their `to` peer (after the storage sync, already done).
+    pub messages: Vec<Message>,
+    /// Applied to the state machine, in log order.
+    pub committed: Vec<Committed>,
+    /// A snapshot from the leader replaced the state machine at this offset.
+    pub snapshot_installed: Option<u64>,
+}
+
+pub struct QuorumNode {
+    raw: RawNode<MetadataLog>,
+    state: ClusterState,
+    /// Highest log index applied to `state` (committed, persisted).
+    applied: u64,
+    snapshot_interval_entries: u64,
+    snapshot_interval_bytes: u64,
+}
+
+impl QuorumNode {
+    /// Opens the metadata log under `data_dir` (bootstrapping the voters on first
+    /// start), restores the state machine from its snapshot; committed entries
+    /// after it are re-applied by the first polls.
+    pub fn open(data_dir: &Path, config: &QuorumConfig) -> Result<Self, NodeError> {
+        if config.id == 0 || !config.voters.contains(&config.id) {
+            return Err(NodeError::Config(format!(
+                "id {} must be non-zero and one of the voters {:?}",
+                config.id, config.voters
+            )));
+        }
+        if config.snapshot_interval_entries == 0 || config.snapshot_interval_bytes == 0 {
+            return Err(NodeError::Config("snapshot interval of 0".into()));
+        }
+        let mut log = MetadataLog::open(data_dir)?;
+        log.bootstrap(&config.voters)?;
+        if log.conf_state().voters != config.voters {
+            tracing::warn!(
+                stored = ?log.conf_state().voters,
+                configured = ?config.voters,
+                "the metadata log's voters differ from the configured quorum; the log wins"
+            );
+        }
+        let snap = log.latest_snapshot();
+        let applied = snap.get_metadata().index;
+        let state = if applied > 0 {
+            ClusterState::from_snapshot(snap.get_data())?
+        } else {
+            ClusterState::new()
+        };
+        let raft_config = raft::Config {
+            id: config.id,
+            election_tick: config.election_tick_min,
+            min_election_tick: config.election_tick_min,
+            max_election_tick: config.election_tick_max,
+            heartbeat_tick: config.heartbeat_tick,
+            applied,
+            max_size_per_msg: config.max_size_per_msg,
+            max_inflight_msgs: config.max_inflight_msgs,
+            // A leader that loses its quorum steps down; a partitioned node
+            // rejoining does not disrupt the term (pre-vote).
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        raft_config.validate()?;
+        let logger = slog::Logger::root(TracingDrain, slog::o!("raft_id" => config.id));
+        let raw = RawNode::new(&raft_config, log, &logger)?;
+        Ok(Self {
+            raw,
+            state,
+            applied,
+            snapshot_interval_entries: config.snapshot_interval_entries,
+            snapshot_interval_bytes: config.snapshot_interval_bytes,
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.raw.raft.id
+    }
+
+    /// Advances the logical clock by one tick.
+    pub fn tick(&mut self) {
+        self.raw.tick();
+    }
+
+    /// Delivers a message from a peer. Raft messages are protobuf (raft-rs's
+    /// codec, protobuf 2.28: RUSTSEC-2024-0437, a stack overflow on crafted
+    /// input), so the transport decodes them only from authenticated peers.
+    pub fn step(&mut self, message: Message) -> Result<(), NodeError> {
+        self.raw.step(message).map_err(NodeError::from)
+    }
+
+    /// The transport's word on a snapshot message sent to `to`: delivered, or
+    /// lost. The leader sends no more entries to that follower until it hears
+    /// (raft-rs's contract), so a transport that drops a snapshot must say so.
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        let status = if delivered {
+            SnapshotStatus::Finish
+        } else {
+            SnapshotStatus::Failure
+        };
+        self.raw.report_snapshot(to, status);
+    }
+
+    /// The transport could not reach `to`: the leader goes back to probing it.
+    pub fn report_unreachable(&mut self, to: u64) {
+        self.raw.report_unreachable(to);
+    }
+
+    /// Proposes one batch of records (applied atomically once committed). Only
+    /// the leader accepts; elsewhere `NotLeader` names the leader if known.
+    pub fn propose(&mut self, records: &[MetadataRecord]) -> Result<(), NodeError> {
+        if !self.is_leader() {
+            return Err(NodeError::NotLeader {
+                leader: self.leader_id(),
+            });
+        }
+        match self.raw.propose(Vec::new(), records::encode_batch(records)) {
+            Ok(()) => Ok(()),
+            Err(raft::Error::ProposalDropped) => Err(NodeError::NotLeader {
+                leader: self.leader_id(),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    pub fn leader_id(&self) -> Option<u64> {
+        Some(self.raw.raft.leader_id).filter(|id| *id != 0)
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    /// The committed metadata, as applied so far.
+    pub fn state(&self) -> &ClusterState {
+        &self.state
+    }
+
+    pub fn applied_offset(&self) -> u64 {
+        self.applied
+    }
+
+    pub fn commit_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    pub fn storage(&self) -> &MetadataLog {
+        self.raw.store()
+    }
+
+    /// Handles everything raft-rs has ready (see the module docs for the order).
+    pub fn poll(&mut self) -> Result<Output, NodeError> {
+        let mut out = Output::default();
+        while self.raw.has_ready() {
+            self.handle_ready(&mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn handle_ready(&mut self, out: &mut Output) -> Result<(), NodeError> {
+        let mut ready = self.raw.ready();
+        if !ready.snapshot().is_empty() {
+            let snapshot = ready.snapshot().clone();
+            let index = snapshot.get_metadata().index;
+            let state = ClusterState::from_snapshot(snapshot.get_data())?;
+            self.raw.mut_store().apply_snapshot(snapshot)?;
+            self.state = state;
+            self.applied = index;
+            out.snapshot_installed = Some(index);
+            tracing::info!(
+                id = self.id(),
+                index,
+                "installed a metadata snapshot from the leader"
+            );
+        }
+        let store = self.raw.mut_store();
+        store.append(ready.entries())?;
+        if let Some(hs) = ready.hs() {
+            store.set_hard_state(hs.clone());
+        }
+        store.sync()?;
+        out.messages.extend(ready.take_messages());
+        out.messages.extend(ready.take_persisted_messages());
+        self.apply(ready.take_committed_entries(), out)?;
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            // Durable with the next sync: the commit index is recoverable from
+            // the quorum, so it does not need its own fdatasync.
+            self.raw.mut_store().set_commit(commit);
+        }
+        out.messages.extend(light.take_messages());
+        self.apply(light.take_committed_entries(), out)?;
+        self.raw.advance_apply();
+        self.maybe_snapshot()
+    }
+
+    fn apply(
+        &mut self,
+        entries: Vec<raft::prelude::Entry>,
+        out: &mut Output,
+    ) -> Result<(), NodeError> {
+        for entry in entries {
+            if entry.index <= self.applied {
+                continue;
+            }
+            match entry.get_entry_type() {
+                EntryType::EntryNormal => {}
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    return Err(NodeError::MembershipChange { index: entry.index });
+                }
+            }
+            self.applied = entry.index;
+            // A new leader's first entry is empty.
+            if entry.get_data().is_empty() {
+                continue;
+            }
+            let batch = records::decode_batch(entry.get_data())?;
+            for (i, e) in self.state.apply_batch(entry.index, &batch) {
+                tracing::warn!(offset = entry.index, record = i, error = %e, "metadata record refused");
+            }
+            out.committed.push(Committed {
+                offset: entry.index,
+                records: batch,
+            });
+        }
+        Ok(())
+    }
+
+    fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
+        let store = self.raw.store();
+        let snap_index = store.latest_snapshot().get_metadata().index;
+        let entries_due = self.applied >= snap_index + self.snapshot_interval_entries;
+        let bytes_due =
+            store.log_bytes() >= self.snapshot_interval_bytes && self.applied > snap_index;
+        if !entries_due && !bytes_due {
+            return Ok(());
+        }
+        let image = self.state.to_snapshot();
+        let applied = self.applied;
+        self.raw.mut_store().compact(applied, image)?;
+        Ok(())
+    }
+}
+
+/// Forwards raft-rs's slog records to `tracing` (target `raft`).
+struct TracingDrain;
+
+impl slog::Drain for TracingDrain {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(&self, record: &slog::Record<'_>, _: &slog::OwnedKVList) -> Result<(), slog::Never> {
+        macro_rules! forward {
+            ($level:ident) => {
+                if tracing::enabled!(target: "raft", tracing::Level::$level) {
+                    let mut kv = KvText(String::new());
+                    let _ = slog::KV::serialize(&record.kv(), record, &mut kv);
+                    tracing::event!(target: "raft", tracing::Level::$level, "{}{}", record.msg(), kv.0);
+                }
+            };
+        }
+        match record.level() {
+            slog::Level::Critical | slog::Level::Error => forward!(ERROR),
+            slog::Level::Warning => forward!(WARN),
+            slog::Level::Info => forward!(INFO),
+            slog::Level::Debug => forward!(DEBUG),
+            slog::Level::Trace => forward!(TRACE),
+        }
+        Ok(())
+    }
+}
+
+struct KvText(String);
+
+impl slog::Serializer for KvText {
+    fn emit_arguments(&mut self, key: slog::Key, val: &std::fmt::Arguments<'_>) -> slog::Result {
+        use std::fmt::Write;
+        let _ = write!(self.0, " {key}={val}");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::records::{Config, ConfigResource};
+
+    fn config_record(name: &str, value: &str) -> MetadataRecord {
+        MetadataRecord::Config(Config {
+            resource: ConfigResource::Cluster,
+            name: name.into(),
+            value: Some(value.into()),
+        })
+    }
+
+    #[test]
+    fn single_member_elects_itself_commits_and_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = QuorumConfig::new(1, vec![1]);
+        config.snapshot_interval_entries = 5;
+        let mut node = QuorumNode::open(dir.path(), &config).unwrap();
+        assert!(matches!(
+            node.propose(&[config_record("a", "1")]),
+            Err(NodeError::NotLeader { leader: None })
+        ));
+        for _ in 0..config.election_tick_max {
+            node.tick();
+            node.poll().unwrap();
+        }
+        assert!(node.is_leader());
+        let mut committed = Vec::new();
+        for i in 0..12 {
+            node.propose(&[config_record(&format!("k{i}"), &i.to_string())])
+                .unwrap();
+            committed.extend(node.poll().unwrap().committed);
+        }
+        assert_eq!(committed.len(), 12);
+        assert!(committed.windows(2).all(|w| w[0].offset < w[1].offset));
+        assert!(node.storage().latest_snapshot().get_metadata().index >= 10);
+        let state = node.state().clone();
+        let applied = node.applied_offset();
+        drop(node);
+
+        let mut node = QuorumNode::open(dir.path(), &config).unwrap();
+        for _ in 0..config.election_tick_max {
+            node.tick();
+            node.poll().unwrap();
+        }
+        // Everything re-applied, plus the new term's empty leader entry.
+        assert_eq!(node.applied_offset(), applied + 1);
+        assert_eq!(node.state(), &state);
+        assert_eq!(
+            node.state().config(&ConfigResource::Cluster, "k11"),
+            Some("11")
+        );
+    }
+
+    #[test]
+    fn log_bytes_also_trigger_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = QuorumConfig::new(1, vec![1]);
+        config.snapshot_interval_bytes = 4096;
+        let mut node = QuorumNode::open(dir.path(), &config).unwrap();
+        for _ in 0..config.election_tick_max {
+            node.tick();
+            node.poll().unwrap();
+        }
+        let big = "x".repeat(1000);
+        for i in 0..20 {
+            node.propose(&[config_record(&format!("k{i}"), &big)])
+                .unwrap();
+            node.poll().unwrap();
+            assert!(
+                node.storage().log_bytes() < 4096 + 2048,
+                "log not truncated"
+            );
+        }
+        assert!(node.storage().latest_snapshot().get_metadata().index > 0);
+    }
+
+    #[test]
+    fn bad_config_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            QuorumNode::open(dir.path(), &QuorumConfig::new(4, vec![1, 2, 3])),
+            Err(NodeError::Config(_))
+        ));
+        assert!(matches!(
+            QuorumNode::open(dir.path(), &QuorumConfig::new(0, vec![0])),
+            Err(NodeError::Config(_))
+        ));
+    }
+}

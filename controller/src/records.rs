@@ -1,0 +1,358 @@
+//! Metadata records: what the controller writes to the metadata log.
+//!
+//! One Raft entry holds one batch of records (`encode_batch`), committed
+//! atomically: fencing a node is its partition changes and its registration
+//! change in one entry, so no replica ever sees half of it. Each record then
+//! applies on its own (`ClusterState::apply`); one the state refuses is skipped
+//! the same way on every replica.
+//!
+//! Wire form of a batch (and of a state snapshot):
+//!
+//! ```text
+//! version u8 (FORMAT_VERSION) | crc32c u32 LE of the archive | rkyv archive
+//! ```
+//!
+//! An unknown version byte is an error (a newer writer's format is not guessed
+//! at). The CRC comes first because an rkyv archive keeps its root at the end: a
+//! truncated archive can be a valid smaller archive, which only the checksum
+//! catches. The archive is then validated with bytecheck, so hostile bytes with a
+//! matching CRC still give an error, never undefined behaviour.
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+/// Kafka's broker id type. Raft peer ids are the same number as `u64` (never 0).
+pub type NodeId = i32;
+
+/// `leader` of a partition that has no leader (Kafka's `-1`).
+pub const NO_LEADER: NodeId = -1;
+
+/// The format version written in front of every encoded batch.
+pub const FORMAT_VERSION: u8 = 1;
+
+/// A batch larger than this is refused before decoding (a metadata batch is a
+/// handful of records; the biggest is a topic creation with its partitions).
+pub const BATCH_BYTES_MAX: usize = 16 << 20;
+
+/// Version byte + CRC.
+const HEADER_BYTES: usize = 5;
+
+/// A topic's id (Kafka's topic UUID, 16 bytes). Chosen by the caller (random in
+/// the node), so the decisions stay deterministic.
+#[derive(
+    Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
+pub struct TopicId(pub [u8; 16]);
+
+impl std::fmt::Display for TopicId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A listener a node advertises (`name` is the listener name, e.g. `PLAINTEXT`).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+/// A node (re-)registered. The node starts fenced; `broker_epoch` grows with every
+/// registration of any node and fences requests from an older incarnation.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RegisterNode {
+    pub node_id: NodeId,
+    /// Random per process start: a new incarnation means the node restarted.
+    pub incarnation_id: [u8; 16],
+    pub broker_epoch: i64,
+    pub endpoints: Vec<Endpoint>,
+    pub rack: Option<String>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistrationChange {
+    /// Session expired (or the node asked): it may lead nothing and is not in any ISR
+    /// that has other members.
+    Fenced,
+    /// Caught up with the metadata log: eligible as leader and ISR member again.
+    Unfenced,
+    /// The node is stopping: its leaderships were moved away in the same batch.
+    ControlledShutdown,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct NodeRegistrationChange {
+    pub node_id: NodeId,
+    /// Must equal the node's current broker epoch, or the record is refused.
+    pub broker_epoch: i64,
+    pub change: RegistrationChange,
+}
+
+/// A topic was created; its partitions follow as `Partition` records in the same
+/// batch.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Topic {
+    pub name: String,
+    pub topic_id: TopicId,
+    pub partitions: u32,
+    /// Per-topic overrides (Kafka's names), sorted by name.
+    pub configs: Vec<(String, String)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RemoveTopic {
+    pub topic_id: TopicId,
+}
+
+/// A partition's full state (on creation).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    pub topic_id: TopicId,
+    pub index: u32,
+    pub replicas: Vec<NodeId>,
+    pub isr: Vec<NodeId>,
+    pub leader: NodeId,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+/// A change of a partition's ISR and/or leader, carrying the epochs it results in.
+/// `partition_epoch` grows with every change; `leader_epoch` grows when the leader
+/// changes (stale leaders are fenced by it).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PartitionChange {
+    pub topic_id: TopicId,
+    pub index: u32,
+    /// `None`: unchanged.
+    pub isr: Option<Vec<NodeId>>,
+    /// `None`: unchanged; `Some(NO_LEADER)`: offline.
+    pub leader: Option<NodeId>,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConfigResource {
+    /// Cluster-wide default (Kafka's broker resource with an empty name).
+    Cluster,
+    Node(NodeId),
+    Topic(String),
+}
+
+/// Sets (`Some`) or removes (`None`) one config of a resource.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub resource: ConfigResource,
+    pub name: String,
+    pub value: Option<String>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum MetadataRecord {
+    RegisterNode(RegisterNode),
+    NodeRegistrationChange(NodeRegistrationChange),
+    Topic(Topic),
+    RemoveTopic(RemoveTopic),
+    Partition(Partition),
+    PartitionChange(PartitionChange),
+    Config(Config),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RecordError {
+    #[error("metadata batch is empty (no format version byte)")]
+    Empty,
+    #[error(
+        "metadata batch format version {0} is not supported (this build reads {FORMAT_VERSION})"
+    )]
+    UnknownVersion(u8),
+    #[error("metadata batch of {0} bytes is over the {BATCH_BYTES_MAX} byte limit")]
+    TooLarge(usize),
+    #[error("metadata batch checksum mismatch (stored {expected:#010x}, computed {actual:#010x})")]
+    Checksum { expected: u32, actual: u32 },
+    #[error("metadata batch does not decode: {0}")]
+    Malformed(String),
+}
+
+/// Encodes a batch of records: version byte + rkyv archive.
+pub fn encode_batch(records: &[MetadataRecord]) -> Vec<u8> {
+    encode_versioned(&records.to_vec())
+}
+
+/// Decodes what `encode_batch` wrote.
+pub fn decode_batch(bytes: &[u8]) -> Result<Vec<MetadataRecord>, RecordError> {
+    decode_versioned::<Vec<MetadataRecord>>(bytes)
+}
+
+/// Version byte + rkyv archive of any archivable value (batches, state snapshots).
+pub(crate) fn encode_versioned<T>(value: &T) -> Vec<u8>
+where
+    T: for<'a> Serialize<
+        rkyv::api::high::HighSerializer<
+            rkyv::util::AlignedVec,
+            rkyv::ser::allocator::ArenaHandle<'a>,
+            rkyv::rancor::Error,
+        >,
+    >,
+{
+    // Serializing owned, in-memory values into a growable buffer has no failure
+    // mode other than allocation failure, which aborts anyway.
+    let archived = match rkyv::to_bytes::<rkyv::rancor::Error>(value) {
+        Ok(bytes) => bytes,
+        Err(e) => panic!("rkyv serialization into memory failed: {e}"),
+    };
+    let mut out = Vec::with_capacity(HEADER_BYTES + archived.len());
+    out.push(FORMAT_VERSION);
+    out.extend_from_slice(&crc32c::crc32c(&archived).to_le_bytes());
+    out.extend_from_slice(&archived);
+    out
+}
+
+pub(crate) fn decode_versioned<T>(bytes: &[u8]) -> Result<T, RecordError>
+where
+    T: Archive,
+    T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
+        + Deserialize<T, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
+{
+    let (&version, rest) = bytes.split_first().ok_or(RecordError::Empty)?;
+    if version != FORMAT_VERSION {
+        return Err(RecordError::UnknownVersion(version));
+    }
+    let Some((crc, body)) = rest.split_first_chunk::<4>() else {
+        return Err(RecordError::Malformed("shorter than its header".into()));
+    };
+    if body.len() > BATCH_BYTES_MAX {
+        return Err(RecordError::TooLarge(body.len()));
+    }
+    let expected = u32::from_le_bytes(*crc);
+    let actual = crc32c::crc32c(body);
+    if expected != actual {
+        return Err(RecordError::Checksum { expected, actual });
+    }
+    // The archive must be aligned; after the version byte it is not, so copy it.
+    let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(body.len());
+    aligned.extend_from_slice(body);
+    rkyv::from_bytes::<T, rkyv::rancor::Error>(&aligned)
+        .map_err(|e| RecordError::Malformed(e.to_string()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn tid(n: u8) -> TopicId {
+        TopicId([n; 16])
+    }
+
+    pub(crate) fn sample_records() -> Vec<MetadataRecord> {
+        vec![
+            MetadataRecord::RegisterNode(RegisterNode {
+                node_id: 3,
+                incarnation_id: [7; 16],
+                broker_epoch: 12,
+                endpoints: vec![Endpoint {
+                    name: "PLAINTEXT".into(),
+                    host: "10.0.0.3".into(),
+                    port: 9092,
+                }],
+                rack: Some("rack-a".into()),
+            }),
+            MetadataRecord::NodeRegistrationChange(NodeRegistrationChange {
+                node_id: 3,
+                broker_epoch: 12,
+                change: RegistrationChange::ControlledShutdown,
+            }),
+            MetadataRecord::Topic(Topic {
+                name: "orders".into(),
+                topic_id: tid(1),
+                partitions: 2,
+                configs: vec![("retention.ms".into(), "1000".into())],
+            }),
+            MetadataRecord::Partition(Partition {
+                topic_id: tid(1),
+                index: 1,
+                replicas: vec![1, 2, 3],
+                isr: vec![1, 3],
+                leader: 3,
+                leader_epoch: 4,
+                partition_epoch: 9,
+            }),
+            MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: tid(1),
+                index: 1,
+                isr: Some(vec![1]),
+                leader: Some(NO_LEADER),
+                leader_epoch: 5,
+                partition_epoch: 10,
+            }),
+            MetadataRecord::RemoveTopic(RemoveTopic { topic_id: tid(1) }),
+            MetadataRecord::Config(Config {
+                resource: ConfigResource::Topic("orders".into()),
+                name: "cleanup.policy".into(),
+                value: None,
+            }),
+            MetadataRecord::Config(Config {
+                resource: ConfigResource::Node(2),
+                name: "x".into(),
+                value: Some("y".into()),
+            }),
+        ]
+    }
+
+    #[test]
+    fn batch_round_trips() {
+        let records = sample_records();
+        let bytes = encode_batch(&records);
+        assert_eq!(bytes[0], FORMAT_VERSION);
+        assert_eq!(decode_batch(&bytes).unwrap(), records);
+        assert_eq!(decode_batch(&encode_batch(&[])).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn unknown_version_and_empty_are_errors() {
+        let mut bytes = encode_batch(&sample_records());
+        bytes[0] = 2;
+        assert_eq!(decode_batch(&bytes), Err(RecordError::UnknownVersion(2)));
+        assert_eq!(decode_batch(&[]), Err(RecordError::Empty));
+    }
+
+    #[test]
+    fn corrupted_bytes_never_panic_and_truncation_fails() {
+        let bytes = encode_batch(&sample_records());
+        for cut in 1..bytes.len() {
+            assert!(decode_batch(&bytes[..cut]).is_err(), "cut at {cut} decoded");
+        }
+        // Every garbled byte is detected (CRC), without a panic.
+        for pos in 1..bytes.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut garbled = bytes.clone();
+                garbled[pos] ^= flip;
+                assert!(decode_batch(&garbled).is_err(), "flip {flip:#x} at {pos}");
+            }
+        }
+        assert!(decode_batch(&[FORMAT_VERSION, 0xde, 0xad, 0xbe, 0xef]).is_err());
+        // Hostile bytes with a valid CRC are refused by validation, not trusted.
+        for len in [0usize, 1, 7, 64, 200] {
+            let body: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let mut forged = vec![FORMAT_VERSION];
+            forged.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+            forged.extend_from_slice(&body);
+            assert!(decode_batch(&forged).is_err(), "forged body of {len} bytes");
+        }
+    }
+
+    #[test]
+    fn topic_id_displays_as_uuid() {
+        let id = TopicId([
+            0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0, 1, 2, 3, 4, 5, 6, 7,
+        ]);
+        assert_eq!(id.to_string(), "12345678-9abc-def0-0001-020304050607");
+    }
+}

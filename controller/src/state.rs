@@ -1,0 +1,607 @@
+//! The metadata state machine: the cluster as the committed metadata log says.
+//!
+//! `ClusterState::apply` is deterministic and total: a record that does not fit
+//! the state (stale epoch, unknown topic, a partition that would break an
+//! invariant) is refused with an `ApplyError` and leaves the state unchanged, the
+//! same way on every replica. So the invariants below hold in every state any
+//! replica ever has, whatever was written to the log:
+//!
+//! - a partition's replicas are distinct and non-empty; ISR ⊆ replicas;
+//! - leader is `NO_LEADER` or a member of the ISR; the ISR is non-empty;
+//! - leader epochs and partition epochs only grow (per partition, while it exists);
+//! - a node's broker epoch only grows.
+//!
+//! Architecture invariant: no I/O, no clock, no randomness here.
+
+use std::collections::BTreeMap;
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::records::{
+    self, ConfigResource, Endpoint, MetadataRecord, NodeId, NodeRegistrationChange,
+    PartitionChange, RecordError, RegisterNode, RegistrationChange, TopicId, NO_LEADER,
+};
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct NodeState {
+    pub node_id: NodeId,
+    pub incarnation_id: [u8; 16],
+    pub broker_epoch: i64,
+    pub endpoints: Vec<Endpoint>,
+    pub rack: Option<String>,
+    pub fenced: bool,
+    pub in_controlled_shutdown: bool,
+    /// Log offset (Raft index) of the registration: the node is unfenced once it
+    /// has applied the log up to here.
+    pub registered_offset: u64,
+}
+
+impl NodeState {
+    /// May lead a partition or join an ISR.
+    pub fn is_eligible(&self) -> bool {
+        !self.fenced && !self.in_controlled_shutdown
+    }
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    pub replicas: Vec<NodeId>,
+    pub isr: Vec<NodeId>,
+    pub leader: NodeId,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+impl PartitionState {
+    /// The invariants every stored partition keeps (see the module docs).
+    pub fn check(&self) -> Result<(), String> {
+        if self.replicas.is_empty() {
+            return Err("no replicas".into());
+        }
+        let mut sorted = self.replicas.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != self.replicas.len() {
+            return Err(format!("duplicate replicas {:?}", self.replicas));
+        }
+        if self.isr.is_empty() {
+            return Err("empty ISR".into());
+        }
+        let mut isr = self.isr.clone();
+        isr.sort_unstable();
+        isr.dedup();
+        if isr.len() != self.isr.len() {
+            return Err(format!("duplicate ISR members {:?}", self.isr));
+        }
+        if let Some(n) = self.isr.iter().find(|n| !self.replicas.contains(n)) {
+            return Err(format!("ISR member {n} is not a replica"));
+        }
+        if self.leader != NO_LEADER && !self.isr.contains(&self.leader) {
+            return Err(format!("leader {} not in ISR {:?}", self.leader, self.isr));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct TopicState {
+    pub name: String,
+    pub topic_id: TopicId,
+    pub configs: Vec<(String, String)>,
+    /// Declared count; `partitions` fills up as the topic's Partition records apply.
+    pub partition_count: u32,
+    pub partitions: BTreeMap<u32, PartitionState>,
+}
+
+impl TopicState {
+    pub fn config(&self, name: &str) -> Option<&str> {
+        self.configs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ApplyError {
+    #[error("node {0} is not registered")]
+    UnknownNode(NodeId),
+    #[error("node {node}: broker epoch {got} is stale (current {current})")]
+    StaleBrokerEpoch {
+        node: NodeId,
+        got: i64,
+        current: i64,
+    },
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    #[error("topic id {0} is unknown")]
+    UnknownTopic(TopicId),
+    #[error("partition {topic}-{index} is unknown or out of range")]
+    UnknownPartition { topic: TopicId, index: u32 },
+    #[error("partition {topic}-{index} already exists")]
+    PartitionExists { topic: TopicId, index: u32 },
+    #[error("partition {topic}-{index}: {reason}")]
+    InvalidPartition {
+        topic: TopicId,
+        index: u32,
+        reason: String,
+    },
+    #[error("partition {topic}-{index}: epochs must grow (leader {leader_epoch}, partition {partition_epoch})")]
+    EpochNotIncreasing {
+        topic: TopicId,
+        index: u32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+    },
+}
+
+/// The whole cluster's metadata. Maps are ordered, so iteration (and therefore
+/// every decision made from this state) is deterministic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterState {
+    nodes: BTreeMap<NodeId, NodeState>,
+    topics: BTreeMap<TopicId, TopicState>,
+    topic_ids: BTreeMap<String, TopicId>,
+    configs: BTreeMap<ConfigResource, BTreeMap<String, String>>,
+    broker_epoch_max: i64,
+    /// The offset of the last applied record batch (Raft index).
+    offset_last: u64,
+}
+
+/// The snapshot form of `ClusterState` (plain vectors: simple to archive).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+struct StateImage {
+    nodes: Vec<NodeState>,
+    topics: Vec<TopicState>,
+    configs: Vec<(ConfigResource, Vec<(String, String)>)>,
+    broker_epoch_max: i64,
+    offset_last: u64,
+}
+
+impl ClusterState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeState> {
+        self.nodes.values()
+    }
+
+    pub fn node(&self, id: NodeId) -> Option<&NodeState> {
+        self.nodes.get(&id)
+    }
+
+    pub fn topics(&self) -> impl Iterator<Item = &TopicState> {
+        self.topics.values()
+    }
+
+    pub fn topic(&self, id: TopicId) -> Option<&TopicState> {
+        self.topics.get(&id)
+    }
+
+    pub fn topic_by_name(&self, name: &str) -> Option<&TopicState> {
+        self.topic_ids.get(name).and_then(|id| self.topics.get(id))
+    }
+
+    pub fn partition(&self, topic: TopicId, index: u32) -> Option<&PartitionState> {
+        self.topics.get(&topic)?.partitions.get(&index)
+    }
+
+    /// Every partition: (topic id, index, state), in order.
+    pub fn partitions(&self) -> impl Iterator<Item = (TopicId, u32, &PartitionState)> {
+        self.topics
+            .values()
+            .flat_map(|t| t.partitions.iter().map(|(i, p)| (t.topic_id, *i, p)))
+    }
+
+    pub fn config(&self, resource: &ConfigResource, name: &str) -> Option<&str> {
+        self.configs.get(resource)?.get(name).map(String::as_str)
+    }
+
+    pub fn broker_epoch_max(&self) -> i64 {
+        self.broker_epoch_max
+    }
+
+    pub fn offset_last(&self) -> u64 {
+        self.offset_last
+    }
+
+    /// Partitions the node leads.
+    pub fn leader_count(&self, node: NodeId) -> usize {
+        self.partitions()
+            .filter(|(_, _, p)| p.leader == node)
+            .count()
+    }
+
+    /// Applies one batch (one log entry at `offset`). Records that are refused are
+    /// returned with their error; the others apply. Deterministic.
+    pub fn apply_batch(
+        &mut self,
+        offset: u64,
+        records: &[MetadataRecord],
+    ) -> Vec<(usize, ApplyError)> {
+        let mut refused = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            if let Err(e) = self.apply(offset, r) {
+                refused.push((i, e));
+            }
+        }
+        self.offset_last = self.offset_last.max(offset);
+        refused
+    }
+
+    /// Applies one record written at `offset`. On error the state is unchanged.
+    pub fn apply(&mut self, offset: u64, record: &MetadataRecord) -> Result<(), ApplyError> {
+        match record {
+            MetadataRecord::RegisterNode(r) => self.apply_register(offset, r),
+            MetadataRecord::NodeRegistrationChange(r) => self.apply_registration_change(r),
+            MetadataRecord::Topic(t) => {
+                if self.topic_ids.contains_key(&t.name) || self.topics.contains_key(&t.topic_id) {
+                    return Err(ApplyError::TopicExists(t.name.clone()));
+                }
+                let mut configs = t.configs.clone();
+                configs.sort();
+                self.topic_ids.insert(t.name.clone(), t.topic_id);
+                self.topics.insert(
+                    t.topic_id,
+                    TopicState {
+                        name: t.name.clone(),
+                        topic_id: t.topic_id,
+                        configs,
+                        partition_count: t.partitions,
+                        partitions: BTreeMap::new(),
+                    },
+                );
+                Ok(())
+            }
+            MetadataRecord::RemoveTopic(r) => {
+                let topic = self
+                    .topics
+                    .remove(&r.topic_id)
+                    .ok_or(ApplyError::UnknownTopic(r.topic_id))?;
+                self.topic_ids.remove(&topic.name);
+                self.configs
+                    .remove(&ConfigResource::Topic(topic.name.clone()));
+                Ok(())
+            }
+            MetadataRecord::Partition(p) => {
+                let topic = self
+                    .topics
+                    .get_mut(&p.topic_id)
+                    .ok_or(ApplyError::UnknownTopic(p.topic_id))?;
+                if p.index >= topic.partition_count {
+                    return Err(ApplyError::UnknownPartition {
+                        topic: p.topic_id,
+                        index: p.index,
+                    });
+                }
+                if topic.partitions.contains_key(&p.index) {
+                    return Err(ApplyError::PartitionExists {
+                        topic: p.topic_id,
+                        index: p.index,
+                    });
+                }
+                let state = PartitionState {
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                };
+                state
+                    .check()
+                    .map_err(|reason| ApplyError::InvalidPartition {
+                        topic: p.topic_id,
+                        index: p.index,
+                        reason,
+                    })?;
+                topic.partitions.insert(p.index, state);
+                Ok(())
+            }
+            MetadataRecord::PartitionChange(c) => self.apply_partition_change(c),
+            MetadataRecord::Config(c) => {
+                let entry = self.configs.entry(c.resource.clone()).or_default();
+                match &c.value {
+                    Some(v) => {
+                        entry.insert(c.name.clone(), v.clone());
+                    }
+                    None => {
+                        entry.remove(&c.name);
+                    }
+                }
+                if entry.is_empty() {
+                    self.configs.remove(&c.resource);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn apply_register(&mut self, offset: u64, r: &RegisterNode) -> Result<(), ApplyError> {
+        if let Some(old) = self.nodes.get(&r.node_id) {
+            if r.broker_epoch <= old.broker_epoch {
+                return Err(ApplyError::StaleBrokerEpoch {
+                    node: r.node_id,
+                    got: r.broker_epoch,
+                    current: old.broker_epoch,
+                });
+            }
+        }
+        self.broker_epoch_max = self.broker_epoch_max.max(r.broker_epoch);
+        self.nodes.insert(
+            r.node_id,
+            NodeState {
+                node_id: r.node_id,
+                incarnation_id: r.incarnation_id,
+                broker_epoch: r.broker_epoch,
+                endpoints: r.endpoints.clone(),
+                rack: r.rack.clone(),
+                fenced: true,
+                in_controlled_shutdown: false,
+                registered_offset: offset,
+            },
+        );
+        Ok(())
+    }
+
+    fn apply_registration_change(&mut self, r: &NodeRegistrationChange) -> Result<(), ApplyError> {
+        let node = self
+            .nodes
+            .get_mut(&r.node_id)
+            .ok_or(ApplyError::UnknownNode(r.node_id))?;
+        if node.broker_epoch != r.broker_epoch {
+            return Err(ApplyError::StaleBrokerEpoch {
+                node: r.node_id,
+                got: r.broker_epoch,
+                current: node.broker_epoch,
+            });
+        }
+        match r.change {
+            RegistrationChange::Fenced => node.fenced = true,
+            RegistrationChange::Unfenced => {
+                node.fenced = false;
+                node.in_controlled_shutdown = false;
+            }
+            RegistrationChange::ControlledShutdown => node.in_controlled_shutdown = true,
+        }
+        Ok(())
+    }
+
+    fn apply_partition_change(&mut self, c: &PartitionChange) -> Result<(), ApplyError> {
+        let current = self
+            .partition(c.topic_id, c.index)
+            .ok_or(ApplyError::UnknownPartition {
+                topic: c.topic_id,
+                index: c.index,
+            })?;
+        let leader_changes = c.leader.is_some_and(|l| l != current.leader);
+        let epochs_ok = c.partition_epoch > current.partition_epoch
+            && c.leader_epoch >= current.leader_epoch
+            && (!leader_changes || c.leader_epoch > current.leader_epoch);
+        if !epochs_ok {
+            return Err(ApplyError::EpochNotIncreasing {
+                topic: c.topic_id,
+                index: c.index,
+                leader_epoch: c.leader_epoch,
+                partition_epoch: c.partition_epoch,
+            });
+        }
+        let mut next = current.clone();
+        if let Some(isr) = &c.isr {
+            next.isr = isr.clone();
+        }
+        if let Some(leader) = c.leader {
+            next.leader = leader;
+        }
+        next.leader_epoch = c.leader_epoch;
+        next.partition_epoch = c.partition_epoch;
+        next.check()
+            .map_err(|reason| ApplyError::InvalidPartition {
+                topic: c.topic_id,
+                index: c.index,
+                reason,
+            })?;
+        if let Some(slot) = self
+            .topics
+            .get_mut(&c.topic_id)
+            .and_then(|t| t.partitions.get_mut(&c.index))
+        {
+            *slot = next;
+        }
+        Ok(())
+    }
+
+    /// The state as snapshot bytes (version byte + rkyv), see `from_snapshot`.
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        let image = StateImage {
+            nodes: self.nodes.values().cloned().collect(),
+            topics: self.topics.values().cloned().collect(),
+            configs: self
+                .configs
+                .iter()
+                .map(|(r, m)| {
+                    (
+                        r.clone(),
+                        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    )
+                })
+                .collect(),
+            broker_epoch_max: self.broker_epoch_max,
+            offset_last: self.offset_last,
+        };
+        records::encode_versioned(&image)
+    }
+
+    pub fn from_snapshot(bytes: &[u8]) -> Result<Self, RecordError> {
+        let image: StateImage = records::decode_versioned(bytes)?;
+        let mut state = ClusterState {
+            broker_epoch_max: image.broker_epoch_max,
+            offset_last: image.offset_last,
+            ..Default::default()
+        };
+        for n in image.nodes {
+            state.nodes.insert(n.node_id, n);
+        }
+        for t in image.topics {
+            for (i, p) in &t.partitions {
+                p.check()
+                    .map_err(|e| RecordError::Malformed(format!("partition {}: {e}", i)))?;
+            }
+            state.topic_ids.insert(t.name.clone(), t.topic_id);
+            state.topics.insert(t.topic_id, t);
+        }
+        for (r, entries) in image.configs {
+            state.configs.insert(r, entries.into_iter().collect());
+        }
+        Ok(state)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::records::tests::{sample_records, tid};
+    use crate::records::{Partition, Topic};
+
+    fn register(id: NodeId, epoch: i64) -> MetadataRecord {
+        MetadataRecord::RegisterNode(RegisterNode {
+            node_id: id,
+            incarnation_id: [id as u8; 16],
+            broker_epoch: epoch,
+            endpoints: vec![],
+            rack: None,
+        })
+    }
+
+    fn topic_with_partition() -> Vec<MetadataRecord> {
+        vec![
+            MetadataRecord::Topic(Topic {
+                name: "t".into(),
+                topic_id: tid(1),
+                partitions: 1,
+                configs: vec![],
+            }),
+            MetadataRecord::Partition(Partition {
+                topic_id: tid(1),
+                index: 0,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                leader: 1,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            }),
+        ]
+    }
+
+    #[test]
+    fn registration_starts_fenced_and_stale_epochs_are_refused() {
+        let mut s = ClusterState::new();
+        s.apply(5, &register(1, 5)).unwrap();
+        let n = s.node(1).unwrap();
+        assert!(n.fenced);
+        assert_eq!(n.registered_offset, 5);
+        assert_eq!(
+            s.apply(6, &register(1, 5)),
+            Err(ApplyError::StaleBrokerEpoch {
+                node: 1,
+                got: 5,
+                current: 5
+            })
+        );
+        let unfence = |epoch| {
+            MetadataRecord::NodeRegistrationChange(NodeRegistrationChange {
+                node_id: 1,
+                broker_epoch: epoch,
+                change: RegistrationChange::Unfenced,
+            })
+        };
+        assert!(s.apply(7, &unfence(4)).is_err());
+        s.apply(7, &unfence(5)).unwrap();
+        assert!(!s.node(1).unwrap().fenced);
+        assert_eq!(s.broker_epoch_max(), 5);
+    }
+
+    #[test]
+    fn partition_changes_need_growing_epochs_and_keep_invariants() {
+        let mut s = ClusterState::new();
+        assert!(s.apply_batch(1, &topic_with_partition()).is_empty());
+        let change = |isr: Option<Vec<NodeId>>, leader, le, pe| {
+            MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: tid(1),
+                index: 0,
+                isr,
+                leader,
+                leader_epoch: le,
+                partition_epoch: pe,
+            })
+        };
+        // Same partition epoch: refused.
+        assert!(s.apply(2, &change(Some(vec![1]), None, 0, 0)).is_err());
+        // Leader change without a leader epoch bump: refused.
+        assert!(s.apply(2, &change(None, Some(2), 0, 1)).is_err());
+        // Leader outside the ISR: refused, state unchanged.
+        let before = s.clone();
+        assert!(s.apply(2, &change(Some(vec![1]), Some(2), 1, 1)).is_err());
+        assert_eq!(s, before);
+        // Empty ISR: refused.
+        assert!(s
+            .apply(2, &change(Some(vec![]), Some(NO_LEADER), 1, 1))
+            .is_err());
+        s.apply(2, &change(Some(vec![2]), Some(2), 1, 1)).unwrap();
+        let p = s.partition(tid(1), 0).unwrap();
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch, p.partition_epoch),
+            (2, vec![2], 1, 1)
+        );
+    }
+
+    #[test]
+    fn topics_and_configs_apply_and_remove() {
+        let mut s = ClusterState::new();
+        s.apply_batch(1, &topic_with_partition());
+        assert_eq!(s.topic_by_name("t").unwrap().partitions.len(), 1);
+        assert!(matches!(
+            s.apply(2, &topic_with_partition()[0]),
+            Err(ApplyError::TopicExists(_))
+        ));
+        // A partition index beyond the declared count is refused.
+        let mut extra = topic_with_partition()[1].clone();
+        if let MetadataRecord::Partition(p) = &mut extra {
+            p.index = 1;
+        }
+        assert!(s.apply(2, &extra).is_err());
+        let set = MetadataRecord::Config(crate::records::Config {
+            resource: ConfigResource::Topic("t".into()),
+            name: "retention.ms".into(),
+            value: Some("5".into()),
+        });
+        s.apply(3, &set).unwrap();
+        assert_eq!(
+            s.config(&ConfigResource::Topic("t".into()), "retention.ms"),
+            Some("5")
+        );
+        s.apply(
+            4,
+            &MetadataRecord::RemoveTopic(crate::records::RemoveTopic { topic_id: tid(1) }),
+        )
+        .unwrap();
+        assert!(s.topic_by_name("t").is_none());
+        assert_eq!(
+            s.config(&ConfigResource::Topic("t".into()), "retention.ms"),
+            None
+        );
+    }
+
+    #[test]
+    fn snapshot_round_trips() {
+        let mut s = ClusterState::new();
+        s.apply_batch(1, &[register(1, 1), register(2, 2)]);
+        s.apply_batch(2, &topic_with_partition());
+        s.apply_batch(3, &sample_records());
+        let bytes = s.to_snapshot();
+        let back = ClusterState::from_snapshot(&bytes).unwrap();
+        assert_eq!(back, s);
+        assert!(ClusterState::from_snapshot(&bytes[..bytes.len() / 2]).is_err());
+    }
+}
