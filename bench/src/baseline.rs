@@ -1,4 +1,6 @@
-//! Hardware baselines, measured in-process so no outside tool is needed.
+//! Hardware baselines, measured in-process so no outside tool is needed. When
+//! `fio` or `iperf3` are on PATH, their figures are reported beside as a
+//! cross-check (see [`crate::crosscheck`]).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,6 +12,7 @@ use clap::Args as ClapArgs;
 use glommio::io::{DmaFile, OpenOptions};
 use glommio::{LocalExecutorBuilder, Placement};
 
+use crate::crosscheck::{self, Check};
 use crate::mb_s;
 
 #[derive(ClapArgs, Debug, Clone)]
@@ -53,11 +56,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.block_kib,
         args.queue_depth,
     )?;
+    let fio = crosscheck::fio(
+        crosscheck::find_tool("fio").as_deref(),
+        scratch.path(),
+        args.streams,
+        args.size_mib,
+        args.block_kib,
+        args.queue_depth,
+    );
     let loopback = if args.loopback_mib > 0 {
         Some(loopback(args.loopback_mib)?)
     } else {
         None
     };
+    // iperf3 cross-checks the loopback figure, so it is skipped with it.
+    let iperf3: Option<Check<f64>> =
+        loopback.map(|_| crosscheck::iperf3(crosscheck::find_tool("iperf3").as_deref()));
     if args.json {
         println!(
             "{}",
@@ -68,6 +82,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "streams": args.streams,
                 "block_kib": args.block_kib,
                 "queue_depth": args.queue_depth,
+                "fio": crosscheck::fio_json(&fio),
+                "iperf3": iperf3.as_ref().map_or(serde_json::Value::Null, crosscheck::iperf3_json),
             })
         );
     } else {
@@ -79,8 +95,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "disk  O_DIRECT sequential read:  {:>8.1} MB/s",
             disk.read_mb_s
         );
+        for line in crosscheck::fio_lines(&fio, disk.write_mb_s, disk.read_mb_s) {
+            println!("  cross-check: {line}");
+        }
         if let Some(l) = loopback {
             println!("loopback TCP single stream:      {l:>8.1} MB/s");
+            if let Some(c) = &iperf3 {
+                println!("  cross-check: {}", crosscheck::iperf3_line(c, l));
+            }
         }
     }
     Ok(())

@@ -2,7 +2,8 @@
 //!
 //! - `baseline`: raw O_DIRECT sequential write and read bandwidth through io_uring
 //!   (glommio DMA files, the same block size and queue depth the engine uses) and
-//!   loopback TCP single-stream bandwidth, all in-process.
+//!   loopback TCP single-stream bandwidth, all in-process; when `fio` or `iperf3`
+//!   are installed, their figures are reported beside as a cross-check.
 //! - `engine`: in-process append and read throughput of the storage engine, with
 //!   the raw disk baseline measured in the same run and the ratio between them.
 //! - `produce`, `consume`, `e2e`: a Kafka-protocol load generator (pipelined
@@ -16,6 +17,7 @@
 mod baseline;
 mod cleaner;
 mod consume;
+mod crosscheck;
 mod e2e;
 mod engine;
 mod kafka;

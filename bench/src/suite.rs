@@ -25,7 +25,7 @@ use crate::kafka::{self, Cluster};
 use crate::node_process::{self, NodeProcess};
 use crate::stats::{self, Latency, StopFlag};
 use crate::workload::WorkloadArgs;
-use crate::{baseline, consume, e2e, engine, produce, report};
+use crate::{baseline, consume, crosscheck, e2e, engine, produce, report};
 
 #[derive(ClapArgs, Debug, Clone)]
 pub struct Args {
@@ -199,6 +199,16 @@ fn run_steps(
         4,
     )?;
     let loopback_mb_s = baseline::loopback(plan.loopback_mib)?;
+    // Optional cross-checks: null in results.json when the tool is absent.
+    let fio = crosscheck::fio(
+        crosscheck::find_tool("fio").as_deref(),
+        scratch,
+        plan.disk_streams,
+        plan.disk_mib_per_stream,
+        1024,
+        4,
+    );
+    let iperf3 = crosscheck::iperf3(crosscheck::find_tool("iperf3").as_deref());
     progress.inc(est[0]);
     check_stop(stop)?;
 
@@ -372,6 +382,8 @@ fn run_steps(
             "disk_write_mb_s": disk.write_mb_s,
             "disk_read_mb_s": disk.read_mb_s,
             "loopback_mb_s": loopback_mb_s,
+            "fio": crosscheck::fio_json(&fio),
+            "iperf3": crosscheck::iperf3_json(&iperf3),
         },
         "engine": {
             "append_mb_s": engine.append_mb_s,
