@@ -281,38 +281,36 @@ impl Cleaner {
         let mapped = self.build_map(&plan).await?;
         let size_limit = plan.config.max_batch_bytes.saturating_mul(64);
         let horizon = now_ms.saturating_add(plan.config.delete_retention.as_millis() as i64);
-        let mut earliest_horizon: Option<i64> = None;
         let to_clean: Vec<&SegmentSnapshot> = plan
             .segments
             .iter()
             .filter(|s| s.base_offset < mapped.end)
             .collect();
-        for group in group_segments(&to_clean, plan.config.segment_bytes) {
-            let rules = Rules {
+        let mut pass = Pass {
+            plan: &plan,
+            rules: Rules {
                 map: &self.map,
                 producers_last: &mapped.producers_last,
                 now_ms,
                 new_horizon: horizon,
                 size_limit,
-            };
-            let out = write_cleaned(
-                &plan,
-                group,
-                &rules,
-                &self.config,
-                &mut self.throttle,
-                &mut stats,
-                &mut earliest_horizon,
-            )
-            .await?;
+            },
+            read_chunk_bytes: self.config.read_chunk_bytes,
+            throttle: &mut self.throttle,
+            stats: &mut stats,
+            earliest_horizon: None,
+        };
+        for group in group_segments(&to_clean, plan.config.segment_bytes) {
+            let out = pass.write_cleaned(group).await?;
             let old: Vec<(i64, u64)> = group.iter().map(|s| (s.base_offset, s.size)).collect();
             if !partition.replace_segments(&old, out).await? {
                 tracing::info!(dir = %plan.dir.display(), "log changed during cleaning; pass abandoned");
                 self.map.clear();
                 return Ok(stats);
             }
-            stats.segments_replaced += group.len();
+            pass.stats.segments_replaced += group.len();
         }
+        let earliest_horizon = pass.earliest_horizon;
         self.map.clear();
         partition
             .finish_cleaning(mapped.end, earliest_horizon)
@@ -473,103 +471,94 @@ impl Rules<'_> {
     }
 }
 
-/// Writes the cleaned replacement of `group` to `<base>.log.cleaned`, synced, with
-/// its indexes built in memory. None when nothing of the group survives.
-#[allow(clippy::too_many_arguments)]
-async fn write_cleaned(
-    plan: &CleanPlan,
-    group: &[&SegmentSnapshot],
-    rules: &Rules<'_>,
-    config: &CleanerConfig,
-    throttle: &mut Throttle,
-    stats: &mut CleanStats,
-    earliest_horizon: &mut Option<i64>,
-) -> Result<Option<CleanedSegment>> {
-    let Some(first) = group.first() else {
-        return Ok(None);
-    };
-    let base = first.base_offset;
-    let path = cleaned_path(&plan.dir, base);
-    fsutil::remove(&path).await?;
-    let file = Rc::new(fsutil::open_dma(&path, true).await?);
-    let written = fill_cleaned(
-        plan,
-        group,
-        rules,
-        config,
-        throttle,
-        stats,
-        earliest_horizon,
-        &file,
-        &path,
-    )
-    .await;
-    let state = match written {
-        Ok(state) if state.size > 0 => state,
-        other => {
-            drop(file);
-            fsutil::remove(&path).await?;
-            return other.map(|_| None);
-        }
-    };
-    Ok(Some(CleanedSegment {
-        base_offset: base,
-        path,
-        file,
-        state,
-    }))
+/// One pass's rewrite of its segment groups: the rules, and what the pass has
+/// seen so far.
+struct Pass<'a> {
+    plan: &'a CleanPlan,
+    rules: Rules<'a>,
+    read_chunk_bytes: usize,
+    throttle: &'a mut Throttle,
+    stats: &'a mut CleanStats,
+    /// Earliest delete horizon among the tombstones kept.
+    earliest_horizon: Option<i64>,
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn fill_cleaned(
-    plan: &CleanPlan,
-    group: &[&SegmentSnapshot],
-    rules: &Rules<'_>,
-    config: &CleanerConfig,
-    throttle: &mut Throttle,
-    stats: &mut CleanStats,
-    earliest_horizon: &mut Option<i64>,
-    file: &Rc<DmaFile>,
-    path: &std::path::Path,
-) -> Result<SegmentState> {
-    let base = group.first().map_or(0, |s| s.base_offset);
-    let mut appender = Appender::open(
-        file.clone(),
-        path.to_path_buf(),
-        0,
-        plan.config.append_chunk_bytes,
-        plan.config.max_inflight_writes,
-        0,
-    )
-    .await?;
-    let mut state = SegmentState::empty(base);
-    let interval = plan.config.index_interval_bytes;
-    for segment in group {
-        let mut batches = SegmentBatches::new(segment, config.read_chunk_bytes);
-        while let Some((position, header, bytes)) = batches.next().await? {
-            stats.bytes_read += bytes.len() as u64;
-            throttle.account(bytes.len() as u64).await;
-            throttle.pace().await;
-            check_crc(segment, position, &header, &bytes)?;
-            let out = match rules.filter(&bytes, &header, stats)? {
-                Filtered::Dropped => continue,
-                Filtered::Verbatim => bytes,
-                Filtered::Rewritten(b) => b,
-            };
-            let out_header = BatchHeader::parse(&out)?;
-            if out_header.has_delete_horizon() && out_header.records_count > 0 {
-                let h = out_header.base_timestamp;
-                *earliest_horizon = Some(earliest_horizon.map_or(h, |e: i64| e.min(h)));
+impl Pass<'_> {
+    /// Writes the cleaned replacement of `group` to `<base>.log.cleaned`, synced,
+    /// with its indexes built in memory. None when nothing of the group survives;
+    /// on any failure the file is removed.
+    async fn write_cleaned(
+        &mut self,
+        group: &[&SegmentSnapshot],
+    ) -> Result<Option<CleanedSegment>> {
+        let Some(first) = group.first() else {
+            return Ok(None);
+        };
+        let base = first.base_offset;
+        let path = cleaned_path(&self.plan.dir, base);
+        fsutil::remove(&path).await?;
+        let file = Rc::new(fsutil::open_dma(&path, true).await?);
+        let state = match self.fill(group, base, &file, &path).await {
+            Ok(state) if state.size > 0 => state,
+            other => {
+                drop(file);
+                fsutil::remove(&path).await?;
+                return other.map(|_| None);
             }
-            let at = appender.append(&out).await?;
-            state.add_batch(base, at, &out_header, interval);
-            stats.bytes_written += out.len() as u64;
-            throttle.account(out.len() as u64).await;
-        }
+        };
+        Ok(Some(CleanedSegment {
+            base_offset: base,
+            path,
+            file,
+            state,
+        }))
     }
-    appender.finish().await?;
-    state.seal(base);
-    Ok(state)
+
+    async fn fill(
+        &mut self,
+        group: &[&SegmentSnapshot],
+        base: i64,
+        file: &Rc<DmaFile>,
+        path: &std::path::Path,
+    ) -> Result<SegmentState> {
+        let config = &self.plan.config;
+        let mut appender = Appender::open(
+            file.clone(),
+            path.to_path_buf(),
+            0,
+            config.append_chunk_bytes,
+            config.max_inflight_writes,
+            0,
+        )
+        .await?;
+        let mut state = SegmentState::empty(base);
+        for segment in group {
+            let mut batches = SegmentBatches::new(segment, self.read_chunk_bytes);
+            while let Some((position, header, bytes)) = batches.next().await? {
+                self.stats.bytes_read += bytes.len() as u64;
+                self.throttle.account(bytes.len() as u64).await;
+                self.throttle.pace().await;
+                check_crc(segment, position, &header, &bytes)?;
+                let out = match self.rules.filter(&bytes, &header, self.stats)? {
+                    Filtered::Dropped => continue,
+                    Filtered::Verbatim => bytes,
+                    Filtered::Rewritten(b) => b,
+                };
+                let out_header = BatchHeader::parse(&out)?;
+                if out_header.has_delete_horizon() && out_header.records_count > 0 {
+                    let h = out_header.base_timestamp;
+                    self.earliest_horizon = Some(self.earliest_horizon.map_or(h, |e| e.min(h)));
+                }
+                let at = appender.append(&out).await?;
+                state.add_batch(base, at, &out_header, config.index_interval_bytes);
+                self.stats.bytes_written += out.len() as u64;
+                self.throttle.account(out.len() as u64).await;
+            }
+        }
+        appender.finish().await?;
+        state.seal(base);
+        Ok(state)
+    }
 }
 
 fn check_crc(
