@@ -27,6 +27,7 @@ pub mod leader_epoch;
 pub mod log;
 pub mod recovery;
 pub mod segment;
+pub mod stats;
 
 pub use cleaner::{CleanStats, Cleaner, CleanerConfig};
 pub use config::{Durability, LogConfig};
@@ -35,5 +36,5 @@ pub use log::{AppendInfo, AppendMode, PartitionLog, ReadBatches, RetentionOutcom
 pub mod partition;
 pub mod shard;
 
-pub use partition::{OffsetQuery, Partition};
+pub use partition::{LogStats, OffsetQuery, Partition};
 pub use shard::{Runtime, Shard, ShardConfig, ShardTable, TopicPartition};

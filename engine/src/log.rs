@@ -188,6 +188,17 @@ impl PartitionLog {
     pub fn size_bytes(&self) -> u64 {
         self.segments.values().map(Segment::size).sum()
     }
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+    /// Why the log is offline (a failed write or fdatasync poisoned its active
+    /// segment), or None while it serves.
+    pub fn offline_reason(&self) -> Option<&str> {
+        self.segments
+            .values()
+            .next_back()
+            .and_then(Segment::failure)
+    }
 
     fn active(&mut self) -> &mut Segment {
         // Invariant: `segments` is never empty (open creates one, truncate keeps one).

@@ -12,7 +12,9 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use glommio::sync::RwLock;
@@ -20,6 +22,7 @@ use glommio::sync::RwLock;
 use crate::config::Durability;
 use crate::error::{LogError, Result};
 use crate::log::{AppendInfo, AppendMode, PartitionLog, ReadBatches};
+use crate::stats::{self, ShardStats};
 
 /// Where ListOffsets looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +42,19 @@ pub struct Partition {
     flush_done: Signal,
     /// Notified after every append and flush: long-polling fetches wait on it.
     changed: Signal,
+    /// The owning core's counters (fdatasync count and latency).
+    stats: Rc<ShardStats>,
+}
+
+/// A partition log's size and state, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogStats {
+    pub segments: usize,
+    pub size_bytes: u64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    /// Why the partition is offline; None while it serves.
+    pub offline: Option<String>,
 }
 
 impl Partition {
@@ -54,7 +70,26 @@ impl Partition {
             flushing: Cell::new(false),
             flush_done: Signal::default(),
             changed: Signal::default(),
+            // Built on the core that owns it: that core's stats.
+            stats: stats::local(),
         }
+    }
+
+    /// Size, segment count, offsets and offline state (a brief shared lock).
+    pub async fn log_stats(&self) -> Result<LogStats> {
+        let log = self.shared().await?;
+        Ok(LogStats {
+            segments: log.segment_count(),
+            size_bytes: log.size_bytes(),
+            log_start_offset: log.log_start_offset(),
+            log_end_offset: log.log_end_offset(),
+            offline: log.offline_reason().map(str::to_string),
+        })
+    }
+
+    /// Why the partition is offline (a failed write or fdatasync), or None.
+    pub async fn offline_reason(&self) -> Result<Option<String>> {
+        Ok(self.shared().await?.offline_reason().map(str::to_string))
     }
 
     async fn write(&self) -> Result<glommio::sync::RwLockWriteGuard<'_, PartitionLog>> {
@@ -214,7 +249,10 @@ impl Partition {
             let target = log.write_out().await?;
             (log.active_file(), target)
         };
-        match file.fdatasync().await {
+        let started = Instant::now();
+        let synced = file.fdatasync().await;
+        self.stats.record_fsync(started.elapsed(), synced.is_ok());
+        match synced {
             Ok(()) => {
                 let mut log = self.write().await?;
                 log.mark_flushed(target);

@@ -172,6 +172,21 @@ impl Shard {
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()
     }
+    /// This core's engine counters (fdatasyncs, cleaning, retention).
+    pub fn stats(&self) -> crate::stats::ShardStatsSnapshot {
+        crate::stats::local().snapshot()
+    }
+    /// This core's partitions (shared handles), for metrics and health.
+    pub fn local_partition_handles(&self) -> Vec<(TopicPartition, Rc<Partition>)> {
+        let mut v: Vec<_> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|(tp, p)| (tp.clone(), p.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
 
     /// This core's partition, if it owns it.
     pub fn local(&self, tp: &TopicPartition) -> Option<Rc<Partition>> {
@@ -617,6 +632,7 @@ async fn background_loop(shard: Rc<Shard>) {
         .unwrap_or(checkpoint_every)
         .max(Duration::from_millis(10));
     let (mut since_checkpoint, mut since_retention) = (Duration::ZERO, Duration::ZERO);
+    let stats = crate::stats::local();
     loop {
         glommio::timer::sleep(tick).await;
         since_checkpoint += tick;
@@ -632,8 +648,9 @@ async fn background_loop(shard: Rc<Shard>) {
                 }
             }
             if retention {
-                if let Err(e) = p.apply_retention(now_ms).await {
-                    tracing::error!(error = %e, "retention failed");
+                match p.apply_retention(now_ms).await {
+                    Ok(outcome) => stats.record_retention(&outcome),
+                    Err(e) => tracing::error!(error = %e, "retention failed"),
                 }
             }
             if checkpoint {
@@ -659,6 +676,7 @@ async fn cleaner_loop(shard: Rc<Shard>) {
     let mut cleaner = Cleaner::new(shard.config.cleaner.clone());
     let backoff = shard.config.cleaner.backoff.max(Duration::from_millis(10));
     let mut uncleanable: Vec<Rc<Partition>> = Vec::new();
+    let stats = crate::stats::local();
     loop {
         let candidates: Vec<Rc<Partition>> = shard
             .snapshot()
@@ -666,9 +684,13 @@ async fn cleaner_loop(shard: Rc<Shard>) {
             .filter(|p| !uncleanable.iter().any(|u| Rc::ptr_eq(u, p)))
             .collect();
         match cleaner.clean_dirtiest(&candidates, now_ms()).await {
-            Ok(Some(_)) => glommio::yield_if_needed().await,
+            Ok(Some((_, cleaned))) => {
+                stats.record_cleaning(&cleaned);
+                glommio::yield_if_needed().await
+            }
             Ok(None) => glommio::timer::sleep(backoff).await,
             Err((partition, e)) => {
+                stats.record_cleaner_error();
                 tracing::error!(error = %e, "log cleaning failed; the log stays uncleaned until restart");
                 uncleanable.push(partition);
                 glommio::timer::sleep(backoff).await;

@@ -42,6 +42,8 @@ pub enum Cores {
 pub struct NodeConfig {
     pub node_id: i32,
     pub listen: SocketAddr,
+    /// Where `/metrics` and `/health` are served; None: not at all.
+    pub metrics_listen: Option<SocketAddr>,
     pub advertised: Option<(String, u16)>,
     pub data_dir: Option<PathBuf>,
     pub cores: Cores,
@@ -86,6 +88,7 @@ impl NodeConfig {
         let mut config = NodeConfig {
             node_id: 1,
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9644))),
             advertised: None,
             data_dir: None,
             cores: Cores::Count(std::thread::available_parallelism().map_or(1, |n| n.get())),
@@ -167,6 +170,15 @@ impl NodeConfig {
                 self.listen = value
                     .parse()
                     .map_err(|_| bad("HOST:PORT (an IP address and port)"))?
+            }
+            "metrics.listen" => {
+                self.metrics_listen = match value {
+                    "none" => None,
+                    addr => Some(
+                        addr.parse()
+                            .map_err(|_| bad("HOST:PORT (an IP address and port) or none"))?,
+                    ),
+                }
             }
             "advertised.listeners" | "advertised.listener" => {
                 let (host, port) = value.rsplit_once(':').ok_or_else(|| bad("HOST:PORT"))?;

@@ -14,6 +14,7 @@ pub mod admin_client;
 pub mod config;
 pub mod group;
 pub mod handlers;
+pub mod metrics;
 pub mod node;
 pub mod producer;
 mod sendmsg;

@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::metadata_response::MetadataResponsePartition;
 use kafka_protocol::messages::{
     CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, TopicName,
 };
@@ -78,6 +79,10 @@ struct NodeArgs {
     /// HOST:PORT to listen on (every core listens on it).
     #[arg(long)]
     listen: Option<String>,
+    /// HOST:PORT of the HTTP endpoint for Prometheus (/metrics) and health
+    /// checks (/health); `none` turns it off. Default 127.0.0.1:9644.
+    #[arg(long)]
+    metrics_listen: Option<String>,
     /// HOST:PORT clients are told to connect to (default: --listen).
     #[arg(long)]
     advertised_listener: Option<String>,
@@ -110,8 +115,18 @@ enum TopicCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Topics and their partitions, as Metadata reports them. With a filter,
+    /// only the matching partitions (either filter), without topic lines, as
+    /// kafka-topics prints them.
     Describe {
         name: Option<String>,
+        /// Only partitions whose ISR is smaller than their replica set. Without
+        /// replication (one replica each) this is always empty.
+        #[arg(long, visible_alias = "under-replicated-partitions")]
+        under_replicated: bool,
+        /// Only partitions without a live leader (offline).
+        #[arg(long, visible_alias = "unavailable-partitions")]
+        unavailable: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -157,6 +172,7 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let flags = [
         ("node.id", args.node_id.map(|v| v.to_string())),
         ("listeners", args.listen),
+        ("metrics.listen", args.metrics_listen),
         ("advertised.listeners", args.advertised_listener),
         ("log.dirs", args.data_dir.map(|d| d.display().to_string())),
         ("cores", args.cores),
@@ -242,14 +258,33 @@ fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 println!("{n}");
             }
         }
-        TopicCommand::Describe { name, conn } => {
+        TopicCommand::Describe {
+            name,
+            under_replicated,
+            unavailable,
+            conn,
+        } => {
             let mut client = AdminClient::connect(&conn.bootstrap)?;
             let metadata = client.metadata(name.map(|n| vec![n]))?;
+            let live: Vec<i32> = metadata.brokers.iter().map(|b| b.node_id.0).collect();
+            let filter = PartitionFilter {
+                under_replicated,
+                unavailable,
+                live,
+            };
             let mut topics = metadata.topics;
             topics.sort_by(|a, b| a.name.cmp(&b.name));
             for t in topics {
                 check(t.error_code, None)?;
                 let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+                if filter.active() {
+                    let mut partitions = t.partitions;
+                    partitions.sort_by_key(|p| p.partition_index);
+                    for p in partitions.iter().filter(|p| filter.keeps(p)) {
+                        println!("{}", partition_line(&name, p));
+                    }
+                    continue;
+                }
                 let configs = client.describe_configs(
                     &DescribeConfigsRequest::default().with_resources(vec![
                         DescribeConfigsResource::default()
@@ -281,20 +316,8 @@ fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 );
                 let mut partitions = t.partitions;
                 partitions.sort_by_key(|p| p.partition_index);
-                let ids = |v: &[kafka_protocol::messages::BrokerId]| {
-                    v.iter()
-                        .map(|b| b.0.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                };
-                for p in partitions {
-                    println!(
-                        "\tTopic: {name}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}",
-                        p.partition_index,
-                        p.leader_id.0,
-                        ids(&p.replica_nodes),
-                        ids(&p.isr_nodes)
-                    );
+                for p in &partitions {
+                    println!("{}", partition_line(&name, p));
                 }
             }
         }
@@ -332,6 +355,52 @@ fn group(command: GroupCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `skiff topic describe`'s partition filters (kafka-topics'
+/// `--under-replicated-partitions` and `--unavailable-partitions`), judged on
+/// what Metadata reports, so they hold unchanged once replication exists.
+struct PartitionFilter {
+    under_replicated: bool,
+    unavailable: bool,
+    /// The brokers Metadata lists (the live ones).
+    live: Vec<i32>,
+}
+
+impl PartitionFilter {
+    fn active(&self) -> bool {
+        self.under_replicated || self.unavailable
+    }
+
+    fn keeps(&self, p: &MetadataResponsePartition) -> bool {
+        let is_under_replicated = p.isr_nodes.len() < p.replica_nodes.len();
+        let is_unavailable = p.leader_id.0 < 0 || !self.live.contains(&p.leader_id.0);
+        (self.under_replicated && is_under_replicated) || (self.unavailable && is_unavailable)
+    }
+}
+
+fn partition_line(topic: &str, p: &MetadataResponsePartition) -> String {
+    let ids = |v: &[kafka_protocol::messages::BrokerId]| {
+        v.iter()
+            .map(|b| b.0.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut line = format!(
+        "\tTopic: {topic}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}",
+        p.partition_index,
+        if p.leader_id.0 < 0 {
+            "none".to_string()
+        } else {
+            p.leader_id.0.to_string()
+        },
+        ids(&p.replica_nodes),
+        ids(&p.isr_nodes)
+    );
+    if !p.offline_replicas.is_empty() {
+        line.push_str(&format!("\tOffline: {}", ids(&p.offline_replicas)));
+    }
+    line
+}
+
 fn check(code: i16, message: Option<&str>) -> anyhow::Result<()> {
     match ResponseError::try_from_code(code) {
         None => Ok(()),
@@ -339,5 +408,40 @@ fn check(code: i16, message: Option<&str>) -> anyhow::Result<()> {
             "{e} (error code {code}){}",
             message.map(|m| format!(": {m}")).unwrap_or_default()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::BrokerId;
+
+    fn partition(leader: i32, replicas: &[i32], isr: &[i32]) -> MetadataResponsePartition {
+        MetadataResponsePartition::default()
+            .with_leader_id(BrokerId(leader))
+            .with_replica_nodes(replicas.iter().map(|b| BrokerId(*b)).collect())
+            .with_isr_nodes(isr.iter().map(|b| BrokerId(*b)).collect())
+    }
+
+    #[test]
+    fn describe_filters_judge_what_metadata_reports() {
+        let filter = |under_replicated, unavailable| PartitionFilter {
+            under_replicated,
+            unavailable,
+            live: vec![1, 2, 3],
+        };
+        let healthy = partition(1, &[1, 2, 3], &[1, 2, 3]);
+        let shrunk = partition(1, &[1, 2, 3], &[1, 2]);
+        let leaderless = partition(-1, &[1], &[]);
+        let dead_leader = partition(4, &[4, 1], &[4, 1]);
+        assert!(!filter(false, false).active());
+        assert!(!filter(true, false).keeps(&healthy));
+        assert!(filter(true, false).keeps(&shrunk));
+        assert!(!filter(false, true).keeps(&shrunk));
+        assert!(filter(false, true).keeps(&leaderless));
+        assert!(filter(false, true).keeps(&dead_leader));
+        // Either filter: a partition matching one of them.
+        assert!(filter(true, true).keeps(&shrunk) && filter(true, true).keeps(&leaderless));
+        assert!(partition_line("t", &leaderless).contains("Leader: none"));
     }
 }

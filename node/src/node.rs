@@ -18,6 +18,7 @@ use crate::group::{
     self,
     coordinator::{self, Coordinator},
 };
+use crate::metrics::{self, Phase};
 use crate::server;
 use crate::state::{CoreState, NodeContext, ProducerIdAllocator};
 use crate::topics;
@@ -25,12 +26,16 @@ use crate::topics;
 thread_local! {
     /// The stop channel and serve task of this core's listener.
     static LISTENER: RefCell<Option<(local_channel::LocalSender<()>, JoinHandle<()>)>> = const { RefCell::new(None) };
+    /// The same for the metrics listener (core 0 only).
+    static METRICS_LISTENER: RefCell<Option<(local_channel::LocalSender<()>, JoinHandle<()>)>> = const { RefCell::new(None) };
 }
 
 /// A running node.
 pub struct Node {
     runtime: Runtime,
     pub addr: SocketAddr,
+    /// Where `/metrics` and `/health` are served (None: turned off).
+    pub metrics_addr: Option<SocketAddr>,
     pub data_dir: std::path::PathBuf,
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -83,6 +88,15 @@ impl Node {
                 CoreState::install(shard, node);
             })?;
         }
+        // The metrics listener opens first, so `/health` says "starting" while
+        // groups load; a port it cannot bind fails the start.
+        let metrics_addr = match config.metrics_listen {
+            None => None,
+            Some(addr) => Some(runtime.block_on(0, move |_| async move { listen_metrics(addr) })??),
+        };
+        if let Some(addr) = metrics_addr {
+            tracing::info!("serving metrics and health on http://{addr} (/metrics, /health)");
+        }
         let offsets_partitions = runtime.block_on(0, |shard| async move {
             let Some(core) = CoreState::current() else {
                 return Err(anyhow::anyhow!("core state missing"));
@@ -113,9 +127,11 @@ impl Node {
         for core in 1..runtime.shards() {
             runtime.block_on(core, move |_| async move { listen(addr) })??;
         }
+        set_phase(&runtime, Phase::Serving)?;
         Ok(Node {
             runtime,
             addr,
+            metrics_addr,
             data_dir,
             _temp_dir: temp_dir,
         })
@@ -127,6 +143,7 @@ impl Node {
 
     /// Stops accepting, waits for in-flight requests, closes every partition.
     pub fn stop(self) -> anyhow::Result<()> {
+        set_phase(&self.runtime, Phase::Stopping)?;
         // Members waiting in JoinGroup/SyncGroup are answered first, so their
         // connections can finish.
         for core in 0..self.runtime.shards() {
@@ -142,6 +159,13 @@ impl Node {
                 let _ = serve.await;
             })?;
         }
+        // Metrics last: /health answers "stopping" while requests drain.
+        self.runtime.block_on(0, |_| async move {
+            if let Some((stop, serve)) = METRICS_LISTENER.with(|l| l.borrow_mut().take()) {
+                let _ = stop.try_send(());
+                let _ = serve.await;
+            }
+        })?;
         self.runtime.shutdown()?;
         Ok(())
     }
@@ -158,4 +182,25 @@ fn listen(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
     let serve = glommio::spawn_local(server::serve(core, listener, rx)).detach();
     LISTENER.with(|l| *l.borrow_mut() = Some((tx, serve)));
     Ok(bound)
+}
+
+/// Binds the metrics listener on this core (core 0) and starts serving it.
+fn listen_metrics(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let listener = metrics::http::bind(addr)?;
+    let bound = listener.local_addr().map_err(std::io::Error::from)?;
+    let core = CoreState::current().ok_or_else(|| anyhow::anyhow!("core state missing"))?;
+    let (tx, rx) = local_channel::new_bounded(1);
+    let serve = glommio::spawn_local(metrics::http::serve(core, listener, rx)).detach();
+    METRICS_LISTENER.with(|l| *l.borrow_mut() = Some((tx, serve)));
+    Ok(bound)
+}
+
+/// Core 0 answers `/health`; its phase is the node's.
+fn set_phase(runtime: &Runtime, phase: Phase) -> anyhow::Result<()> {
+    runtime.block_on(0, move |_| async move {
+        if let Some(core) = CoreState::current() {
+            core.phase.set(phase);
+        }
+    })?;
+    Ok(())
 }

@@ -83,6 +83,12 @@ pub async fn serve(
 }
 
 async fn connection(core: Rc<CoreState>, stream: TcpStream) {
+    core.metrics.connection_opened();
+    serve_connection(&core, stream).await;
+    core.metrics.connection_closed();
+}
+
+async fn serve_connection(core: &Rc<CoreState>, stream: TcpStream) {
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "?".to_string(), |a| a.to_string());
@@ -96,7 +102,7 @@ async fn connection(core: Rc<CoreState>, stream: TcpStream) {
     let writer_task = glommio::spawn_local(write_responses(writer, fd, rx, peer.clone())).detach();
     // Kafka's client host: the peer's address as Java prints it ("/127.0.0.1").
     let client_host: Rc<str> = stream_host(&peer).into();
-    if let Err(reason) = read_requests(&core, reader, &tx, client_host).await {
+    if let Err(reason) = read_requests(core, reader, &tx, client_host).await {
         tracing::info!(%peer, %reason, "closing connection");
     }
     drop(tx);
@@ -129,7 +135,9 @@ async fn read_requests(
             Some(Ok(Some(frame))) => frame.freeze(),
             Some(Err(e)) => return Err(e.to_string()),
         };
-        let request = handlers::Request::decode(frame).map_err(|e| e.to_string())?;
+        let request = handlers::Request::decode(frame).inspect_err(|_| {
+            core.metrics.decode_error();
+        })?;
         // The start of a request runs here, in order (produce appends); the rest
         // as its own task, so responses of pipelined requests overlap.
         let rest = handlers::start(core.clone(), request, client_host.clone()).await;

@@ -11,6 +11,7 @@ use glommio::sync::Semaphore;
 use skiff_engine::{Shard, TopicPartition};
 
 use crate::config::NodeConfig;
+use crate::metrics::{CoreMetrics, Phase};
 use crate::producer::ProducerStates;
 use crate::topics::TopicTable;
 
@@ -83,6 +84,11 @@ pub struct CoreState {
     /// Serialises topic changes (used on core 0).
     pub admin_lock: Semaphore,
     pub stopping: Cell<bool>,
+    /// This core's counters (only this core's thread touches them).
+    pub metrics: CoreMetrics,
+    /// Where the node is in its life; core 0's (where `/health` is served) is
+    /// the one kept up to date.
+    pub phase: Cell<Phase>,
 }
 
 pub struct PartitionProducers {
@@ -100,6 +106,8 @@ impl CoreState {
             producers: RefCell::new(HashMap::new()),
             admin_lock: Semaphore::new(1),
             stopping: Cell::new(false),
+            metrics: CoreMetrics::default(),
+            phase: Cell::new(Phase::Starting),
         });
         CORE.with(|c| *c.borrow_mut() = Some(state.clone()));
         state

@@ -3,6 +3,7 @@
 //! Kafka requests (encoded by kafka-protocol, as a client would), SIGTERM and
 //! SIGKILL restarts, and malformed input on raw sockets.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,8 @@ use skiff_node::admin_client::AdminClient;
 struct NodeProcess {
     child: Child,
     port: u16,
+    /// The HTTP port of /metrics and /health.
+    metrics_port: u16,
     dir: PathBuf,
 }
 
@@ -36,11 +39,14 @@ fn free_port() -> u16 {
 
 impl NodeProcess {
     fn start(dir: &Path, port: u16, extra: &[&str]) -> NodeProcess {
+        let metrics_port = free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
             .args([
                 "node",
                 "--listen",
                 &format!("127.0.0.1:{port}"),
+                "--metrics-listen",
+                &format!("127.0.0.1:{metrics_port}"),
                 "--cores",
                 "2",
                 "--data-dir",
@@ -70,6 +76,7 @@ impl NodeProcess {
         NodeProcess {
             child,
             port,
+            metrics_port,
             dir: dir.to_path_buf(),
         }
     }
@@ -971,4 +978,261 @@ mod groups {
         assert_eq!(describe(&mut c, "simple"), ("Dead".to_string(), 0));
         node.terminate();
     }
+}
+
+/// One HTTP exchange with the metrics listener: (status code, body).
+fn http(port: u16, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request).unwrap();
+    let mut response = Vec::new();
+    s.read_to_end(&mut response).unwrap();
+    let text = String::from_utf8(response).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    assert!(head.contains("Connection: close"), "{head}");
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|v| v.parse().ok())
+        .expect("a Content-Length");
+    assert_eq!(length, body.len(), "Content-Length matches the body");
+    (status, body.to_string())
+}
+
+fn get(port: u16, path: &str) -> (u16, String) {
+    http(
+        port,
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes(),
+    )
+}
+
+/// Every sample of a scrape, by `name{labels}` as the node writes it.
+fn scrape(port: u16) -> BTreeMap<String, f64> {
+    let (status, body) = get(port, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (key, value) = l.rsplit_once(' ').expect("name and value");
+            let value = if value == "+Inf" {
+                f64::INFINITY
+            } else {
+                value.parse().expect("a number")
+            };
+            (key.to_string(), value)
+        })
+        .collect()
+}
+
+fn metric(samples: &BTreeMap<String, f64>, key: &str) -> f64 {
+    samples.get(key).copied().unwrap_or(0.0)
+}
+
+fn fetch_bytes(client: &mut AdminClient, topic: &str, partition: i32) -> usize {
+    let request = FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(100)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let response: FetchResponse = client.call(&request, 11).unwrap();
+    let p = &response.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    p.records.as_ref().map_or(0, |r| r.len())
+}
+
+#[test]
+fn metrics_count_produce_and_fetch_exactly_and_health_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(tmp.path(), free_port(), &[]);
+    let port = node.metrics_port;
+    let mut c = node.client();
+    create_topic(&mut c, "metered", 4);
+    let before = scrape(port);
+
+    // 4 batches of known size, one per partition (both cores own some), and
+    // one produce to a partition that does not exist.
+    let mut batch_bytes = 0usize;
+    let mut sizes = Vec::new();
+    for p in 0..4 {
+        let values: Vec<String> = (0..5)
+            .map(|i| format!("value-{p}-{i}-{}", "x".repeat(p as usize * 100)))
+            .collect();
+        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+        let b = batch(&refs, None);
+        batch_bytes += b.len();
+        sizes.push(b.len());
+        assert_eq!(produce(&mut c, "metered", p, b), (0, 0));
+    }
+    let (error, _) = produce(&mut c, "metered", 99, batch(&["lost"], None));
+    assert_eq!(error, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+
+    let after = scrape(port);
+    let delta = |key: &str| metric(&after, key) - metric(&before, key);
+    assert_eq!(
+        delta("skiff_topic_bytes_in_total{topic=\"metered\"}"),
+        batch_bytes as f64
+    );
+    assert_eq!(
+        delta("skiff_topic_records_in_total{topic=\"metered\"}"),
+        20.0
+    );
+    assert_eq!(delta("skiff_requests_total{api=\"Produce\"}"), 5.0);
+    assert_eq!(
+        delta("skiff_request_errors_total{api=\"Produce\",error=\"UNKNOWN_TOPIC_OR_PARTITION\"}"),
+        1.0
+    );
+    assert_eq!(
+        delta("skiff_produce_latency_seconds_count{acks=\"all\"}"),
+        5.0
+    );
+    assert_eq!(
+        delta("skiff_produce_latency_seconds_bucket{acks=\"all\",le=\"+Inf\"}"),
+        5.0
+    );
+    assert!(delta("skiff_produce_latency_seconds_sum{acks=\"all\"}") > 0.0);
+    assert_eq!(
+        delta("skiff_produce_latency_seconds_count{acks=\"1\"}"),
+        0.0
+    );
+    // Every acks=all produce waited for an fdatasync (group commits may share).
+    assert!(delta("skiff_log_fsync_duration_seconds_count") >= 1.0);
+    for (p, size) in sizes.iter().enumerate() {
+        let labels = format!("{{topic=\"metered\",partition=\"{p}\"}}");
+        assert_eq!(
+            metric(&after, &format!("skiff_log_end_offset{labels}")),
+            5.0
+        );
+        assert_eq!(
+            metric(&after, &format!("skiff_log_size_bytes{labels}")),
+            *size as f64
+        );
+        assert_eq!(metric(&after, &format!("skiff_log_segments{labels}")), 1.0);
+    }
+    assert_eq!(metric(&after, "skiff_partitions_offline"), 0.0);
+    assert_eq!(metric(&after, "skiff_cores"), 2.0);
+
+    // Fetch everything back: out moves by exactly what was returned.
+    let mut fetched = 0;
+    for p in 0..4 {
+        fetched += fetch_bytes(&mut c, "metered", p);
+    }
+    assert_eq!(fetched, batch_bytes);
+    let fetched_scrape = scrape(port);
+    let delta = |key: &str| metric(&fetched_scrape, key) - metric(&after, key);
+    assert_eq!(
+        delta("skiff_topic_bytes_out_total{topic=\"metered\"}"),
+        batch_bytes as f64
+    );
+    assert_eq!(
+        delta("skiff_topic_records_out_total{topic=\"metered\"}"),
+        20.0
+    );
+    assert_eq!(delta("skiff_requests_total{api=\"Fetch\"}"), 4.0);
+    assert_eq!(delta("skiff_fetch_latency_seconds_count"), 4.0);
+    // Tail reads come from the batch cache.
+    assert!(delta("skiff_batch_cache_hits_total") >= 4.0);
+    // Scraping is not a Kafka request and moves no Kafka counter.
+    assert_eq!(delta("skiff_topic_bytes_in_total{topic=\"metered\"}"), 0.0);
+
+    // Health, and what the listener refuses.
+    assert_eq!(get(port, "/health"), (200, "ok\n".to_string()));
+    assert_eq!(get(port, "/nope").0, 404);
+    let (status, _) = http(
+        port,
+        b"POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+    );
+    assert_eq!(status, 405);
+    assert_eq!(http(port, b"garbage\r\n\r\n").0, 400);
+    assert_eq!(
+        http(port, b"GET /metrics HTTP/1.1\r\nno colon\r\n\r\n").0,
+        400
+    );
+    let mut oversized = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+    oversized.extend(std::iter::repeat_n(b'a', 16 << 10));
+    assert_eq!(http(port, &oversized).0, 400);
+    // A client that connects and says nothing does not block the others.
+    let silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    assert_eq!(get(port, "/health").0, 200);
+    drop(silent);
+    // The node kept serving Kafka and HTTP through all of it.
+    assert_eq!(
+        produce(&mut c, "metered", 0, batch(&["again"], None)),
+        (0, 5)
+    );
+    let last = scrape(port);
+    assert_eq!(
+        metric(&last, "skiff_topic_records_in_total{topic=\"metered\"}")
+            - metric(&before, "skiff_topic_records_in_total{topic=\"metered\"}"),
+        21.0
+    );
+
+    // Filters of `skiff topic describe`: one node, every partition led and in
+    // sync, so both lists are empty; without a filter every partition shows.
+    let describe = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args([
+                "topic",
+                "describe",
+                "metered",
+                "--bootstrap",
+                &node.bootstrap(),
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(describe(&[]).matches("Partition: ").count(), 4);
+    assert_eq!(describe(&["--under-replicated"]), "");
+    assert_eq!(describe(&["--unavailable"]), "");
+    assert_eq!(
+        describe(&["--unavailable-partitions", "--under-replicated-partitions"]),
+        ""
+    );
+
+    // A second node on the same metrics address does not start (no silent
+    // port sharing).
+    let tmp2 = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .args(["node", "--cores", "1", "--listen"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .args([
+            "--metrics-listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(tmp2.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("binding the metrics listener"),
+        "{out:?}"
+    );
+    assert_eq!(get(port, "/health").0, 200);
+    node.terminate();
+}
+
+#[test]
+fn metrics_listener_can_be_turned_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(tmp.path(), free_port(), &["metrics.listen=none"]);
+    // The flag given by the harness is overridden by --set (applied last).
+    assert!(TcpStream::connect(("127.0.0.1", node.metrics_port)).is_err());
+    let mut c = node.client();
+    create_topic(&mut c, "quiet", 1);
+    assert_eq!(produce(&mut c, "quiet", 0, batch(&["v"], None)), (0, 0));
+    node.terminate();
 }

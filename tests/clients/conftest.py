@@ -48,6 +48,8 @@ class Node:
         self.extra_args = list(extra_args)
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
+        # /metrics and /health; never the default 9644, which parallel nodes share.
+        self.metrics_port = free_port()
         self.tmp = tempfile.mkdtemp(prefix="skiff-clients-")
         self.data_dir = os.path.join(self.tmp, "data")
         self.log_path = os.path.join(self.tmp, "node.log")
@@ -69,6 +71,8 @@ class Node:
             str(self.cores),
             "--node-id",
             str(self.node_id),
+            "--metrics-listen",
+            f"127.0.0.1:{self.metrics_port}",
         ]
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
@@ -163,6 +167,18 @@ class Node:
             return f"(no node log: {e})"
         text = data.decode(errors="replace").splitlines()
         return "\n".join(text[-lines:])
+
+    def http_get(self, path, timeout=10):
+        """GET http://127.0.0.1:<metrics port><path>: (status, body text)."""
+        import urllib.error
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.metrics_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
 
     def cli(self, *args, timeout=30, check=True):
         """Run `skiff ARGS --bootstrap this-node`."""

@@ -106,6 +106,11 @@ impl Appender {
         &self.file
     }
 
+    /// Why the appender failed (a failed write or fdatasync), if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
     fn check(&self) -> Result<()> {
         match &self.failed {
             Some(reason) => Err(LogError::Offline(reason.clone())),

@@ -210,6 +210,10 @@ impl Segment {
     pub fn is_active(&self) -> bool {
         self.appender.is_some()
     }
+    /// Why the active segment's appender failed (the partition is offline).
+    pub fn failure(&self) -> Option<&str> {
+        self.appender.as_ref().and_then(Appender::failure)
+    }
     pub fn age(&self) -> std::time::Duration {
         self.opened_at.elapsed()
     }

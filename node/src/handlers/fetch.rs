@@ -13,6 +13,7 @@ use futures_util::future::{join_all, select_all};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use kafka_protocol::ResponseError;
+use skiff_engine::batch::BatchHeader;
 use skiff_engine::{LogError, Shard, TopicPartition};
 use skiff_protocol::splice::Splices;
 
@@ -104,13 +105,23 @@ pub async fn handle(
                     .with_last_stable_offset(-1),
                 Ok(r) => {
                     let mut batches = Vec::new();
+                    let (mut bytes, mut records) = (0usize, 0u64);
                     for b in &r.batches {
                         if b.len() > budget && !first {
                             break;
                         }
                         budget = budget.saturating_sub(b.len());
                         first = false;
+                        bytes += b.len();
+                        // Stored batches passed validation; a header that does
+                        // not parse counts no records rather than failing.
+                        records += BatchHeader::parse(b)
+                            .map_or(0, |h| u64::try_from(h.records_count).unwrap_or(0));
                         batches.push(b.clone());
+                    }
+                    if !batches.is_empty() {
+                        core.metrics
+                            .fetched(&wanted[offset_before + i].0.topic, bytes, records);
                     }
                     let mut data = data
                         .with_high_watermark(r.high_watermark)

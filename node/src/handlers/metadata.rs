@@ -1,12 +1,21 @@
 //! Metadata: this node is the only broker, the controller, and the leader of
-//! every partition. Unknown topics are created on request when
+//! every partition it can serve. Unknown topics are created on request when
 //! `auto.create.topics.enable` and the request allow it.
+//!
+//! A partition this node cannot serve (its log failed a write or fdatasync, or
+//! has no log) is answered as Kafka answers a partition without a live leader:
+//! LEADER_NOT_AVAILABLE, leader -1, this node in `offline_replicas` and not in
+//! the ISR. Clients then wait for a leader instead of producing into a
+//! KAFKA_STORAGE_ERROR, and `skiff topic describe --unavailable` lists it.
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use std::collections::HashSet;
+
 use kafka_protocol::ResponseError;
+use skiff_engine::TopicPartition;
 
 use super::str_bytes;
 use crate::group;
@@ -48,6 +57,23 @@ pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) ->
     };
     let auto_create =
         core.node.config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+    // One question per core; a core that does not answer is reported by the
+    // partitions' own requests, not here.
+    let offline: Offline = match requested.as_ref().map(Vec::is_empty) {
+        Some(true) => HashSet::new(),
+        _ => match crate::metrics::offline_partitions(core).await {
+            Ok(list) => list.into_iter().map(|(tp, _)| tp).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "metadata: offline partitions unknown");
+                HashSet::new()
+            }
+        },
+    };
+    let at = Answer {
+        node_id,
+        version,
+        offline: &offline,
+    };
     let topics: Vec<MetadataResponseTopic> = match requested {
         // Internal topics are answered only when asked for by name.
         None => core
@@ -55,12 +81,12 @@ pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) ->
             .topics
             .values()
             .filter(|t| !group::is_internal_topic(&t.name))
-            .map(|t| topic(t, node_id, version))
+            .map(|t| topic(t, &at))
             .collect(),
         Some(names) => {
             let mut out = Vec::with_capacity(names.len());
             for name in names {
-                out.push(requested_topic(core, &name, auto_create, node_id, version).await);
+                out.push(requested_topic(core, &name, auto_create, &at).await);
             }
             out
         }
@@ -69,15 +95,23 @@ pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) ->
     response
 }
 
+type Offline = HashSet<TopicPartition>;
+
+/// What every topic of one response is answered with.
+struct Answer<'a> {
+    node_id: BrokerId,
+    version: i16,
+    offline: &'a Offline,
+}
+
 async fn requested_topic(
     core: &CoreState,
     name: &str,
     auto_create: bool,
-    node_id: BrokerId,
-    version: i16,
+    at: &Answer<'_>,
 ) -> MetadataResponseTopic {
     if let Some(info) = core.topics().get(name) {
-        return topic(info, node_id, version);
+        return topic(info, at);
     }
     let error = |e: ResponseError| {
         MetadataResponseTopic::default()
@@ -97,10 +131,10 @@ async fn requested_topic(
         configs: Default::default(),
     };
     match topics::create(core, create).await {
-        Ok(info) => topic(&info, node_id, version),
+        Ok(info) => topic(&info, at),
         // Another request created it meanwhile.
         Err(TopicError::Exists(_)) => match core.topics().get(name) {
-            Some(info) => topic(info, node_id, version),
+            Some(info) => topic(info, at),
             None => error(ResponseError::LeaderNotAvailable),
         },
         Err(e) => {
@@ -110,7 +144,8 @@ async fn requested_topic(
     }
 }
 
-fn topic(info: &TopicInfo, node_id: BrokerId, version: i16) -> MetadataResponseTopic {
+fn topic(info: &TopicInfo, at: &Answer<'_>) -> MetadataResponseTopic {
+    let (node_id, version) = (at.node_id, at.version);
     let t =
         MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(info.name.clone()))));
     let t = if version >= 10 {
@@ -128,9 +163,25 @@ fn topic(info: &TopicInfo, node_id: BrokerId, version: i16) -> MetadataResponseT
             .map(|p| {
                 let partition = MetadataResponsePartition::default()
                     .with_partition_index(p)
-                    .with_leader_id(node_id)
-                    .with_replica_nodes(vec![node_id])
-                    .with_isr_nodes(vec![node_id]);
+                    .with_replica_nodes(vec![node_id]);
+                let partition = if at
+                    .offline
+                    .contains(&TopicPartition::new(info.name.clone(), p))
+                {
+                    let partition = partition
+                        .with_error_code(ResponseError::LeaderNotAvailable.code())
+                        .with_leader_id(BrokerId(-1))
+                        .with_isr_nodes(vec![]);
+                    if version >= 5 {
+                        partition.with_offline_replicas(vec![node_id])
+                    } else {
+                        partition
+                    }
+                } else {
+                    partition
+                        .with_leader_id(node_id)
+                        .with_isr_nodes(vec![node_id])
+                };
                 if version >= 7 {
                     partition.with_leader_epoch(0)
                 } else {

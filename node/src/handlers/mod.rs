@@ -16,6 +16,7 @@ mod produce;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
@@ -86,11 +87,16 @@ pub async fn start(
         version,
         body,
     } = request;
+    core.metrics.request(api_key);
     match body {
         Some(RequestKind::Produce(r)) => {
+            let started = Instant::now();
+            let acks = r.acks;
             let pending = produce::append_phase(&core, r, version).await;
             Box::pin(async move {
                 let response = ResponseKind::Produce(pending.finish().await?);
+                core.metrics.produce_latency(acks, started.elapsed());
+                core.metrics.response(api_key, &response);
                 encode(
                     header.correlation_id,
                     api_key,
@@ -140,6 +146,7 @@ async fn handle(
         mut version,
         body,
     } = request;
+    let started = Instant::now();
     if body.is_none() {
         // An ApiVersions version we do not know: answer in v0, as Kafka does, so
         // the client can read the supported range and retry.
@@ -220,6 +227,10 @@ async fn handle(
             return None;
         }
     };
+    if api_key == ApiKey::Fetch {
+        core.metrics.fetch_latency(started.elapsed());
+    }
+    core.metrics.response(api_key, &response);
     encode(header.correlation_id, api_key, version, &response, &splices)
 }
 

@@ -58,6 +58,9 @@ pub struct ProducePending {
 struct AppendedPending {
     appended: Appended,
     durable: oneshot::Receiver<Result<(), LogError>>,
+    /// Batch bytes and records appended; None for a duplicate answered from the
+    /// producer's state (nothing was appended).
+    appended_size: Option<(usize, i32)>,
 }
 
 /// Phase one (in request order): validate and append every partition's batch.
@@ -88,6 +91,7 @@ pub async fn append_phase(
             let known = topics.has_partition(&name, p.index);
             let records = p.records.clone();
             let shard = core.shard.clone();
+            let metrics = &core.metrics;
             pending.push(async move {
                 let result = if !known {
                     Err(Refused {
@@ -108,6 +112,11 @@ pub async fn append_phase(
                 } else {
                     produce_partition(&shard, &tp, records, log_append_time, compacted).await
                 };
+                if let Ok(p) = &result {
+                    if let Some((bytes, records)) = p.appended_size {
+                        metrics.produced(&tp.topic, bytes, records);
+                    }
+                }
                 (tp, result)
             });
         }
@@ -257,6 +266,7 @@ async fn produce_partition(
             .map_err(|e| refuse(ResponseError::CorruptMessage, e.to_string()))?;
     }
     let mut batch = BytesMut::from(&records[..]);
+    let size = (records.len(), header.records_count);
     drop(records);
     let owner = shard.table().shard_of(tp);
     let tp2 = tp.clone();
@@ -270,11 +280,11 @@ async fn produce_partition(
                 append_time = now_ms();
                 batch::stamp_log_append_time(&mut batch, append_time)?;
             }
-            let (base_offset, last_offset) = if header.producer_id >= 0 {
+            let (base_offset, last_offset, duplicate) = if header.producer_id >= 0 {
                 append_idempotent(&partition, &tp2, &header, batch).await?
             } else {
                 let info = partition.append_buffered(batch, AS_LEADER).await?;
-                (info.base_offset, info.last_offset)
+                (info.base_offset, info.last_offset, false)
             };
             // The durability wait runs here, on the owner, as its own task; the
             // connection learns the outcome through the channel.
@@ -291,6 +301,7 @@ async fn produce_partition(
                     log_start_offset: partition.log_start_offset().await?,
                 },
                 durable,
+                appended_size: (!duplicate).then_some(size),
             })
         })
         .await
@@ -328,7 +339,7 @@ async fn append_idempotent(
     tp: &TopicPartition,
     header: &BatchHeader,
     batch: BytesMut,
-) -> Result<(i64, i64), SequenceOrLog> {
+) -> Result<(i64, i64, bool), SequenceOrLog> {
     let Some(core) = CoreState::current() else {
         return Err(LogError::RuntimeStopped.into());
     };
@@ -358,7 +369,7 @@ async fn append_idempotent(
                 last_offset,
             } => {
                 tracing::debug!(partition = %tp, producer_id = header.producer_id, first_seq, "duplicate batch answered with its original offset");
-                return Ok((base_offset, last_offset));
+                return Ok((base_offset, last_offset, true));
             }
             SequenceCheck::OutOfOrder { expected, got } => {
                 return Err(SequenceOrLog::Sequence(
@@ -401,7 +412,7 @@ async fn append_idempotent(
         );
         info
     };
-    Ok((info.base_offset, info.last_offset))
+    Ok((info.base_offset, info.last_offset, false))
 }
 
 /// Rebuilds the producers' state from the batches in the log.

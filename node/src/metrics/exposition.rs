@@ -1,0 +1,712 @@
+//! The Prometheus text exposition format (0.0.4) of a node's `Snapshot`.
+//!
+//! Names follow Prometheus' rules: `skiff_` prefix, snake_case, base units
+//! (`_bytes`, `_seconds`), counters end in `_total`. Every family gets its
+//! `# HELP` and `# TYPE` line once, before its samples.
+
+use std::fmt::Write;
+
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::ResponseError;
+use skiff_engine::stats::HistogramSnapshot;
+
+use super::Snapshot;
+
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+struct Writer {
+    out: String,
+}
+
+impl Writer {
+    fn family(&mut self, name: &str, kind: Kind, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {}", kind.as_str());
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{k}=\"{}\"", escape(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+
+    /// A family with a single unlabelled sample.
+    fn single(&mut self, name: &str, kind: Kind, help: &str, value: impl std::fmt::Display) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &HistogramSnapshot) {
+        let bucket = format!("{name}_bucket");
+        for (le, count) in h.cumulative() {
+            let le = if le.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                le.to_string()
+            };
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", &le));
+            self.sample(&bucket, &with_le, count);
+        }
+        self.sample(&format!("{name}_sum"), labels, h.sum_seconds());
+        self.sample(&format!("{name}_count"), labels, h.count());
+    }
+}
+
+/// Label values escape backslash, double quote and newline.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn api_name(key: i16) -> String {
+    ApiKey::try_from(key).map_or_else(|()| format!("ApiKey{key}"), |k| format!("{k:?}"))
+}
+
+/// Kafka's own spelling of an error: `UNKNOWN_TOPIC_OR_PARTITION`.
+fn error_name(code: i16) -> String {
+    match ResponseError::try_from_code(code) {
+        None => "NONE".into(),
+        Some(ResponseError::Unknown(code)) => format!("UNKNOWN_{}", code.unsigned_abs()),
+        Some(e) => {
+            let camel = e.to_string();
+            let mut out = String::with_capacity(camel.len() + 8);
+            for (i, c) in camel.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    out.push('_');
+                }
+                out.push(c.to_ascii_uppercase());
+            }
+            out
+        }
+    }
+}
+
+/// The node's metrics in the Prometheus text format.
+pub fn render(s: &Snapshot, node_id: i32) -> String {
+    let mut w = Writer { out: String::new() };
+    let node_id = node_id.to_string();
+    w.family(
+        "skiff_build_info",
+        Kind::Gauge,
+        "Always 1; the labels say which node and version.",
+    );
+    w.sample(
+        "skiff_build_info",
+        &[
+            ("node_id", &node_id),
+            ("version", env!("CARGO_PKG_VERSION")),
+        ],
+        1,
+    );
+    w.single(
+        "skiff_cores",
+        Kind::Gauge,
+        "Shards (one executor per core) serving this node.",
+        s.cores,
+    );
+
+    // Per topic: produce in, fetch out.
+    type Field = fn(&super::TopicIo) -> u64;
+    let topic_families: [(&str, &str, Field); 4] = [
+        (
+            "skiff_topic_bytes_in_total",
+            "Record batch bytes appended by produce requests, per topic.",
+            |io| io.bytes_in,
+        ),
+        (
+            "skiff_topic_records_in_total",
+            "Records appended by produce requests, per topic.",
+            |io| io.records_in,
+        ),
+        (
+            "skiff_topic_bytes_out_total",
+            "Record batch bytes returned by fetch requests, per topic.",
+            |io| io.bytes_out,
+        ),
+        (
+            "skiff_topic_records_out_total",
+            "Records in the batches returned by fetch requests, per topic.",
+            |io| io.records_out,
+        ),
+    ];
+    for (name, help, field) in topic_families {
+        w.family(name, Kind::Counter, help);
+        for (topic, io) in &s.api.topics {
+            w.sample(name, &[("topic", topic)], field(io));
+        }
+    }
+
+    w.family(
+        "skiff_requests_total",
+        Kind::Counter,
+        "Kafka requests received, per API.",
+    );
+    for (key, n) in &s.api.requests {
+        w.sample("skiff_requests_total", &[("api", &api_name(*key))], n);
+    }
+    w.family(
+        "skiff_request_errors_total",
+        Kind::Counter,
+        "Error codes in Kafka responses (top level, per topic and per partition), per API and error.",
+    );
+    for ((key, code), n) in &s.api.errors {
+        w.sample(
+            "skiff_request_errors_total",
+            &[("api", &api_name(*key)), ("error", &error_name(*code))],
+            n,
+        );
+    }
+    w.single(
+        "skiff_request_decode_errors_total",
+        Kind::Counter,
+        "Request frames that did not decode; each closed its connection.",
+        s.api.decode_errors,
+    );
+    w.single(
+        "skiff_connections_accepted_total",
+        Kind::Counter,
+        "Kafka client connections accepted.",
+        s.api.connections_accepted,
+    );
+    w.single(
+        "skiff_connections",
+        Kind::Gauge,
+        "Kafka client connections open.",
+        s.api.connections_open,
+    );
+
+    w.family(
+        "skiff_produce_latency_seconds",
+        Kind::Histogram,
+        "Produce requests from decoded to answered (acks=all: once durable); acks=0 is never answered and not measured.",
+    );
+    w.histogram(
+        "skiff_produce_latency_seconds",
+        &[("acks", "1")],
+        &s.api.produce_latency_acks_1,
+    );
+    w.histogram(
+        "skiff_produce_latency_seconds",
+        &[("acks", "all")],
+        &s.api.produce_latency_acks_all,
+    );
+    w.family(
+        "skiff_fetch_latency_seconds",
+        Kind::Histogram,
+        "Fetch requests from decoded to answered, long-poll wait included.",
+    );
+    w.histogram("skiff_fetch_latency_seconds", &[], &s.api.fetch_latency);
+
+    w.single(
+        "skiff_batch_cache_hits_total",
+        Kind::Counter,
+        "Reads served from the batch cache.",
+        s.cache_hits,
+    );
+    w.single(
+        "skiff_batch_cache_misses_total",
+        Kind::Counter,
+        "Reads that went to disk.",
+        s.cache_misses,
+    );
+    w.single(
+        "skiff_batch_cache_bytes",
+        Kind::Gauge,
+        "Bytes of record batches held in the batch caches.",
+        s.cache_bytes,
+    );
+    w.single(
+        "skiff_batch_cache_max_bytes",
+        Kind::Gauge,
+        "The batch caches' byte budget (skiff.batch.cache.bytes per core, summed).",
+        s.cache_bytes_max,
+    );
+
+    w.family(
+        "skiff_log_fsync_duration_seconds",
+        Kind::Histogram,
+        "Group-committed fdatasyncs of partition logs; _count is the number of fsyncs.",
+    );
+    w.histogram("skiff_log_fsync_duration_seconds", &[], &s.engine.fsync);
+    w.single(
+        "skiff_log_fsync_errors_total",
+        Kind::Counter,
+        "fdatasyncs that failed (each takes its partition offline).",
+        s.engine.fsync_errors,
+    );
+
+    w.family(
+        "skiff_log_segments",
+        Kind::Gauge,
+        "Segments of a partition log.",
+    );
+    for p in &s.partitions {
+        let partition = p.tp.partition.to_string();
+        w.sample(
+            "skiff_log_segments",
+            &[("topic", &p.tp.topic), ("partition", &partition)],
+            p.log.segments,
+        );
+    }
+    w.family(
+        "skiff_log_size_bytes",
+        Kind::Gauge,
+        "Bytes of a partition log's segments.",
+    );
+    for p in &s.partitions {
+        let partition = p.tp.partition.to_string();
+        w.sample(
+            "skiff_log_size_bytes",
+            &[("topic", &p.tp.topic), ("partition", &partition)],
+            p.log.size_bytes,
+        );
+    }
+    w.family(
+        "skiff_log_start_offset",
+        Kind::Gauge,
+        "A partition's log start offset.",
+    );
+    for p in &s.partitions {
+        let partition = p.tp.partition.to_string();
+        w.sample(
+            "skiff_log_start_offset",
+            &[("topic", &p.tp.topic), ("partition", &partition)],
+            p.log.log_start_offset,
+        );
+    }
+    w.family(
+        "skiff_log_end_offset",
+        Kind::Gauge,
+        "A partition's log end offset.",
+    );
+    for p in &s.partitions {
+        let partition = p.tp.partition.to_string();
+        w.sample(
+            "skiff_log_end_offset",
+            &[("topic", &p.tp.topic), ("partition", &partition)],
+            p.log.log_end_offset,
+        );
+    }
+
+    w.single(
+        "skiff_log_cleaner_runs_total",
+        Kind::Counter,
+        "Completed cleanings of compacted logs.",
+        s.engine.cleaner_runs,
+    );
+    w.single(
+        "skiff_log_cleaner_errors_total",
+        Kind::Counter,
+        "Cleanings that failed (the log stays uncleaned until restart).",
+        s.engine.cleaner_errors,
+    );
+    w.single(
+        "skiff_log_cleaner_read_bytes_total",
+        Kind::Counter,
+        "Log bytes the cleaner read.",
+        s.engine.cleaner_read_bytes,
+    );
+    w.single(
+        "skiff_log_cleaner_written_bytes_total",
+        Kind::Counter,
+        "Log bytes the cleaner wrote.",
+        s.engine.cleaner_written_bytes,
+    );
+    w.single(
+        "skiff_log_retention_deleted_segments_total",
+        Kind::Counter,
+        "Segments deleted by retention.ms / retention.bytes.",
+        s.engine.retention_deleted_segments,
+    );
+    w.single(
+        "skiff_log_retention_deleted_bytes_total",
+        Kind::Counter,
+        "Bytes deleted by retention.ms / retention.bytes.",
+        s.engine.retention_deleted_bytes,
+    );
+
+    w.single(
+        "skiff_partitions",
+        Kind::Gauge,
+        "Partition logs open on this node.",
+        s.partitions.len(),
+    );
+    w.single(
+        "skiff_partitions_offline",
+        Kind::Gauge,
+        "Partitions this node holds but cannot serve (failed write or fdatasync, or no log).",
+        s.offline.len(),
+    );
+    // Replication and controller metrics (under-replicated / under-min-ISR
+    // partitions, ISR changes, elections, follower lag, controller state) are
+    // added here when replication exists; see the module docs of `metrics`.
+    w.out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::collections::{BTreeMap, HashSet};
+    use std::time::Duration;
+
+    use skiff_engine::stats::Histogram;
+    use skiff_engine::{LogStats, TopicPartition};
+
+    use super::*;
+    use crate::metrics::{ApiSnapshot, PartitionSnapshot, TopicIo};
+
+    /// One parsed sample line.
+    #[derive(Debug)]
+    struct Sample {
+        name: String,
+        labels: BTreeMap<String, String>,
+        value: f64,
+    }
+
+    fn valid_name(name: &str) -> bool {
+        let mut chars = name.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    }
+
+    fn valid_label_name(name: &str) -> bool {
+        valid_name(name) && !name.contains(':')
+    }
+
+    /// `name{k="v",...} value`, per the 0.0.4 text format (no timestamps here).
+    fn parse_sample(line: &str) -> Result<Sample, String> {
+        let (name_labels, value) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| format!("no value: {line}"))?;
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse::<f64>().map_err(|_| format!("bad value: {line}"))?,
+        };
+        let (name, labels) = match name_labels.split_once('{') {
+            None => (name_labels, BTreeMap::new()),
+            Some((name, rest)) => {
+                let body = rest
+                    .strip_suffix('}')
+                    .ok_or_else(|| format!("unclosed labels: {line}"))?;
+                let mut labels = BTreeMap::new();
+                let mut rest = body;
+                while !rest.is_empty() {
+                    let (k, after) = rest
+                        .split_once("=\"")
+                        .ok_or_else(|| format!("bad label: {line}"))?;
+                    if !valid_label_name(k) {
+                        return Err(format!("bad label name {k:?}: {line}"));
+                    }
+                    // The value runs to the first unescaped quote.
+                    let mut value = String::new();
+                    let mut chars = after.char_indices();
+                    let mut end = None;
+                    while let Some((i, c)) = chars.next() {
+                        match c {
+                            '\\' => match chars.next() {
+                                Some((_, 'n')) => value.push('\n'),
+                                Some((_, c @ ('\\' | '"'))) => value.push(c),
+                                _ => return Err(format!("bad escape: {line}")),
+                            },
+                            '"' => {
+                                end = Some(i);
+                                break;
+                            }
+                            c => value.push(c),
+                        }
+                    }
+                    let end = end.ok_or_else(|| format!("unterminated value: {line}"))?;
+                    if labels.insert(k.to_string(), value).is_some() {
+                        return Err(format!("repeated label {k}: {line}"));
+                    }
+                    rest = &after[end + 1..];
+                    rest = rest.strip_prefix(',').unwrap_or(rest);
+                }
+                (name, labels)
+            }
+        };
+        Ok(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        })
+    }
+
+    /// Parses a whole exposition and checks its grammar and Prometheus' naming
+    /// and histogram rules; returns the families' types and the samples.
+    fn check_exposition(text: &str) -> (BTreeMap<String, String>, Vec<Sample>) {
+        let mut types: BTreeMap<String, String> = BTreeMap::new();
+        let mut helped: HashSet<String> = HashSet::new();
+        let mut samples = Vec::new();
+        assert!(text.ends_with('\n'), "exposition ends with a newline");
+        for line in text.lines() {
+            assert!(!line.is_empty(), "no blank lines");
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').expect("HELP has text");
+                assert!(!help.is_empty());
+                assert!(helped.insert(name.to_string()), "HELP twice for {name}");
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("TYPE has a kind");
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                assert!(helped.contains(name), "HELP before TYPE for {name}");
+                assert!(
+                    types.insert(name.to_string(), kind.to_string()).is_none(),
+                    "TYPE twice for {name}"
+                );
+            } else {
+                assert!(!line.starts_with('#'), "unknown comment {line}");
+                let sample = parse_sample(line).unwrap_or_else(|e| panic!("{e}"));
+                samples.push(sample);
+            }
+        }
+        for (name, kind) in &types {
+            assert!(valid_name(name), "invalid metric name {name}");
+            assert!(name.starts_with("skiff_"), "{name} lacks the skiff_ prefix");
+            assert_eq!(name, &name.to_lowercase(), "{name} has uppercase");
+            assert!(!name.contains("__"), "{name} has a double underscore");
+            match kind.as_str() {
+                "counter" => assert!(name.ends_with("_total"), "counter {name} lacks _total"),
+                _ => assert!(!name.ends_with("_total"), "{kind} {name} ends in _total"),
+            }
+            for unit in ["_ms", "_millis", "_kb", "_mb", "_bytes_bytes"] {
+                assert!(!name.contains(unit), "{name}: not a base unit ({unit})");
+            }
+        }
+        // Every sample belongs to a declared family (histograms: its series).
+        for s in &samples {
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    let base = s.name.strip_suffix(suffix)?;
+                    (types.get(base).map(String::as_str) == Some("histogram")).then_some(base)
+                })
+                .unwrap_or(&s.name);
+            assert!(types.contains_key(family), "sample {} has no TYPE", s.name);
+            if s.name.ends_with("_bucket") {
+                assert!(s.labels.contains_key("le"), "{} without le", s.name);
+            }
+            assert!(s.value.is_finite() || s.labels.contains_key("le"));
+        }
+        // Histograms: cumulative buckets ending in +Inf == _count.
+        for (name, kind) in &types {
+            if kind != "histogram" {
+                continue;
+            }
+            let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+            for s in samples
+                .iter()
+                .filter(|s| s.name == format!("{name}_bucket"))
+            {
+                let le = s.labels["le"].parse::<f64>().unwrap_or(f64::INFINITY);
+                let mut key = s.labels.clone();
+                key.remove("le");
+                series
+                    .entry(format!("{key:?}"))
+                    .or_default()
+                    .push((le, s.value));
+            }
+            for (key, buckets) in series {
+                assert!(
+                    buckets.windows(2).all(|w| w[0].0 < w[1].0),
+                    "{name} le order"
+                );
+                assert!(
+                    buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+                    "{name} cumulative"
+                );
+                let (last_le, last) = buckets[buckets.len() - 1];
+                assert!(last_le.is_infinite(), "{name} ends with +Inf");
+                let count = samples
+                    .iter()
+                    .find(|s| {
+                        s.name == format!("{name}_count") && {
+                            let mut l = s.labels.clone();
+                            l.remove("le");
+                            format!("{l:?}") == key
+                        }
+                    })
+                    .map(|s| s.value);
+                assert_eq!(count, Some(last), "{name}{key}: +Inf bucket == _count");
+            }
+        }
+        (types, samples)
+    }
+
+    fn sample_snapshot() -> Snapshot {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(700));
+        h.observe(Duration::from_millis(40));
+        let mut api = ApiSnapshot::default();
+        api.topics.insert(
+            "orders".into(),
+            TopicIo {
+                bytes_in: 10,
+                records_in: 2,
+                bytes_out: 5,
+                records_out: 1,
+            },
+        );
+        api.topics.insert("we\"ird\\".into(), TopicIo::default());
+        api.requests.insert(0, 3);
+        api.requests.insert(1, 4);
+        api.errors.insert((0, 3), 1);
+        api.errors.insert((1, 1), 2);
+        api.produce_latency_acks_all = h.snapshot();
+        api.fetch_latency = h.snapshot();
+        Snapshot {
+            cores: 2,
+            api,
+            partitions: vec![PartitionSnapshot {
+                tp: TopicPartition::new("orders", 0),
+                log: LogStats {
+                    segments: 2,
+                    size_bytes: 1234,
+                    log_start_offset: 0,
+                    log_end_offset: 9,
+                    offline: None,
+                },
+            }],
+            offline: vec![(TopicPartition::new("orders", 1), "fdatasync failed".into())],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn every_metric_follows_the_naming_rules_and_the_format_parses() {
+        let text = render(&sample_snapshot(), 7);
+        let (types, samples) = check_exposition(&text);
+        // The families operators alert on are there with the right types.
+        for (name, kind) in [
+            ("skiff_topic_bytes_in_total", "counter"),
+            ("skiff_topic_records_out_total", "counter"),
+            ("skiff_requests_total", "counter"),
+            ("skiff_request_errors_total", "counter"),
+            ("skiff_produce_latency_seconds", "histogram"),
+            ("skiff_fetch_latency_seconds", "histogram"),
+            ("skiff_log_fsync_duration_seconds", "histogram"),
+            ("skiff_batch_cache_hits_total", "counter"),
+            ("skiff_log_segments", "gauge"),
+            ("skiff_log_size_bytes", "gauge"),
+            ("skiff_log_cleaner_read_bytes_total", "counter"),
+            ("skiff_log_retention_deleted_segments_total", "counter"),
+            ("skiff_partitions_offline", "gauge"),
+        ] {
+            assert_eq!(types.get(name).map(String::as_str), Some(kind), "{name}");
+        }
+        let find = |name: &str, labels: &[(&str, &str)]| {
+            samples
+                .iter()
+                .find(|s| {
+                    s.name == name
+                        && labels
+                            .iter()
+                            .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+                })
+                .map(|s| s.value)
+        };
+        assert_eq!(
+            find("skiff_topic_bytes_in_total", &[("topic", "orders")]),
+            Some(10.0)
+        );
+        // Label values with quotes and backslashes survive escaping.
+        assert_eq!(
+            find("skiff_topic_bytes_in_total", &[("topic", "we\"ird\\")]),
+            Some(0.0)
+        );
+        assert_eq!(
+            find(
+                "skiff_request_errors_total",
+                &[("api", "Produce"), ("error", "UNKNOWN_TOPIC_OR_PARTITION")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(find("skiff_requests_total", &[("api", "Fetch")]), Some(4.0));
+        assert_eq!(
+            find("skiff_produce_latency_seconds_count", &[("acks", "all")]),
+            Some(2.0)
+        );
+        assert_eq!(
+            find(
+                "skiff_produce_latency_seconds_bucket",
+                &[("acks", "all"), ("le", "0.001")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            find("skiff_produce_latency_seconds_count", &[("acks", "1")]),
+            Some(0.0)
+        );
+        assert_eq!(find("skiff_partitions_offline", &[]), Some(1.0));
+        assert_eq!(
+            find(
+                "skiff_log_size_bytes",
+                &[("topic", "orders"), ("partition", "0")]
+            ),
+            Some(1234.0)
+        );
+    }
+
+    #[test]
+    fn an_empty_node_renders_valid_families() {
+        let (types, _) = check_exposition(&render(&Snapshot::default(), 1));
+        assert!(types.len() > 20);
+    }
+
+    #[test]
+    fn the_checker_rejects_bad_names_and_lines() {
+        for bad in [
+            "# HELP skiff_x x\n# TYPE skiff_x counter\nskiff_x 1\n",
+            "# HELP skiff_Upper_total x\n# TYPE skiff_Upper_total counter\nskiff_Upper_total 1\n",
+            "# HELP skiff_y_total x\n# TYPE skiff_y_total counter\nskiff_y_total{a=\"1} 1\n",
+            "# HELP skiff_z x\n# TYPE skiff_z gauge\nskiff_z{1a=\"x\"} 1\n",
+        ] {
+            let result = std::panic::catch_unwind(|| check_exposition(bad));
+            assert!(result.is_err(), "accepted {bad:?}");
+        }
+    }
+
+    #[test]
+    fn error_names_are_kafkas() {
+        assert_eq!(error_name(3), "UNKNOWN_TOPIC_OR_PARTITION");
+        assert_eq!(error_name(2), "CORRUPT_MESSAGE");
+        assert_eq!(api_name(0), "Produce");
+    }
+}

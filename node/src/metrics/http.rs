@@ -1,0 +1,326 @@
+//! The metrics listener: a deliberately tiny HTTP/1.1 server on core 0 that
+//! answers `GET /metrics` (Prometheus text format) and `GET /health`.
+//!
+//! One request per connection (`Connection: close`), GET (and HEAD) only, the
+//! request head bounded by `REQUEST_HEAD_BYTES_MAX` and `REQUEST_TIMEOUT`, at
+//! most `CONNECTIONS_MAX` connections at once (more are closed at accept). A
+//! request body is never read. Anything malformed gets 400, other paths 404,
+//! other methods 405; nothing a client sends can stop the listener.
+//!
+//! The socket is bound without SO_REUSEPORT (glommio's `TcpListener::bind`
+//! sets it), so a second node configured with the same address fails to start
+//! instead of silently sharing the port and answering half the scrapes.
+
+use std::net::SocketAddr;
+use std::os::fd::IntoRawFd;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::net::{TcpListener, TcpStream};
+
+use crate::state::CoreState;
+
+/// Bytes of request line and headers read before answering 400.
+pub const REQUEST_HEAD_BYTES_MAX: usize = 8 << 10;
+/// Connections served at once; more are closed as soon as they are accepted.
+pub const CONNECTIONS_MAX: usize = 64;
+/// Time for a client to send its request head and read the answer.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("binding the metrics listener on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Binds `addr` (no SO_REUSEPORT) and turns it into a glommio listener. Must
+/// run on the executor that will serve it.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|source| HttpError::Bind { addr, source })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    let fd = listener.into_raw_fd();
+    // SAFETY: `fd` is a bound, listening TCP socket we own (`into_raw_fd` gave up
+    // std's ownership); glommio takes it over and closes it on drop.
+    #[allow(unsafe_code)]
+    let listener = unsafe { <TcpListener as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    Ok(listener)
+}
+
+/// Serves until `stop` fires. Runs on core 0.
+pub async fn serve(
+    core: Rc<CoreState>,
+    listener: TcpListener,
+    stop: local_channel::LocalReceiver<()>,
+) {
+    let open = Rc::new(std::cell::Cell::new(0usize));
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            let _ = stop.recv().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => return,
+            Some(Ok(stream)) => {
+                if open.get() >= CONNECTIONS_MAX {
+                    tracing::debug!("metrics listener: too many connections, closing one");
+                    continue;
+                }
+                open.set(open.get() + 1);
+                let (core, open) = (core.clone(), open.clone());
+                glommio::spawn_local(async move {
+                    futures_lite::future::or(connection(&core, stream), async {
+                        glommio::timer::sleep(REQUEST_TIMEOUT).await;
+                    })
+                    .await;
+                    open.set(open.get() - 1);
+                })
+                .detach();
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "metrics listener: accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// What a request asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Metrics,
+    Health,
+}
+
+/// A parsed request head, or the status to refuse it with.
+#[derive(Debug, PartialEq, Eq)]
+struct Parsed {
+    route: Route,
+    head_only: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Refusal {
+    BadRequest(&'static str),
+    NotFound,
+    MethodNotAllowed,
+}
+
+/// Parses `METHOD SP target SP HTTP/1.x` and checks the header lines' shape.
+fn parse_head(head: &[u8]) -> Result<Parsed, Refusal> {
+    let text = std::str::from_utf8(head).map_err(|_| Refusal::BadRequest("not UTF-8"))?;
+    let mut lines = text.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Refusal::BadRequest("malformed request line"));
+    };
+    if !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
+        return Err(Refusal::BadRequest("unsupported HTTP version"));
+    }
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(Refusal::BadRequest("malformed method"));
+    }
+    if !target.starts_with('/') {
+        return Err(Refusal::BadRequest("malformed target"));
+    }
+    for line in lines.filter(|l| !l.is_empty()) {
+        match line.split_once(':') {
+            Some((name, _)) if !name.is_empty() && !name.contains([' ', '\t']) => {}
+            _ => return Err(Refusal::BadRequest("malformed header line")),
+        }
+    }
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    let route = match path {
+        "/metrics" => Route::Metrics,
+        "/health" => Route::Health,
+        _ => return Err(Refusal::NotFound),
+    };
+    match method {
+        "GET" => Ok(Parsed {
+            route,
+            head_only: false,
+        }),
+        "HEAD" => Ok(Parsed {
+            route,
+            head_only: true,
+        }),
+        _ => Err(Refusal::MethodNotAllowed),
+    }
+}
+
+/// Reads the request head (up to the blank line). `Ok(None)`: the client closed
+/// without sending anything.
+async fn read_head(stream: &mut TcpStream) -> Result<Option<Vec<u8>>, Refusal> {
+    let mut buf = vec![0u8; REQUEST_HEAD_BYTES_MAX];
+    let mut len = 0;
+    loop {
+        if let Some(end) = find(&buf[..len], b"\r\n\r\n") {
+            buf.truncate(end);
+            return Ok(Some(buf));
+        }
+        if len == buf.len() {
+            return Err(Refusal::BadRequest("request head too large"));
+        }
+        let n = stream
+            .read(&mut buf[len..])
+            .await
+            .map_err(|_| Refusal::BadRequest("read failed"))?;
+        if n == 0 {
+            return if len == 0 {
+                Ok(None)
+            } else {
+                Err(Refusal::BadRequest("incomplete request head"))
+            };
+        }
+        len += n;
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+async fn connection(core: &CoreState, mut stream: TcpStream) {
+    let (status, content_type, body, head_only) = match read_head(&mut stream).await {
+        Ok(None) => return,
+        Ok(Some(head)) => match parse_head(&head) {
+            Ok(parsed) => {
+                let (status, content_type, body) = answer(core, parsed.route).await;
+                (status, content_type, body, parsed.head_only)
+            }
+            Err(refusal) => refuse(refusal),
+        },
+        Err(refusal) => refuse(refusal),
+    };
+    let mut response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if status.starts_with("405") {
+        response.push_str("Allow: GET, HEAD\r\n");
+    }
+    response.push_str("\r\n");
+    let mut bytes = response.into_bytes();
+    if !head_only {
+        bytes.extend_from_slice(body.as_bytes());
+    }
+    if stream.write_all(&bytes).await.is_err() {
+        return;
+    }
+    let _ = stream.flush().await;
+    // Half-close, then drain what the client may still send (a body we never
+    // read), briefly: closing with unread bytes would reset the connection and
+    // could cut the answer off on the client's side.
+    let _ = stream.shutdown(std::net::Shutdown::Write).await;
+    let mut sink = [0u8; 4096];
+    let mut drained = 0usize;
+    while drained < REQUEST_HEAD_BYTES_MAX * 8 {
+        let read = futures_lite::future::or(async { stream.read(&mut sink).await.ok() }, async {
+            glommio::timer::sleep(Duration::from_millis(200)).await;
+            None
+        })
+        .await;
+        match read {
+            Some(n) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+fn refuse(refusal: Refusal) -> (&'static str, &'static str, String, bool) {
+    match refusal {
+        Refusal::BadRequest(why) => (
+            "400 Bad Request",
+            TEXT,
+            format!("bad request: {why}\n"),
+            false,
+        ),
+        Refusal::NotFound => (
+            "404 Not Found",
+            TEXT,
+            "not found: try /metrics or /health\n".into(),
+            false,
+        ),
+        Refusal::MethodNotAllowed => (
+            "405 Method Not Allowed",
+            TEXT,
+            "method not allowed: GET only\n".into(),
+            false,
+        ),
+    }
+}
+
+async fn answer(core: &CoreState, route: Route) -> (&'static str, &'static str, String) {
+    match route {
+        Route::Health => match super::health(core).await {
+            Ok(()) => ("200 OK", TEXT, "ok\n".into()),
+            Err(reason) => ("503 Service Unavailable", TEXT, format!("{reason}\n")),
+        },
+        Route::Metrics => match super::gather(core).await {
+            Ok(snapshot) => (
+                "200 OK",
+                super::exposition::CONTENT_TYPE,
+                super::exposition::render(&snapshot, core.node.config.node_id),
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics scrape failed");
+                ("503 Service Unavailable", TEXT, format!("{e}\n"))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_and_refusals() {
+        let ok = |route, head_only| Ok(Parsed { route, head_only });
+        assert_eq!(
+            parse_head(b"GET /metrics HTTP/1.1\r\nHost: x"),
+            ok(Route::Metrics, false)
+        );
+        assert_eq!(
+            parse_head(b"GET /health?x=1 HTTP/1.0"),
+            ok(Route::Health, false)
+        );
+        assert_eq!(
+            parse_head(b"HEAD /health HTTP/1.1"),
+            ok(Route::Health, true)
+        );
+        assert_eq!(parse_head(b"GET /nope HTTP/1.1"), Err(Refusal::NotFound));
+        assert_eq!(
+            parse_head(b"POST /metrics HTTP/1.1\r\nContent-Length: 3"),
+            Err(Refusal::MethodNotAllowed)
+        );
+        for bad in [
+            &b"GET /metrics"[..],
+            b"GET  /metrics HTTP/1.1",
+            b"GET /metrics HTTP/2.0",
+            b"get /metrics HTTP/1.1",
+            b"GET metrics HTTP/1.1",
+            b"GET /metrics HTTP/1.1\r\nno colon here",
+            b"\xff\xfe",
+            b"",
+        ] {
+            assert!(
+                matches!(parse_head(bad), Err(Refusal::BadRequest(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}

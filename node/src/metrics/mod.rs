@@ -1,0 +1,498 @@
+//! Metrics and health: what each core counts, how a scrape gathers it, and the
+//! node's health.
+//!
+//! Each core counts its own work in `CoreMetrics` (in `CoreState`: plain `Cell`s
+//! and a `RefCell` map, no atomics, no locks; only its own thread touches them),
+//! and the engine does the same for fdatasyncs, cleaning and retention
+//! (`skiff_engine::stats`). A scrape (`gather`, on the core serving HTTP, core 0)
+//! asks every core with `Shard::invoke_on` for a `CoreSnapshot` (plain data, taken
+//! in one go on that core) and sums them; `exposition` renders the sum in the
+//! Prometheus text format, `http` serves it.
+//!
+//! Not here yet: replication and controller metrics (under-replicated and
+//! under-min-ISR partitions, ISR shrinks/expands, leader elections, follower lag,
+//! fetcher rates, controller term/commit index, fenced nodes, metadata lag). With
+//! one node and no replication they have no honest value; they go into
+//! `CoreSnapshot` (per-partition replica state from the owner core) and into the
+//! controller's own snapshot when those crates land.
+
+pub mod exposition;
+pub mod http;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+use skiff_engine::stats::{Histogram, HistogramSnapshot, ShardStatsSnapshot};
+use skiff_engine::{LogStats, Shard, TopicPartition};
+
+use crate::state::CoreState;
+
+/// Request counters are kept per API key below this (Kafka's keys end near 90).
+pub const API_KEYS_MAX: usize = 128;
+
+/// Where the node is in its life, for `/health`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Recovering partitions, loading groups, opening listeners.
+    Starting,
+    /// Every listener open.
+    Serving,
+    /// SIGTERM/SIGINT received: finishing in-flight requests, closing logs.
+    Stopping,
+}
+
+/// Bytes and records produced to and fetched from one topic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicIo {
+    pub bytes_in: u64,
+    pub records_in: u64,
+    pub bytes_out: u64,
+    pub records_out: u64,
+}
+
+impl TopicIo {
+    fn merge(&mut self, other: &TopicIo) {
+        self.bytes_in += other.bytes_in;
+        self.records_in += other.records_in;
+        self.bytes_out += other.bytes_out;
+        self.records_out += other.records_out;
+    }
+}
+
+/// One core's counters of the Kafka API it serves. Only its own thread touches
+/// them (they live in the thread-local `CoreState`), so they are plain cells.
+pub struct CoreMetrics {
+    /// By topic name; entries of deleted topics are dropped at the next scrape
+    /// (`CoreMetrics::snapshot`), so the map is bounded by the live topics.
+    topics: RefCell<HashMap<String, TopicIo>>,
+    /// By API key.
+    requests: [Cell<u64>; API_KEYS_MAX],
+    /// (API key, error code) -> responses or partition results with that error.
+    errors: RefCell<HashMap<(i16, i16), u64>>,
+    /// Frames that did not decode (the connection was closed).
+    decode_errors: Cell<u64>,
+    connections_accepted: Cell<u64>,
+    connections_open: Cell<u64>,
+    produce_latency_acks_1: Histogram,
+    produce_latency_acks_all: Histogram,
+    fetch_latency: Histogram,
+}
+
+impl Default for CoreMetrics {
+    fn default() -> Self {
+        CoreMetrics {
+            topics: RefCell::default(),
+            requests: std::array::from_fn(|_| Cell::new(0)),
+            errors: RefCell::default(),
+            decode_errors: Cell::new(0),
+            connections_accepted: Cell::new(0),
+            connections_open: Cell::new(0),
+            produce_latency_acks_1: Histogram::default(),
+            produce_latency_acks_all: Histogram::default(),
+            fetch_latency: Histogram::default(),
+        }
+    }
+}
+
+fn add(cell: &Cell<u64>, n: u64) {
+    cell.set(cell.get().saturating_add(n));
+}
+
+impl CoreMetrics {
+    fn topic(&self, topic: &str, f: impl FnOnce(&mut TopicIo)) {
+        let mut topics = self.topics.borrow_mut();
+        // No allocation once the topic has an entry.
+        match topics.get_mut(topic) {
+            Some(io) => f(io),
+            None => f(topics.entry(topic.to_string()).or_default()),
+        }
+    }
+
+    /// A batch appended to `topic` (not a duplicate answered from producer state).
+    pub fn produced(&self, topic: &str, bytes: usize, records: i32) {
+        self.topic(topic, |io| {
+            io.bytes_in += bytes as u64;
+            io.records_in += u64::try_from(records).unwrap_or(0);
+        });
+    }
+
+    /// Batches of `topic` put into a fetch response.
+    pub fn fetched(&self, topic: &str, bytes: usize, records: u64) {
+        self.topic(topic, |io| {
+            io.bytes_out += bytes as u64;
+            io.records_out += records;
+        });
+    }
+
+    pub fn request(&self, api_key: ApiKey) {
+        if let Some(c) = self.requests.get(api_key as i16 as usize) {
+            add(c, 1);
+        }
+    }
+
+    /// Counts every error code a response carries (top level, per topic, per
+    /// partition), as Kafka's ErrorsPerSec does.
+    pub fn response(&self, api_key: ApiKey, response: &ResponseKind) {
+        error_codes(response, |code| {
+            if code != 0 {
+                *self
+                    .errors
+                    .borrow_mut()
+                    .entry((api_key as i16, code))
+                    .or_default() += 1;
+            }
+        });
+    }
+
+    pub fn decode_error(&self) {
+        add(&self.decode_errors, 1);
+    }
+
+    pub fn connection_opened(&self) {
+        add(&self.connections_accepted, 1);
+        add(&self.connections_open, 1);
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections_open
+            .set(self.connections_open.get().saturating_sub(1));
+    }
+
+    /// A produce answered `elapsed` after its frame was decoded (acks=1 or -1;
+    /// acks=0 is never answered).
+    pub fn produce_latency(&self, acks: i16, elapsed: Duration) {
+        match acks {
+            -1 => self.produce_latency_acks_all.observe(elapsed),
+            1 => self.produce_latency_acks_1.observe(elapsed),
+            _ => {}
+        }
+    }
+
+    /// A fetch answered `elapsed` after its frame was decoded (long poll included).
+    pub fn fetch_latency(&self, elapsed: Duration) {
+        self.fetch_latency.observe(elapsed);
+    }
+
+    /// The counters now; forgets topics `live` does not know (deleted ones).
+    fn snapshot(&self, live: impl Fn(&str) -> bool) -> ApiSnapshot {
+        self.topics.borrow_mut().retain(|name, _| live(name));
+        ApiSnapshot {
+            topics: self
+                .topics
+                .borrow()
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            requests: self
+                .requests
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.get() > 0)
+                .map(|(key, c)| (key as i16, c.get()))
+                .collect(),
+            errors: self.errors.borrow().iter().map(|(k, v)| (*k, *v)).collect(),
+            decode_errors: self.decode_errors.get(),
+            connections_accepted: self.connections_accepted.get(),
+            connections_open: self.connections_open.get(),
+            produce_latency_acks_1: self.produce_latency_acks_1.snapshot(),
+            produce_latency_acks_all: self.produce_latency_acks_all.snapshot(),
+            fetch_latency: self.fetch_latency.snapshot(),
+        }
+    }
+}
+
+/// Calls `f` with every error code in a response.
+fn error_codes(response: &ResponseKind, mut f: impl FnMut(i16)) {
+    match response {
+        ResponseKind::Produce(r) => r
+            .responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .for_each(|p| f(p.error_code)),
+        ResponseKind::Fetch(r) => {
+            f(r.error_code);
+            r.responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| f(p.error_code));
+        }
+        ResponseKind::ListOffsets(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| f(p.error_code)),
+        ResponseKind::Metadata(r) => {
+            for t in &r.topics {
+                f(t.error_code);
+                t.partitions.iter().for_each(|p| f(p.error_code));
+            }
+        }
+        ResponseKind::CreateTopics(r) => r.topics.iter().for_each(|t| f(t.error_code)),
+        ResponseKind::DeleteTopics(r) => r.responses.iter().for_each(|t| f(t.error_code)),
+        ResponseKind::DeleteRecords(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| f(p.error_code)),
+        ResponseKind::DescribeConfigs(r) => r.results.iter().for_each(|x| f(x.error_code)),
+        ResponseKind::IncrementalAlterConfigs(r) => {
+            r.responses.iter().for_each(|x| f(x.error_code))
+        }
+        ResponseKind::FindCoordinator(r) => {
+            f(r.error_code);
+            r.coordinators.iter().for_each(|c| f(c.error_code));
+        }
+        ResponseKind::JoinGroup(r) => f(r.error_code),
+        ResponseKind::SyncGroup(r) => f(r.error_code),
+        ResponseKind::Heartbeat(r) => f(r.error_code),
+        ResponseKind::LeaveGroup(r) => {
+            f(r.error_code);
+            r.members.iter().for_each(|m| f(m.error_code));
+        }
+        ResponseKind::OffsetCommit(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| f(p.error_code)),
+        ResponseKind::OffsetFetch(r) => {
+            f(r.error_code);
+            r.topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| f(p.error_code));
+            for g in &r.groups {
+                f(g.error_code);
+                g.topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .for_each(|p| f(p.error_code));
+            }
+        }
+        ResponseKind::ListGroups(r) => f(r.error_code),
+        ResponseKind::DescribeGroups(r) => r.groups.iter().for_each(|g| f(g.error_code)),
+        ResponseKind::DeleteGroups(r) => r.results.iter().for_each(|g| f(g.error_code)),
+        ResponseKind::InitProducerId(r) => f(r.error_code),
+        ResponseKind::ApiVersions(r) => f(r.error_code),
+        _ => {}
+    }
+}
+
+/// The API counters of one core (or, merged, of the node).
+#[derive(Debug, Clone, Default)]
+pub struct ApiSnapshot {
+    pub topics: BTreeMap<String, TopicIo>,
+    pub requests: BTreeMap<i16, u64>,
+    pub errors: BTreeMap<(i16, i16), u64>,
+    pub decode_errors: u64,
+    pub connections_accepted: u64,
+    pub connections_open: u64,
+    pub produce_latency_acks_1: HistogramSnapshot,
+    pub produce_latency_acks_all: HistogramSnapshot,
+    pub fetch_latency: HistogramSnapshot,
+}
+
+impl ApiSnapshot {
+    fn merge(&mut self, other: &ApiSnapshot) {
+        for (topic, io) in &other.topics {
+            self.topics.entry(topic.clone()).or_default().merge(io);
+        }
+        for (key, n) in &other.requests {
+            *self.requests.entry(*key).or_default() += n;
+        }
+        for (key, n) in &other.errors {
+            *self.errors.entry(*key).or_default() += n;
+        }
+        self.decode_errors += other.decode_errors;
+        self.connections_accepted += other.connections_accepted;
+        self.connections_open += other.connections_open;
+        self.produce_latency_acks_1
+            .merge(&other.produce_latency_acks_1);
+        self.produce_latency_acks_all
+            .merge(&other.produce_latency_acks_all);
+        self.fetch_latency.merge(&other.fetch_latency);
+    }
+}
+
+/// One partition's log, as its owner core saw it.
+#[derive(Debug, Clone)]
+pub struct PartitionSnapshot {
+    pub tp: TopicPartition,
+    pub log: LogStats,
+}
+
+/// Everything one core knows (or, merged, the node).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub cores: usize,
+    pub api: ApiSnapshot,
+    pub engine: ShardStatsSnapshot,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub cache_bytes: u64,
+    pub cache_bytes_max: u64,
+    pub partitions: Vec<PartitionSnapshot>,
+    /// Partitions this node should serve but cannot, with the reason.
+    pub offline: Vec<(TopicPartition, String)>,
+}
+
+impl Snapshot {
+    fn merge(&mut self, other: Snapshot) {
+        self.cores += other.cores;
+        self.api.merge(&other.api);
+        self.engine.merge(&other.engine);
+        self.cache_hits += other.cache_hits;
+        self.cache_misses += other.cache_misses;
+        self.cache_bytes += other.cache_bytes;
+        self.cache_bytes_max += other.cache_bytes_max;
+        self.partitions.extend(other.partitions);
+        self.offline.extend(other.offline);
+    }
+}
+
+/// Takes this core's snapshot (runs on the core it describes).
+async fn collect(shard: Rc<Shard>) -> Snapshot {
+    let Some(core) = CoreState::current() else {
+        return Snapshot::default();
+    };
+    let topics = core.topics();
+    let api = core.metrics.snapshot(|name| topics.get(name).is_some());
+    let cache = shard.cache_stats();
+    let mut partitions = Vec::new();
+    let mut offline = Vec::new();
+    for (tp, p) in shard.local_partition_handles() {
+        match p.log_stats().await {
+            Ok(log) => {
+                if let Some(reason) = &log.offline {
+                    offline.push((tp.clone(), reason.clone()));
+                }
+                partitions.push(PartitionSnapshot { tp, log });
+            }
+            Err(e) => offline.push((tp, e.to_string())),
+        }
+    }
+    offline.extend(missing_partitions(&core, &shard));
+    Snapshot {
+        cores: 1,
+        api,
+        engine: shard.stats(),
+        cache_hits: cache.hits,
+        cache_misses: cache.misses,
+        cache_bytes: cache.bytes_used as u64,
+        cache_bytes_max: shard.config().batch_cache_bytes_max as u64,
+        partitions,
+        offline,
+    }
+}
+
+/// Partitions of known topics that this core owns but has no log for.
+fn missing_partitions(core: &CoreState, shard: &Shard) -> Vec<(TopicPartition, String)> {
+    let table = shard.table();
+    let mut missing = Vec::new();
+    for t in core.topics().topics.values() {
+        for p in 0..t.partitions {
+            let tp = TopicPartition::new(t.name.clone(), p);
+            if table.shard_of(&tp) == shard.id() && shard.local(&tp).is_none() {
+                missing.push((tp, "no log on its owner core".to_string()));
+            }
+        }
+    }
+    missing
+}
+
+/// This core's offline partitions (runs on the core it describes).
+async fn collect_offline(shard: Rc<Shard>) -> Vec<(TopicPartition, String)> {
+    let mut offline = Vec::new();
+    for (tp, p) in shard.local_partition_handles() {
+        match p.offline_reason().await {
+            Ok(None) => {}
+            Ok(Some(reason)) => offline.push((tp, reason)),
+            Err(e) => offline.push((tp, e.to_string())),
+        }
+    }
+    if let Some(core) = CoreState::current() {
+        offline.extend(missing_partitions(&core, &shard));
+    }
+    offline
+}
+
+/// A core that did not answer a scrape.
+#[derive(Debug, thiserror::Error)]
+#[error("core {core} did not answer: {reason}")]
+pub struct GatherError {
+    pub core: usize,
+    pub reason: String,
+}
+
+/// Every core's snapshot, summed. Runs on any core.
+pub async fn gather(core: &CoreState) -> Result<Snapshot, GatherError> {
+    let mut total = Snapshot::default();
+    for target in 0..core.shard.table().shards() {
+        let snapshot = core
+            .shard
+            .invoke_on(target, |shard| async move { collect(shard).await })
+            .await
+            .map_err(|e| GatherError {
+                core: target,
+                reason: e.to_string(),
+            })?;
+        total.merge(snapshot);
+    }
+    total.partitions.sort_by(|a, b| a.tp.cmp(&b.tp));
+    total.offline.sort();
+    Ok(total)
+}
+
+/// The partitions of this node that cannot be served, from every core.
+pub async fn offline_partitions(
+    core: &CoreState,
+) -> Result<Vec<(TopicPartition, String)>, GatherError> {
+    let mut all = Vec::new();
+    for target in 0..core.shard.table().shards() {
+        let offline = core
+            .shard
+            .invoke_on(target, |shard| async move { collect_offline(shard).await })
+            .await
+            .map_err(|e| GatherError {
+                core: target,
+                reason: e.to_string(),
+            })?;
+        all.extend(offline);
+    }
+    all.sort();
+    Ok(all)
+}
+
+/// `Ok` when the node is serving every partition it holds; otherwise why not
+/// (the body of a 503).
+pub async fn health(core: &CoreState) -> Result<(), String> {
+    match core.phase.get() {
+        Phase::Starting => return Err("starting".into()),
+        Phase::Stopping => return Err("stopping".into()),
+        Phase::Serving => {}
+    }
+    let offline = offline_partitions(core).await.map_err(|e| e.to_string())?;
+    if offline.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = offline
+        .iter()
+        .take(OFFLINE_LISTED_MAX)
+        .map(|(tp, reason)| format!("{tp}: {reason}"))
+        .collect();
+    Err(format!(
+        "{} partition(s) offline: {}{}",
+        offline.len(),
+        listed.join("; "),
+        if offline.len() > OFFLINE_LISTED_MAX {
+            "; ..."
+        } else {
+            ""
+        }
+    ))
+}
+
+/// How many offline partitions a 503 names.
+const OFFLINE_LISTED_MAX: usize = 20;
