@@ -781,19 +781,16 @@ impl PartitionLog {
             && old
                 .first()
                 .is_some_and(|&(base, _)| new.as_ref().is_none_or(|n| n.base_offset == base));
-        let Some(&(_, _)) = old.last() else {
-            return Ok(false);
-        };
-        if !unchanged {
+        let group_end = old
+            .last()
+            .and_then(|(base, _)| self.segments.get(base))
+            .map(Segment::next_offset);
+        let (true, Some(group_end)) = (unchanged, group_end) else {
             if let Some(new) = new {
                 fsutil::remove(&new.path).await?;
             }
             return Ok(false);
-        }
-        let group_end = old
-            .last()
-            .and_then(|(base, _)| self.segments.get(base))
-            .map_or(0, Segment::next_offset);
+        };
         let swap = new
             .as_ref()
             .map(|n| swap_path(&self.dir, n.base_offset, group_end));

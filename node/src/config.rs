@@ -307,6 +307,16 @@ impl NodeConfig {
         .collect()
     }
 
+    /// Whether a topic with these overrides has `policy` (`delete` or `compact`)
+    /// in its `cleanup.policy`.
+    pub fn cleanup_policy_has(&self, overrides: &BTreeMap<String, String>, policy: &str) -> bool {
+        overrides
+            .get("cleanup.policy")
+            .unwrap_or(&self.cleanup_policy)
+            .split(',')
+            .any(|p| p.trim() == policy)
+    }
+
     /// The engine settings for a topic with these overrides.
     pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
         let get = |key: &str, default: u64| {
@@ -321,9 +331,6 @@ impl NodeConfig {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(default)
         };
-        let policy = overrides
-            .get("cleanup.policy")
-            .unwrap_or(&self.cleanup_policy);
         // -1 means no limit, as in Kafka.
         let retention_ms = signed("retention.ms", self.retention_ms);
         let retention_bytes = signed("retention.bytes", self.retention_bytes);
@@ -337,10 +344,10 @@ impl NodeConfig {
             } else {
                 Durability::Interval(Duration::from_millis(self.flush_interval_ms.max(1)))
             },
-            retention_delete: policy.split(',').any(|p| p.trim() == "delete"),
+            retention_delete: self.cleanup_policy_has(overrides, "delete"),
             retention_ms: u64::try_from(retention_ms).ok().map(Duration::from_millis),
             retention_bytes: u64::try_from(retention_bytes).ok(),
-            compact: policy.split(',').any(|p| p.trim() == "compact"),
+            compact: self.cleanup_policy_has(overrides, "compact"),
             min_cleanable_dirty_ratio: overrides
                 .get("min.cleanable.dirty.ratio")
                 .and_then(|v| ratio(v))

@@ -80,12 +80,11 @@ pub async fn append_phase(
             .is_some_and(|v| v == "LogAppendTime");
         // Kafka refuses keyless records on compacted topics: compaction keeps the
         // latest record per key, and a record without one has no place there.
-        let compacted = topics
-            .get(&name)
-            .and_then(|info| info.configs.get("cleanup.policy"))
-            .unwrap_or(&core.node.config.cleanup_policy)
-            .split(',')
-            .any(|p| p.trim() == "compact");
+        let compacted = topics.get(&name).is_some_and(|info| {
+            core.node
+                .config
+                .cleanup_policy_has(&info.configs, "compact")
+        });
         for p in &t.partition_data {
             let tp = TopicPartition::new(name.clone(), p.index);
             let known = topics.has_partition(&name, p.index);
