@@ -157,22 +157,27 @@ fn produce(client: &mut AdminClient, topic: &str, partition: i32, records: Bytes
     (p.error_code, p.base_offset)
 }
 
+/// A consumer's Fetch of one partition from `offset` (100 ms long poll, 1 MiB).
+fn fetch_request(topic: &str, partition: i32, offset: i64) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(100)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
 /// Every record value of a partition, from offset 0.
 fn fetch_values(client: &mut AdminClient, topic: &str, partition: i32) -> Vec<(i64, String)> {
     let mut out = Vec::new();
     let mut offset = 0;
     for _ in 0..100 {
-        let request = FetchRequest::default()
-            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-            .with_max_wait_ms(100)
-            .with_min_bytes(1)
-            .with_max_bytes(1 << 20)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(1 << 20)])]);
+        let request = fetch_request(topic, partition, offset);
         let response: FetchResponse = client.call(&request, 11).unwrap();
         let p = &response.responses[0].partitions[0];
         assert_eq!(p.error_code, 0);
@@ -448,15 +453,7 @@ fn retention_deletes_old_segments_end_to_end() {
         "retention.ms=-1 keeps everything"
     );
 
-    let request = FetchRequest::default()
-        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_static_str("old")))
-            .with_partitions(vec![FetchPartition::default()
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])]);
+    let request = fetch_request("old", 0, 0).with_max_wait_ms(0);
     let response: FetchResponse = c.call(&request, 11).unwrap();
     assert_eq!(
         response.responses[0].partitions[0].error_code, 1,
@@ -1034,17 +1031,7 @@ fn metric(samples: &BTreeMap<String, f64>, key: &str) -> f64 {
 }
 
 fn fetch_bytes(client: &mut AdminClient, topic: &str, partition: i32) -> usize {
-    let request = FetchRequest::default()
-        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-        .with_max_wait_ms(100)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])]);
+    let request = fetch_request(topic, partition, 0);
     let response: FetchResponse = client.call(&request, 11).unwrap();
     let p = &response.responses[0].partitions[0];
     assert_eq!(p.error_code, 0);
