@@ -495,7 +495,7 @@ def fetch(conn, topic, partition, offset=0, max_bytes=16 * 1024 * 1024, max_wait
 def parse_batches(records: bytes):
     """Batch headers of the complete RecordBatch v2 batches in `records`:
     dicts with base_offset, last_offset_delta, count, codec, crc_ok, producer_id,
-    base_sequence, magic. A partial batch at the end (allowed in Fetch) is skipped."""
+    base_sequence, magic, size (bytes of the whole batch). A partial batch at the end (allowed in Fetch) is skipped."""
     out = []
     pos = 0
     while pos + BATCH_HEADER_LEN <= len(records):
@@ -519,10 +519,27 @@ def parse_batches(records: bytes):
                 producer_epoch=epoch,
                 base_sequence=base_seq,
                 magic=magic,
+                size=end - pos,
             )
         )
         pos = end
     return out
+
+
+# librdkafka sends a batch uncompressed when compressing it would not make it
+# smaller (rd_kafka_msgset_writer_compress): a batch that lingered with one tiny
+# record. Larger uncompressed batches mean the codec was silently dropped.
+SMALL_BATCH_BYTES = 256
+
+
+def assert_codec(batches, codec, where):
+    """The stored batches carry `codec`: a client that silently fell back to no
+    compression would test nothing. Tiny uncompressed batches are allowed."""
+    hint = " (librdkafka uses lz4 only when ApiVersions lists FindCoordinator v0)" if codec == "lz4" else ""
+    codecs = {b["codec"] for b in batches}
+    assert codec in codecs, f"{where}: stored batches have codecs {codecs}{hint}"
+    odd = [b for b in batches if b["codec"] != codec and not (b["codec"] == "none" and b["size"] <= SMALL_BATCH_BYTES)]
+    assert not odd, f"{where}: stored batches with another codec: {odd}{hint}"
 
 
 def all_batches(bootstrap, topic, partition, timeout_s=30.0):
