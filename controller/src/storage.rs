@@ -176,6 +176,100 @@ fn commit_marker_after(buf: &[u8], from: usize) -> bool {
     })
 }
 
+/// A decoded frame of `raft.log` or `snapshot`, for offline readers
+/// (`skiff-tools dump-metadata`); see [`read_frames`].
+#[derive(Debug, Clone)]
+pub enum FrameContent {
+    Entry(Entry),
+    HardState(HardState),
+    ConfState(ConfState),
+    /// The commit marker's sync sequence number.
+    Commit(u64),
+    Snapshot(Snapshot),
+}
+
+/// One frame found by [`read_frames`]: where it starts and ends in the file.
+#[derive(Debug, Clone)]
+pub struct ReadFrame {
+    pub position: u64,
+    pub end: u64,
+    pub content: FrameContent,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FrameError {
+    /// Short, wrong length, CRC mismatch or unknown kind: the frame boundaries are
+    /// lost here and iteration stops. `synced_after`: a valid commit marker follows,
+    /// so recovery refuses the log as corrupt; otherwise this is the torn tail
+    /// recovery cuts.
+    #[error("bad frame at byte {position}: {reason}")]
+    Bad {
+        position: u64,
+        reason: String,
+        synced_after: bool,
+    },
+    /// The frame is intact (its CRC matches) but its payload does not decode;
+    /// iteration continues with the next frame.
+    #[error("frame at byte {position}: {reason}")]
+    Payload { position: u64, reason: String },
+}
+
+/// The frames of a `raft.log` or `snapshot` file's bytes, in file order, parsed
+/// by the same rules as recovery. Read-only; yields at most one
+/// `FrameError::Bad`, as its last item.
+pub fn read_frames(
+    buf: &[u8],
+) -> impl Iterator<Item = std::result::Result<ReadFrame, FrameError>> + '_ {
+    let mut pos = 0usize;
+    let mut stopped = false;
+    std::iter::from_fn(move || {
+        if stopped {
+            return None;
+        }
+        let f = match parse_frame(buf, pos) {
+            Parse::End => return None,
+            Parse::Bad { reason } => {
+                stopped = true;
+                return Some(Err(FrameError::Bad {
+                    position: pos as u64,
+                    reason,
+                    synced_after: commit_marker_after(buf, pos),
+                }));
+            }
+            Parse::Frame(f) => f,
+        };
+        let position = pos as u64;
+        pos = f.end as usize;
+        let path = Path::new("");
+        let content = match f.kind {
+            KIND_ENTRY => decode(path, "entry", &f.payload).map(FrameContent::Entry),
+            KIND_HARD_STATE => decode(path, "hard state", &f.payload).map(FrameContent::HardState),
+            KIND_CONF_STATE => decode(path, "conf state", &f.payload).map(FrameContent::ConfState),
+            KIND_COMMIT => Ok(FrameContent::Commit(
+                f.payload
+                    .first_chunk::<8>()
+                    .map(|b| u64::from_le_bytes(*b))
+                    .unwrap_or(0),
+            )),
+            _ => decode(path, "snapshot", &f.payload).map(FrameContent::Snapshot),
+        };
+        Some(match content {
+            Ok(content) => Ok(ReadFrame {
+                position,
+                end: f.end,
+                content,
+            }),
+            Err(e) => Err(FrameError::Payload {
+                position,
+                reason: match e {
+                    StorageError::Invalid { reason, .. } => reason,
+                    other => other.to_string(),
+                },
+            }),
+        })
+    })
+}
+
 fn decode<M: protobuf::Message>(path: &Path, what: &str, payload: &[u8]) -> Result<M> {
     M::parse_from_bytes(payload).map_err(|e| StorageError::Invalid {
         path: path.to_path_buf(),
