@@ -7,6 +7,9 @@
 //!   with `deep`, their records;
 //! - [`dump_index`]: listing of `.index` / `.timeindex` entries, each checked
 //!   against the sibling `.log`;
+//! - [`dump_metadata`]: the controller's metadata log (`__cluster_metadata-0/`):
+//!   snapshot summary, then every frame and metadata record, read with the
+//!   controller's own frame reader and batch decoder;
 //! - [`verify`]: every check the layout promises, over a partition directory or a
 //!   whole data directory, one line per problem.
 //!
@@ -27,6 +30,7 @@ use std::path::PathBuf;
 pub mod checkpoint;
 pub mod dump_index;
 pub mod dump_log;
+pub mod dump_metadata;
 pub mod index_check;
 pub mod layout;
 pub mod log_scan;
@@ -58,6 +62,9 @@ pub enum ToolError {
 
     #[error("{}: neither a partition directory (no .log segments or checkpoints, name not <topic>-<partition>) nor a data directory (no meta.properties, no partition directories)", path.display())]
     NotDataDir { path: PathBuf },
+
+    #[error("{}: no metadata log here (no __cluster_metadata-0/ with raft.log or snapshot, and neither file in this directory)", path.display())]
+    NotMetadataDir { path: PathBuf },
 
     #[error("writing output: {0}")]
     Output(#[from] io::Error),

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use skiff_tools::dump_index::{dump_offset_index, dump_time_index};
 use skiff_tools::dump_log::{dump_log, DumpLogOptions};
+use skiff_tools::dump_metadata::dump_metadata;
 use skiff_tools::verify::{verify, VerifyOptions};
 use skiff_tools::ToolError;
 
@@ -44,6 +45,15 @@ enum Command {
     /// Print a .timeindex file's entries, checked against the sibling .log.
     DumpTimeindex {
         file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the controller's metadata log: the snapshot's state, then every
+    /// frame of raft.log with its decoded metadata records.
+    DumpMetadata {
+        /// A data directory, or its __cluster_metadata-0 directory.
+        dir: PathBuf,
+        /// One JSON object per line instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -93,6 +103,14 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Command::DumpIndex { file, json } => dump_offset_index(&file, json, &mut out)?,
         Command::DumpTimeindex { file, json } => dump_time_index(&file, json, &mut out)?,
+        Command::DumpMetadata { dir, json } => {
+            let summary = dump_metadata(&dir, json, &mut out)?;
+            if !summary.is_clean() {
+                out.flush().map_err(ToolError::Output)?;
+                eprintln!("dump-metadata: {} problems", summary.problems);
+            }
+            summary.is_clean()
+        }
         Command::Verify {
             dir,
             compacted,

@@ -1,0 +1,282 @@
+//! `skiff-tools dump-metadata` against metadata logs written by a real
+//! single-voter `QuorumNode`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use skiff_controller::decisions::{
+    self, ControllerConfig, CreateTopic, Heartbeat, Registration, Sessions,
+};
+use skiff_controller::node::{QuorumConfig, QuorumNode};
+use skiff_controller::records::{Endpoint, MetadataRecord, TopicId};
+use skiff_controller::storage::{LOG_DIR, LOG_FILE};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_skiff-tools"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn dump(dir: &Path, json: bool) -> Output {
+    let mut args = vec!["dump-metadata", dir.to_str().unwrap()];
+    if json {
+        args.push("--json");
+    }
+    run(&args)
+}
+
+fn commit(node: &mut QuorumNode, records: &[MetadataRecord]) {
+    assert!(!records.is_empty());
+    node.propose(records).unwrap();
+    let out = node.poll().unwrap();
+    assert_eq!(out.committed.len(), 1, "a single voter commits at once");
+}
+
+/// A data directory whose metadata log registers node 1, unfences it and creates
+/// topic `orders` with 3 partitions. Returns the data directory.
+fn build_log(dir: &Path, snapshot_interval_entries: u64) -> PathBuf {
+    let mut config = QuorumConfig::new(1, vec![1]);
+    config.snapshot_interval_entries = snapshot_interval_entries;
+    let mut node = QuorumNode::open(dir, &config).unwrap();
+    for _ in 0..config.election_tick_max {
+        node.tick();
+        node.poll().unwrap();
+        if node.is_leader() {
+            break;
+        }
+    }
+    assert!(node.is_leader());
+    let controller = ControllerConfig::default();
+    let registration = Registration {
+        node_id: 1,
+        incarnation_id: [7; 16],
+        endpoints: vec![Endpoint {
+            name: "PLAINTEXT".into(),
+            host: "localhost".into(),
+            port: 9092,
+        }],
+        rack: Some("rack-a".into()),
+    };
+    let (records, broker_epoch) =
+        decisions::register(node.state(), &registration, &controller).unwrap();
+    commit(&mut node, &records);
+    let heartbeat = Heartbeat {
+        node_id: 1,
+        broker_epoch,
+        metadata_offset: node.applied_offset(),
+        want_fence: false,
+        want_shutdown: false,
+    };
+    let records = decisions::heartbeat(
+        node.state(),
+        &mut Sessions::new(),
+        &heartbeat,
+        0,
+        &controller,
+    )
+    .unwrap();
+    commit(&mut node, &records);
+    let create = CreateTopic {
+        name: "orders".into(),
+        topic_id: TopicId([0xab; 16]),
+        partitions: 3,
+        replication_factor: 1,
+        configs: vec![("retention.ms".into(), "60000".into())],
+        start_index: 0,
+    };
+    let records = decisions::create_topic(node.state(), &create).unwrap();
+    commit(&mut node, &records);
+    assert_eq!(
+        node.state()
+            .topic_by_name("orders")
+            .unwrap()
+            .partitions
+            .len(),
+        3
+    );
+    dir.to_path_buf()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn log_frames_and_records_are_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = build_log(tmp.path(), 10_000);
+    let out = dump(&data_dir, false);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = stdout(&out);
+    assert!(!text.contains("\nsnapshot "), "no snapshot yet: {text}");
+    for expected in [
+        "confState position: 0 voters: [1]",
+        "hardState position: ",
+        "commit position: ",
+        "| RegisterNode nodeId: 1 brokerEpoch: 1 rack: rack-a endpoints: [\"PLAINTEXT://localhost:9092\"]",
+        "| NodeRegistrationChange nodeId: 1 brokerEpoch: 1 change: Unfenced",
+        "| Topic name: orders topicId: abababab-abab-abab-abab-abababababab partitions: 3 configs: {\"retention.ms\":\"60000\"}",
+        "| Partition topic: orders partition: 0 replicas: [1] isr: [1] leader: 1 leaderEpoch: 0 partitionEpoch: 0",
+        "| Partition topic: orders partition: 2 replicas: [1]",
+        "end frames: ",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+    assert!(text.contains("problems: 0"), "{text}");
+    assert!(!text.contains("uncommitted tail"), "{text}");
+    // Entry offsets grow.
+    let offsets: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with("entry "))
+        .map(|l| {
+            let rest = &l[l.find("offset: ").unwrap() + 8..];
+            rest.split(' ').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert!(offsets.len() >= 4, "{text}");
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
+}
+
+#[test]
+fn snapshot_state_is_summarized() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = build_log(tmp.path(), 2);
+    // Also accepts the __cluster_metadata-0 directory itself.
+    let out = dump(&data_dir.join(LOG_DIR), false);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = stdout(&out);
+    for expected in [
+        "snapshot position: 0 index: ",
+        "  node 1 nodeId: 1 brokerEpoch: 1 fenced: false inControlledShutdown: false rack: rack-a",
+        "  topic orders name: orders topicId: abababab-abab-abab-abab-abababababab partitions: 3",
+        "  partition orders-0 topic: orders partition: 0 replicas: [1] isr: [1] leader: 1 leaderEpoch: 0 partitionEpoch: 0",
+        "  partition orders-2 ",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+}
+
+#[test]
+fn corrupted_byte_is_reported_with_its_position() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = build_log(tmp.path(), 10_000);
+    // Find the entry holding the Topic record, from the JSON dump.
+    let out = dump(&data_dir, true);
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let topic_offset = lines
+        .iter()
+        .find(|l| l["type"] == "record" && l["record"] == "Topic")
+        .unwrap()["offset"]
+        .clone();
+    let position = lines
+        .iter()
+        .find(|l| l["type"] == "entry" && l["offset"] == topic_offset)
+        .unwrap()["position"]
+        .as_u64()
+        .unwrap();
+
+    let log = data_dir.join(LOG_DIR).join(LOG_FILE);
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes[position as usize + 20] ^= 0x10;
+    std::fs::write(&log, &bytes).unwrap();
+
+    let out = dump(&data_dir, false);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "CORRUPT: {}: position {position}: CRC mismatch",
+            log.display()
+        )),
+        "{}",
+        describe(&out)
+    );
+    // Everything before it is still listed.
+    assert!(text.contains("| RegisterNode nodeId: 1"), "{text}");
+    assert!(!text.contains("| Topic "), "{text}");
+}
+
+#[test]
+fn torn_tail_after_the_last_commit_marker_is_not_corruption() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = build_log(tmp.path(), 10_000);
+    let log = data_dir.join(LOG_DIR).join(LOG_FILE);
+    let mut bytes = std::fs::read(&log).unwrap();
+    let len = bytes.len();
+    // A frame header promising more bytes than were written.
+    bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, 1, 9, 9]);
+    std::fs::write(&log, &bytes).unwrap();
+
+    let out = dump(&data_dir, false);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "uncommitted tail (11 bytes) at position {len}, dropped at recovery"
+        )),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn json_lines_parse() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = build_log(tmp.path(), 2);
+    let out = dump(&data_dir, true);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines[0]["type"], "dir");
+    assert_eq!(lines.last().unwrap()["type"], "end");
+    assert_eq!(lines.last().unwrap()["problems"], 0);
+    let snapshot = lines.iter().find(|l| l["type"] == "snapshot").unwrap();
+    assert!(snapshot["index"].as_u64().unwrap() > 0);
+    let node = lines.iter().find(|l| l["type"] == "node").unwrap();
+    assert_eq!(node["nodeId"], 1);
+    assert_eq!(node["fenced"], false);
+    assert_eq!(node["endpoints"][0], "PLAINTEXT://localhost:9092");
+    let topic = lines.iter().find(|l| l["type"] == "topic").unwrap();
+    assert_eq!(topic["name"], "orders");
+    assert_eq!(topic["configs"]["retention.ms"], "60000");
+    let partitions: Vec<_> = lines
+        .iter()
+        .filter(|l| l["type"] == "partition")
+        .map(|l| {
+            (
+                l["partition"].as_u64().unwrap(),
+                l["leader"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(partitions, vec![(0, 1), (1, 1), (2, 1)]);
+    assert!(lines.iter().any(|l| l["type"] == "commit"));
+}
+
+#[test]
+fn not_a_metadata_dir_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = dump(tmp.path(), false);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no metadata log here"),
+        "{}",
+        describe(&out)
+    );
+}
