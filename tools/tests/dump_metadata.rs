@@ -113,6 +113,32 @@ fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
+/// The JSON dump's lines.
+fn json_lines(data_dir: &Path) -> Vec<serde_json::Value> {
+    stdout(&dump(data_dir, true))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The raft.log position and offset of the entry holding the Topic record.
+fn topic_entry(data_dir: &Path) -> (usize, u64) {
+    let lines = json_lines(data_dir);
+    let offset = lines
+        .iter()
+        .find(|l| l["type"] == "record" && l["record"] == "Topic")
+        .unwrap()["offset"]
+        .as_u64()
+        .unwrap();
+    let position = lines
+        .iter()
+        .find(|l| l["type"] == "entry" && l["offset"] == offset)
+        .unwrap()["position"]
+        .as_u64()
+        .unwrap();
+    (position as usize, offset)
+}
+
 #[test]
 fn log_frames_and_records_are_listed() {
     let tmp = tempfile::tempdir().unwrap();
@@ -172,27 +198,11 @@ fn snapshot_state_is_summarized() {
 fn corrupted_byte_is_reported_with_its_position() {
     let tmp = tempfile::tempdir().unwrap();
     let data_dir = build_log(tmp.path(), 10_000);
-    // Find the entry holding the Topic record, from the JSON dump.
-    let out = dump(&data_dir, true);
-    let lines: Vec<serde_json::Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let topic_offset = lines
-        .iter()
-        .find(|l| l["type"] == "record" && l["record"] == "Topic")
-        .unwrap()["offset"]
-        .clone();
-    let position = lines
-        .iter()
-        .find(|l| l["type"] == "entry" && l["offset"] == topic_offset)
-        .unwrap()["position"]
-        .as_u64()
-        .unwrap();
+    let (position, _) = topic_entry(&data_dir);
 
     let log = data_dir.join(LOG_DIR).join(LOG_FILE);
     let mut bytes = std::fs::read(&log).unwrap();
-    bytes[position as usize + 20] ^= 0x10;
+    bytes[position + 20] ^= 0x10;
     std::fs::write(&log, &bytes).unwrap();
 
     let out = dump(&data_dir, false);
@@ -209,6 +219,41 @@ fn corrupted_byte_is_reported_with_its_position() {
     // Everything before it is still listed.
     assert!(text.contains("| RegisterNode nodeId: 1"), "{text}");
     assert!(!text.contains("| Topic "), "{text}");
+}
+
+#[test]
+fn undecodable_batch_in_an_intact_frame_is_reported_and_the_dump_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = build_log(tmp.path(), 10_000);
+    let (position, topic_offset) = topic_entry(&data_dir);
+
+    // Change a byte of the topic name inside the batch (its own CRC no longer
+    // matches), then re-seal the storage frame so only the batch is damaged.
+    let log = data_dir.join(LOG_DIR).join(LOG_FILE);
+    let mut bytes = std::fs::read(&log).unwrap();
+    let len = u32::from_le_bytes(bytes[position..position + 4].try_into().unwrap()) as usize;
+    let body = position + 8..position + 8 + len;
+    let name_at = bytes[body.clone()]
+        .windows(6)
+        .position(|w| w == b"orders")
+        .unwrap();
+    bytes[body.start + name_at] = b'O';
+    let crc = crc32c::crc32c(&bytes[body]);
+    bytes[position + 4..position + 8].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&log, &bytes).unwrap();
+
+    let out = dump(&data_dir, false);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let text = stdout(&out);
+    let expected = format!(
+        "CORRUPT: {}: position {position} offset {topic_offset}: metadata batch checksum mismatch",
+        log.display()
+    );
+    assert!(text.contains(&expected), "{}", describe(&out));
+    // The frames after it are still listed.
+    let after = &text[text.find(&expected).unwrap()..];
+    assert!(after.contains("\ncommit position: "), "{text}");
+    assert!(after.contains("problems: 1"), "{text}");
 }
 
 #[test]
@@ -237,12 +282,8 @@ fn torn_tail_after_the_last_commit_marker_is_not_corruption() {
 fn json_lines_parse() {
     let tmp = tempfile::tempdir().unwrap();
     let data_dir = build_log(tmp.path(), 2);
-    let out = dump(&data_dir, true);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let lines: Vec<serde_json::Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    assert_eq!(dump(&data_dir, true).status.code(), Some(0));
+    let lines = json_lines(&data_dir);
     assert_eq!(lines[0]["type"], "dir");
     assert_eq!(lines.last().unwrap()["type"], "end");
     assert_eq!(lines.last().unwrap()["problems"], 0);
