@@ -28,6 +28,9 @@
 //! stops), an intact frame whose payload or metadata batch does not decode (the
 //! dump goes on), an unreadable snapshot. Bytes after the last commit marker are
 //! the torn tail recovery cuts: reported, not a problem.
+//!
+//! Bounds: `raft.log` and `snapshot` are read whole, as recovery reads them (the
+//! controller keeps `raft.log` under its snapshot interval, 64 MiB by default).
 
 use std::collections::BTreeMap;
 use std::io::Write;
