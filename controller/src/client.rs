@@ -145,7 +145,10 @@ impl ControllerClient {
         &self,
         a: AlterPartition,
     ) -> Result<(PartitionState, u64), ClientError> {
-        match self.call(Request::AlterPartition(a), Duration::ZERO).await? {
+        match self
+            .call(Request::AlterPartition(a), Duration::ZERO)
+            .await?
+        {
             Response::AlterPartition { partition, offset } => Ok((partition, offset)),
             other => Err(unexpected(other)),
         }
@@ -180,7 +183,10 @@ impl ControllerClient {
                     return Err(ClientError::Unavailable(last));
                 }
                 let addr = self.current_addr();
-                match self.round_trip(addr, &Request::Status, deadline - now).await {
+                match self
+                    .round_trip(addr, &Request::Status, deadline - now)
+                    .await
+                {
                     Ok(Response::Status(s)) => return Ok(s),
                     Ok(other) => return Err(unexpected(other)),
                     Err(e) => {
@@ -269,7 +275,8 @@ impl ControllerClient {
     }
 
     fn advance(&self) {
-        self.target.set((self.target.get() + 1) % self.quorum.len().max(1));
+        self.target
+            .set((self.target.get() + 1) % self.quorum.len().max(1));
     }
 
     /// The leader's address: ours for its id, else its hint.
@@ -297,9 +304,12 @@ impl ControllerClient {
                 let mut stream = match existing {
                     Some((a, s)) if a == addr => s,
                     _ => {
-                        let s = TcpStream::connect_timeout(addr, timeout.max(Duration::from_millis(1)))
-                            .await
-                            .map_err(|e| ClientError::Io(std::io::Error::other(e.to_string())))?;
+                        let s =
+                            TcpStream::connect_timeout(addr, timeout.max(Duration::from_millis(1)))
+                                .await
+                                .map_err(|e| {
+                                    ClientError::Io(std::io::Error::other(e.to_string()))
+                                })?;
                         let _ = s.set_nodelay(true);
                         s
                     }
@@ -341,7 +351,10 @@ fn unexpected(response: Response) -> ClientError {
 }
 
 /// One Status request over std::net, for threads without a glommio executor.
-pub fn status_blocking(addr: SocketAddr, timeout: Duration) -> Result<ControllerStatus, ClientError> {
+pub fn status_blocking(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<ControllerStatus, ClientError> {
     let timeout = timeout.max(Duration::from_millis(1));
     let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;

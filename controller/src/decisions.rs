@@ -658,9 +658,7 @@ pub fn alter_topic_configs(
     let mut out = Vec::with_capacity(ops.len());
     for (key, value) in ops {
         if key.is_empty() {
-            return Err(ControllerError::InvalidRequest(
-                "empty config name".into(),
-            ));
+            return Err(ControllerError::InvalidRequest("empty config name".into()));
         }
         out.push(MetadataRecord::Config(Config {
             resource: ConfigResource::Topic(name.to_string()),

@@ -173,8 +173,14 @@ pub enum Response {
 pub enum RpcMessage {
     /// A raft-rs `Message`, protobuf-encoded. Peer to peer, no reply.
     Raft(Vec<u8>),
-    Request { correlation_id: u64, request: Request },
-    Response { correlation_id: u64, response: Response },
+    Request {
+        correlation_id: u64,
+        request: Request,
+    },
+    Response {
+        correlation_id: u64,
+        response: Response,
+    },
 }
 
 /// The whole frame (header and body) for `message`.
@@ -243,7 +249,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
     let (len, crc) = parse_header(header)?;
     let mut body = vec![0u8; len];
-    reader.read_exact(&mut body).await.map_err(eof_is_truncated)?;
+    reader
+        .read_exact(&mut body)
+        .await
+        .map_err(eof_is_truncated)?;
     decode_body(&body, crc).map(Some)
 }
 
@@ -269,7 +278,10 @@ pub fn read_frame_blocking<R: Read>(reader: &mut R) -> Result<RpcMessage, RpcErr
     decode_body(&body, crc)
 }
 
-pub fn write_frame_blocking<W: Write>(writer: &mut W, message: &RpcMessage) -> Result<(), RpcError> {
+pub fn write_frame_blocking<W: Write>(
+    writer: &mut W,
+    message: &RpcMessage,
+) -> Result<(), RpcError> {
     writer.write_all(&encode_frame(message)?)?;
     writer.flush()?;
     Ok(())

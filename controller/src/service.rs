@@ -169,7 +169,10 @@ impl ControllerHandle {
         if config.tick.is_zero() {
             return Err(ServiceError::Config("tick of 0".into()));
         }
-        let listen_addr = config.listener.local_addr().map_err(ServiceError::Listener)?;
+        let listen_addr = config
+            .listener
+            .local_addr()
+            .map_err(ServiceError::Listener)?;
         config
             .listener
             .set_nonblocking(true)
@@ -681,9 +684,8 @@ impl Core {
         match done {
             Done::Registered { node, broker_epoch } => Response::Registered {
                 broker_epoch,
-                offset: index.unwrap_or_else(|| {
-                    state.node(node).map_or(applied, |n| n.registered_offset)
-                }),
+                offset: index
+                    .unwrap_or_else(|| state.node(node).map_or(applied, |n| n.registered_offset)),
             },
             Done::Heartbeat {
                 node,
@@ -765,8 +767,7 @@ impl Core {
                 }
             };
             for entry in entries {
-                if entry.get_entry_type() != EntryType::EntryNormal || entry.get_data().is_empty()
-                {
+                if entry.get_entry_type() != EntryType::EntryNormal || entry.get_data().is_empty() {
                     continue;
                 }
                 if !batches.is_empty() && bytes + entry.get_data().len() > max_bytes as usize {
@@ -951,7 +952,11 @@ async fn connection(shared: &Rc<Shared>, mut stream: TcpStream) {
                 Ok(m) => {
                     let mut core = shared.core.borrow_mut();
                     if m.to != core.id {
-                        tracing::debug!(?peer, to = m.to, "raft message for another member; dropped");
+                        tracing::debug!(
+                            ?peer,
+                            to = m.to,
+                            "raft message for another member; dropped"
+                        );
                         continue;
                     }
                     core.inbox.push(m);
@@ -989,7 +994,10 @@ async fn connection(shared: &Rc<Shared>, mut stream: TcpStream) {
                 }
             }
             RpcMessage::Response { .. } => {
-                tracing::debug!(?peer, "controller: a response sent to the controller, closing");
+                tracing::debug!(
+                    ?peer,
+                    "controller: a response sent to the controller, closing"
+                );
                 return;
             }
         }

@@ -157,9 +157,11 @@ fn one_voter_registers_unfences_creates_and_serves_metadata() {
     let started = Instant::now();
     let (handle, addr, _dir) = single(|_| {});
     run(async {
-        wait_until("the single voter to be active", Duration::from_secs(1), || {
-            handle.status().active
-        })
+        wait_until(
+            "the single voter to be active",
+            Duration::from_secs(1),
+            || handle.status().active,
+        )
         .await;
         assert!(started.elapsed() < Duration::from_secs(1));
         let client = ControllerClient::new(vec![(1, addr)], REQUEST_TIMEOUT);
@@ -239,7 +241,10 @@ fn one_voter_registers_unfences_creates_and_serves_metadata() {
         assert_eq!(status.offline_partitions, 0);
         assert_eq!(status.nodes.len(), 1);
         assert!(!status.nodes[0].fenced);
-        assert_eq!(status.nodes[0].endpoints, vec!["PLAINTEXT://127.0.0.1:9001"]);
+        assert_eq!(
+            status.nodes[0].endpoints,
+            vec!["PLAINTEXT://127.0.0.1:9001"]
+        );
         assert!(status.applied_offset >= altered);
         let blocking = status_blocking(addr, Duration::from_secs(2)).unwrap();
         assert_eq!(blocking.topics, 1);
@@ -309,7 +314,10 @@ fn silent_node_is_fenced_after_its_session_timeout() {
             s.nodes.first().is_some_and(|n| n.fenced) && s.offline_partitions == 2
         })
         .await;
-        assert!(t.elapsed() >= Duration::from_millis(500), "fenced too early");
+        assert!(
+            t.elapsed() >= Duration::from_millis(500),
+            "fenced too early"
+        );
         let mut state = ClusterState::new();
         let mut from = 1;
         follow(&client, &mut state, &mut from, 0).await;
@@ -349,18 +357,19 @@ fn garbage_and_oversize_frames_close_the_connection_only() {
     bad_crc.extend_from_slice(&[1, 2, 3, 4, 1, 9, 9, 9, 9, 9, 9, 9]);
     expect_closed(addr, &bad_crc);
     // A valid checksum over a body that is not an archive.
-    let body = [1u8, 0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+    let body = [
+        1u8, 0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+    ];
     let mut forged = (body.len() as u32).to_be_bytes().to_vec();
     forged.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
     forged.extend_from_slice(&body);
     expect_closed(addr, &forged);
     // A Raft frame whose protobuf does not decode.
-    let raft =
-        skiff_controller::rpc::encode_frame(&skiff_controller::rpc::RpcMessage::Raft(vec![
+    let raft = skiff_controller::rpc::encode_frame(&skiff_controller::rpc::RpcMessage::Raft(vec![
             0xff;
             7
         ]))
-        .unwrap();
+    .unwrap();
     expect_closed(addr, &raft);
     // Still serving.
     let status = status_blocking(addr, Duration::from_secs(2)).unwrap();
@@ -368,7 +377,10 @@ fn garbage_and_oversize_frames_close_the_connection_only() {
     run(async {
         let client = ControllerClient::new(vec![(1, addr)], REQUEST_TIMEOUT);
         join(&client, 1).await;
-        client.create_topic(topic("after-garbage", 1)).await.unwrap();
+        client
+            .create_topic(topic("after-garbage", 1))
+            .await
+            .unwrap();
     });
     handle.stop().unwrap();
 }
@@ -453,7 +465,11 @@ fn three_voters_fail_over_and_a_restarted_voter_catches_up() {
             active(&handles).len() == 1
         })
         .await;
-        assert!(t.elapsed() < Duration::from_secs(5), "election took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "election took {:?}",
+            t.elapsed()
+        );
         let client = ControllerClient::new(peers.clone(), REQUEST_TIMEOUT);
         let mut state = ClusterState::new();
         let mut from = 1;
@@ -467,11 +483,19 @@ fn three_voters_fail_over_and_a_restarted_voter_catches_up() {
     let listener = TcpListener::bind(peers[old_leader].1).unwrap();
     handles[old_leader] = Some(start(old_leader, listener));
     run(async {
-        wait_until("the restarted voter to catch up", Duration::from_secs(10), || {
-            let target = handles[new_leader].as_ref().unwrap().status().applied_offset;
-            let s = handles[old_leader].as_ref().unwrap().status();
-            s.applied_offset >= target && s.topics == 2
-        })
+        wait_until(
+            "the restarted voter to catch up",
+            Duration::from_secs(10),
+            || {
+                let target = handles[new_leader]
+                    .as_ref()
+                    .unwrap()
+                    .status()
+                    .applied_offset;
+                let s = handles[old_leader].as_ref().unwrap().status();
+                s.applied_offset >= target && s.topics == 2
+            },
+        )
         .await;
         let status = status_blocking(peers[old_leader].1, Duration::from_secs(2)).unwrap();
         assert!(!status.active);
