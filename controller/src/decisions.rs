@@ -25,8 +25,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rkyv::{Archive, Deserialize, Serialize};
+
 use crate::records::{
-    ConfigResource, Endpoint, MetadataRecord, NodeId, NodeRegistrationChange, Partition,
+    Config, ConfigResource, Endpoint, MetadataRecord, NodeId, NodeRegistrationChange, Partition,
     PartitionChange, RegisterNode, RegistrationChange, RemoveTopic, Topic, TopicId, NO_LEADER,
 };
 use crate::state::{ClusterState, PartitionState};
@@ -156,7 +158,7 @@ impl Sessions {
 }
 
 /// A node's registration request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct Registration {
     pub node_id: NodeId,
     pub incarnation_id: [u8; 16],
@@ -165,7 +167,7 @@ pub struct Registration {
 }
 
 /// A node's heartbeat.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct Heartbeat {
     pub node_id: NodeId,
     pub broker_epoch: i64,
@@ -177,7 +179,7 @@ pub struct Heartbeat {
 
 /// What the heartbeat's sender is told (computed after the decision's records
 /// have been applied).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct HeartbeatReply {
     pub is_fenced: bool,
     pub in_controlled_shutdown: bool,
@@ -185,7 +187,7 @@ pub struct HeartbeatReply {
     pub should_shut_down: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct CreateTopic {
     pub name: String,
     /// Chosen by the caller (random in the node).
@@ -198,7 +200,7 @@ pub struct CreateTopic {
 }
 
 /// An AlterPartition request from a partition leader (an ISR change).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct AlterPartition {
     pub node_id: NodeId,
     pub broker_epoch: i64,
@@ -640,6 +642,31 @@ pub fn delete_topic(
     Ok(vec![MetadataRecord::RemoveTopic(RemoveTopic {
         topic_id: topic.topic_id,
     })])
+}
+
+/// Sets (`Some`) or deletes (`None`) a topic's config overrides: one `Config`
+/// record per operation, in request order, for `ConfigResource::Topic(name)`.
+/// An unknown topic is refused; no operations, no records.
+pub fn alter_topic_configs(
+    state: &ClusterState,
+    name: &str,
+    ops: &[(String, Option<String>)],
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    if state.topic_by_name(name).is_none() {
+        return Err(ControllerError::UnknownTopicOrPartition);
+    }
+    let mut out = Vec::with_capacity(ops.len());
+    for (key, value) in ops {
+        if key.is_empty() {
+            return Err(ControllerError::InvalidRequest("empty config name".into()));
+        }
+        out.push(MetadataRecord::Config(Config {
+            resource: ConfigResource::Topic(name.to_string()),
+            name: key.clone(),
+            value: value.clone(),
+        }));
+    }
+    Ok(out)
 }
 
 /// Checks an ISR change from a partition leader against the current epochs and

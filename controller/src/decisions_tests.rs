@@ -253,6 +253,42 @@ fn unclean_election_only_when_enabled() {
 }
 
 #[test]
+fn alter_topic_configs_sets_and_deletes_topic_overrides() {
+    let mut h = Harness::cluster(2, None);
+    h.create("t", 1, 1, 2).unwrap();
+    assert_eq!(
+        alter_topic_configs(&h.state, "nope", &[("a".into(), Some("1".into()))]),
+        Err(ControllerError::UnknownTopicOrPartition)
+    );
+    assert!(matches!(
+        alter_topic_configs(&h.state, "t", &[(String::new(), None)]),
+        Err(ControllerError::InvalidRequest(_))
+    ));
+    assert_eq!(alter_topic_configs(&h.state, "t", &[]), Ok(vec![]));
+    let records = alter_topic_configs(
+        &h.state,
+        "t",
+        &[
+            ("retention.ms".into(), Some("10".into())),
+            (UNCLEAN_LEADER_ELECTION.into(), Some("true".into())),
+        ],
+    )
+    .unwrap();
+    assert_eq!(records.len(), 2);
+    h.commit(&records);
+    let topic = h.state.topic(tid(1)).unwrap();
+    assert_eq!(topic.config("retention.ms"), Some("10"));
+    // The override is what the election rules read.
+    assert!(unclean_allowed(&h.state, tid(1), &CFG));
+    h.commit(&alter_topic_configs(&h.state, "t", &[("retention.ms".into(), None)]).unwrap());
+    let topic = h.state.topic(tid(1)).unwrap();
+    assert_eq!(
+        topic.configs,
+        vec![(UNCLEAN_LEADER_ELECTION.to_string(), "true".to_string())]
+    );
+}
+
+#[test]
 fn controlled_shutdown_moves_leaderships_first() {
     let mut h = Harness::cluster(3, None);
     h.create("t", 1, 6, 2).unwrap();

@@ -95,7 +95,7 @@ pub enum NodeError {
 }
 
 /// A committed record batch, applied at `offset` (its Raft index).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct Committed {
     pub offset: u64,
     pub records: Vec<MetadataRecord>,
@@ -192,6 +192,18 @@ impl QuorumNode {
     /// input), so the transport decodes them only from authenticated peers.
     pub fn step(&mut self, message: Message) -> Result<(), NodeError> {
         self.raw.step(message).map_err(NodeError::from)
+    }
+
+    /// Starts an election now instead of waiting for the election timeout
+    /// (a single voter wins it at once: its first `poll` makes it leader).
+    pub fn campaign(&mut self) -> Result<(), NodeError> {
+        self.raw.campaign().map_err(NodeError::from)
+    }
+
+    /// Index of the last entry in the log (committed or not). Right after a
+    /// successful `propose` it is the proposed batch's offset.
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
     }
 
     /// The transport's word on a snapshot message sent to `to`: delivered, or

@@ -114,6 +114,8 @@ pub enum ApplyError {
     },
     #[error("topic {0} already exists")]
     TopicExists(String),
+    #[error("topic {0} is unknown")]
+    UnknownTopicName(String),
     #[error("topic id {0} is unknown")]
     UnknownTopic(TopicId),
     #[error("partition {topic}-{index} is unknown or out of range")]
@@ -194,7 +196,11 @@ impl ClusterState {
             .flat_map(|t| t.partitions.iter().map(|(i, p)| (t.topic_id, *i, p)))
     }
 
+    /// A config of a resource; a topic's come from its `TopicState::configs`.
     pub fn config(&self, resource: &ConfigResource, name: &str) -> Option<&str> {
+        if let ConfigResource::Topic(topic) = resource {
+            return self.topic_by_name(topic)?.config(name);
+        }
         self.configs.get(resource)?.get(name).map(String::as_str)
     }
 
@@ -300,6 +306,16 @@ impl ClusterState {
             }
             MetadataRecord::PartitionChange(c) => self.apply_partition_change(c),
             MetadataRecord::Config(c) => {
+                if let ConfigResource::Topic(name) = &c.resource {
+                    // A topic's overrides live in its `TopicState` (one place).
+                    let topic = self
+                        .topic_ids
+                        .get(name)
+                        .and_then(|id| self.topics.get_mut(id))
+                        .ok_or_else(|| ApplyError::UnknownTopicName(name.clone()))?;
+                    set_config(&mut topic.configs, &c.name, c.value.as_deref());
+                    return Ok(());
+                }
                 let entry = self.configs.entry(c.resource.clone()).or_default();
                 match &c.value {
                     Some(v) => {
@@ -451,9 +467,37 @@ impl ClusterState {
             state.topics.insert(t.topic_id, t);
         }
         for (r, entries) in image.configs {
+            if let ConfigResource::Topic(name) = &r {
+                // Images written before topic configs moved into `TopicState`
+                // kept them here: fold them in (dropped with an unknown topic,
+                // as applying them now would be).
+                let topic = state
+                    .topic_ids
+                    .get(name)
+                    .and_then(|id| state.topics.get_mut(id));
+                if let Some(topic) = topic {
+                    for (k, v) in &entries {
+                        set_config(&mut topic.configs, k, Some(v));
+                    }
+                }
+                continue;
+            }
             state.configs.insert(r, entries.into_iter().collect());
         }
         Ok(state)
+    }
+}
+
+/// Sets or removes `name` in a sorted list of config overrides.
+fn set_config(configs: &mut Vec<(String, String)>, name: &str, value: Option<&str>) {
+    let at = configs.binary_search_by(|(k, _)| k.as_str().cmp(name));
+    match (at, value) {
+        (Ok(i), Some(v)) => configs[i].1 = v.to_string(),
+        (Err(i), Some(v)) => configs.insert(i, (name.to_string(), v.to_string())),
+        (Ok(i), None) => {
+            configs.remove(i);
+        }
+        (Err(_), None) => {}
     }
 }
 
@@ -581,6 +625,38 @@ mod tests {
             s.config(&ConfigResource::Topic("t".into()), "retention.ms"),
             Some("5")
         );
+        // The topic's overrides live in its TopicState, sorted.
+        let topic_config = |name: &str, value: Option<&str>| {
+            MetadataRecord::Config(crate::records::Config {
+                resource: ConfigResource::Topic("t".into()),
+                name: name.into(),
+                value: value.map(str::to_string),
+            })
+        };
+        s.apply(3, &topic_config("cleanup.policy", Some("compact")))
+            .unwrap();
+        assert_eq!(
+            s.topic_by_name("t").unwrap().configs,
+            vec![
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("retention.ms".to_string(), "5".to_string()),
+            ]
+        );
+        s.apply(3, &topic_config("cleanup.policy", None)).unwrap();
+        assert_eq!(s.topic_by_name("t").unwrap().config("cleanup.policy"), None);
+        let unknown = MetadataRecord::Config(crate::records::Config {
+            resource: ConfigResource::Topic("nope".into()),
+            name: "retention.ms".into(),
+            value: Some("1".into()),
+        });
+        let before = s.clone();
+        assert_eq!(
+            s.apply(3, &unknown),
+            Err(ApplyError::UnknownTopicName("nope".into()))
+        );
+        assert_eq!(s, before);
+        let back = ClusterState::from_snapshot(&s.to_snapshot()).unwrap();
+        assert_eq!(back, s);
         s.apply(
             4,
             &MetadataRecord::RemoveTopic(crate::records::RemoveTopic { topic_id: tid(1) }),

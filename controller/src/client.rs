@@ -1,0 +1,380 @@
+//! The controller client brokers use: async, on a glommio executor (not `Send`).
+//!
+//! It keeps one connection, to the controller it believes active. A
+//! `NotController` answer names the leader when the voter knows it; the client
+//! follows the hint (mapping the leader's id to the address it was given for
+//! that voter). A connection error or a voter without a hint moves on to the
+//! next voter after a short backoff (`RETRY_BACKOFF`). Retries go on until the
+//! request's deadline (`request_timeout`, plus the long-poll wait for
+//! `fetch_metadata`): then `ClientError::Unavailable`. A refusal
+//! (`ClientError::Refused`, a Kafka error code) is final, never retried.
+//!
+//! One request at a time per client: concurrent callers on the same executor
+//! queue on a semaphore. A request that times out drops its connection (its
+//! answer may still be on the way).
+//!
+//! `status_blocking` is a one-shot std::net helper for CLI threads without
+//! glommio (`skiff cluster status`).
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use glommio::net::TcpStream;
+use glommio::sync::Semaphore;
+
+use crate::decisions::{AlterPartition, Heartbeat, HeartbeatReply, Registration};
+use crate::rpc::{self, Request, Response, RpcError, RpcMessage};
+use crate::state::PartitionState;
+
+pub use crate::rpc::{ControllerStatus, CreateTopicRequest, MetadataFetch, NodeStatus};
+
+/// Pause before trying the next voter (or the same one again).
+pub const RETRY_BACKOFF: Duration = Duration::from_millis(75);
+/// Bytes of metadata batches asked for per FetchMetadata.
+pub const FETCH_MAX_BYTES: u32 = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The active controller refused the request (Kafka error code).
+    #[error("refused by the controller (error code {code}): {message}")]
+    Refused { code: i16, message: String },
+    /// No active controller answered before the timeout.
+    #[error("no active controller reached: {0}")]
+    Unavailable(String),
+    /// The controller answered something that makes no sense for the request.
+    #[error("controller protocol: {0}")]
+    Protocol(#[from] RpcError),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub struct ControllerClient {
+    quorum: Vec<(u64, SocketAddr)>,
+    request_timeout: Duration,
+    /// One request at a time.
+    lock: Semaphore,
+    /// The open connection and where it goes.
+    conn: RefCell<Option<(SocketAddr, TcpStream)>>,
+    /// Voter to try next (index into `quorum`).
+    target: Cell<usize>,
+    next_id: Cell<u64>,
+}
+
+/// What one attempt gave.
+enum Attempt {
+    Answer(Response),
+    /// Try this address next, now.
+    Redirect(SocketAddr),
+    /// Try the next voter after a backoff.
+    Retry(String),
+}
+
+impl ControllerClient {
+    /// `quorum`: every voter's controller address.
+    pub fn new(quorum: Vec<(u64, SocketAddr)>, request_timeout: Duration) -> Self {
+        Self {
+            quorum,
+            request_timeout,
+            lock: Semaphore::new(1),
+            conn: RefCell::new(None),
+            target: Cell::new(0),
+            next_id: Cell::new(1),
+        }
+    }
+
+    /// Registers this node: its broker epoch and the registration's offset
+    /// (heartbeat with a metadata offset at or past it to be unfenced).
+    pub async fn register(&self, r: Registration) -> Result<(i64, u64), ClientError> {
+        match self.call(Request::Register(r), Duration::ZERO).await? {
+            Response::Registered {
+                broker_epoch,
+                offset,
+            } => Ok((broker_epoch, offset)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn heartbeat(&self, h: Heartbeat) -> Result<HeartbeatReply, ClientError> {
+        Ok(self.heartbeat_with_offset(h).await?.0)
+    }
+
+    /// `heartbeat`, plus the controller's applied offset when it answered.
+    pub async fn heartbeat_with_offset(
+        &self,
+        h: Heartbeat,
+    ) -> Result<(HeartbeatReply, u64), ClientError> {
+        match self.call(Request::Heartbeat(h), Duration::ZERO).await? {
+            Response::Heartbeat { reply, offset } => Ok((reply, offset)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Creates a topic; the offset its records committed at.
+    pub async fn create_topic(&self, t: CreateTopicRequest) -> Result<u64, ClientError> {
+        self.committed(Request::CreateTopic(t)).await
+    }
+
+    pub async fn delete_topic(&self, name: &str) -> Result<u64, ClientError> {
+        self.committed(Request::DeleteTopic {
+            name: name.to_string(),
+        })
+        .await
+    }
+
+    /// `Some` sets, `None` deletes a topic config override.
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        ops: Vec<(String, Option<String>)>,
+    ) -> Result<u64, ClientError> {
+        self.committed(Request::AlterTopicConfigs {
+            name: name.to_string(),
+            ops,
+        })
+        .await
+    }
+
+    /// An ISR change; the partition as it is after it.
+    pub async fn alter_partition(&self, a: AlterPartition) -> Result<PartitionState, ClientError> {
+        Ok(self.alter_partition_with_offset(a).await?.0)
+    }
+
+    /// `alter_partition`, plus the offset the change committed at.
+    pub async fn alter_partition_with_offset(
+        &self,
+        a: AlterPartition,
+    ) -> Result<(PartitionState, u64), ClientError> {
+        match self
+            .call(Request::AlterPartition(a), Duration::ZERO)
+            .await?
+        {
+            Response::AlterPartition { partition, offset } => Ok((partition, offset)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Committed metadata from `from_offset` on (long poll up to `max_wait`).
+    pub async fn fetch_metadata(
+        &self,
+        from_offset: u64,
+        max_wait: Duration,
+    ) -> Result<MetadataFetch, ClientError> {
+        let request = Request::FetchMetadata {
+            from_offset,
+            max_wait_ms: u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX),
+            max_bytes: FETCH_MAX_BYTES,
+        };
+        match self.call(request, max_wait).await? {
+            Response::Metadata(fetch) => Ok(fetch),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The status of the first voter that answers (no redirect).
+    pub async fn status(&self) -> Result<ControllerStatus, ClientError> {
+        let _permit = self.permit().await?;
+        let deadline = Instant::now() + self.request_timeout;
+        let mut last = String::from("no voters");
+        loop {
+            for _ in 0..self.quorum.len() {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(ClientError::Unavailable(last));
+                }
+                let addr = self.current_addr();
+                match self
+                    .round_trip(addr, &Request::Status, deadline - now)
+                    .await
+                {
+                    Ok(Response::Status(s)) => return Ok(s),
+                    Ok(other) => return Err(unexpected(other)),
+                    Err(e) => {
+                        last = format!("{addr}: {e}");
+                        self.advance();
+                    }
+                }
+            }
+            if Instant::now() + RETRY_BACKOFF >= deadline {
+                return Err(ClientError::Unavailable(last));
+            }
+            glommio::timer::sleep(RETRY_BACKOFF).await;
+        }
+    }
+
+    async fn committed(&self, request: Request) -> Result<u64, ClientError> {
+        match self.call(request, Duration::ZERO).await? {
+            Response::Committed { offset } => Ok(offset),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn permit(&self) -> Result<glommio::sync::Permit<'_>, ClientError> {
+        self.lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| ClientError::Unavailable(format!("client closed: {e}")))
+    }
+
+    /// Sends `request` to the active controller, following redirects and
+    /// retrying until the deadline.
+    async fn call(&self, request: Request, extra_wait: Duration) -> Result<Response, ClientError> {
+        let _permit = self.permit().await?;
+        let deadline = Instant::now() + self.request_timeout + extra_wait;
+        let mut addr = self.current_addr();
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClientError::Unavailable(format!(
+                    "no answer from an active controller within {:?}",
+                    self.request_timeout + extra_wait
+                )));
+            }
+            let attempt = match self.round_trip(addr, &request, deadline - now).await {
+                Ok(Response::NotController { leader }) => match leader
+                    .and_then(|(id, hint)| self.leader_addr(id, &hint))
+                    .filter(|a| *a != addr)
+                {
+                    Some(next) => Attempt::Redirect(next),
+                    None => Attempt::Retry(format!("{addr}: not the active controller")),
+                },
+                Ok(Response::Refused { code, message }) => {
+                    return Err(ClientError::Refused { code, message })
+                }
+                Ok(response) => Attempt::Answer(response),
+                Err(e) => Attempt::Retry(format!("{addr}: {e}")),
+            };
+            match attempt {
+                Attempt::Answer(response) => return Ok(response),
+                Attempt::Redirect(next) => {
+                    tracing::debug!(from = %addr, to = %next, "following the active controller");
+                    if let Some(i) = self.quorum.iter().position(|(_, a)| *a == next) {
+                        self.target.set(i);
+                    }
+                    addr = next;
+                }
+                Attempt::Retry(why) => {
+                    tracing::debug!(reason = %why, "controller request: trying another voter");
+                    self.advance();
+                    addr = self.current_addr();
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left <= RETRY_BACKOFF {
+                        return Err(ClientError::Unavailable(why));
+                    }
+                    glommio::timer::sleep(RETRY_BACKOFF).await;
+                }
+            }
+        }
+    }
+
+    fn current_addr(&self) -> SocketAddr {
+        let i = self.target.get() % self.quorum.len().max(1);
+        self.quorum
+            .get(i)
+            .map_or(SocketAddr::from(([127, 0, 0, 1], 0)), |(_, a)| *a)
+    }
+
+    fn advance(&self) {
+        self.target
+            .set((self.target.get() + 1) % self.quorum.len().max(1));
+    }
+
+    /// The leader's address: ours for its id, else its hint.
+    fn leader_addr(&self, id: u64, hint: &str) -> Option<SocketAddr> {
+        self.quorum
+            .iter()
+            .find(|(voter, _)| *voter == id)
+            .map(|(_, a)| *a)
+            .or_else(|| hint.parse().ok())
+    }
+
+    /// One request and its response on the connection to `addr` (opened if
+    /// needed); any error drops the connection.
+    async fn round_trip(
+        &self,
+        addr: SocketAddr,
+        request: &Request,
+        timeout: Duration,
+    ) -> Result<Response, ClientError> {
+        let id = self.next_id.get();
+        self.next_id.set(id.wrapping_add(1));
+        let existing = self.conn.borrow_mut().take();
+        let result = futures_lite::future::or(
+            async {
+                let mut stream = match existing {
+                    Some((a, s)) if a == addr => s,
+                    _ => {
+                        let s =
+                            TcpStream::connect_timeout(addr, timeout.max(Duration::from_millis(1)))
+                                .await
+                                .map_err(|e| {
+                                    ClientError::Io(std::io::Error::other(e.to_string()))
+                                })?;
+                        let _ = s.set_nodelay(true);
+                        s
+                    }
+                };
+                let message = RpcMessage::Request {
+                    correlation_id: id,
+                    request: request.clone(),
+                };
+                rpc::write_frame(&mut stream, &message).await?;
+                match rpc::read_frame(&mut stream).await? {
+                    Some(RpcMessage::Response {
+                        correlation_id,
+                        response,
+                    }) if correlation_id == id => Ok((stream, response)),
+                    Some(other) => Err(ClientError::Protocol(RpcError::Unexpected(format!(
+                        "{other:?}"
+                    )))),
+                    None => Err(ClientError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+                }
+            },
+            async {
+                glommio::timer::sleep(timeout).await;
+                Err(ClientError::Io(std::io::ErrorKind::TimedOut.into()))
+            },
+        )
+        .await;
+        match result {
+            Ok((stream, response)) => {
+                *self.conn.borrow_mut() = Some((addr, stream));
+                Ok(response)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn unexpected(response: Response) -> ClientError {
+    ClientError::Protocol(RpcError::Unexpected(format!("{response:?}")))
+}
+
+/// One Status request over std::net, for threads without a glommio executor.
+pub fn status_blocking(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<ControllerStatus, ClientError> {
+    let timeout = timeout.max(Duration::from_millis(1));
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let _ = stream.set_nodelay(true);
+    rpc::write_frame_blocking(
+        &mut stream,
+        &RpcMessage::Request {
+            correlation_id: 1,
+            request: Request::Status,
+        },
+    )?;
+    match rpc::read_frame_blocking(&mut stream)? {
+        RpcMessage::Response {
+            correlation_id: 1,
+            response: Response::Status(status),
+        } => Ok(status),
+        RpcMessage::Response { response, .. } => Err(unexpected(response)),
+        other => Err(ClientError::Protocol(RpcError::Unexpected(format!(
+            "{other:?}"
+        )))),
+    }
+}
