@@ -64,6 +64,7 @@ impl NodeProcess {
             // Metrics on an ephemeral port: the node's metrics are on (what is
             // measured includes them) without clashing with a node on 9644.
             .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(["--controller-listen", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)

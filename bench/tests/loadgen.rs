@@ -59,7 +59,8 @@ impl Node {
         let bootstrap = format!("127.0.0.1:{port}");
         let mut child = Command::new(skiff_bin())
             .args(["node", "--cores", "2", "--listen", &bootstrap])
-            .args(["--metrics-listen", "127.0.0.1:0", "--data-dir"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(["--controller-listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir)
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())

@@ -377,12 +377,20 @@ impl Shard {
 }
 
 /// Partition directories under a data dir.
+/// Directories of the data dir that look like partitions but are not
+/// partition logs: the controller's metadata log lives in the same data
+/// directory (as Kafka's does) and has its own format and owner.
+pub const NOT_PARTITION_DIRS: &[&str] = &["__cluster_metadata-0"];
+
 pub fn list_partition_dirs(data_dir: &Path) -> Result<Vec<TopicPartition>> {
     let mut out = Vec::new();
     let entries = std::fs::read_dir(data_dir).map_err(|e| LogError::io("list", data_dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| LogError::io("list", data_dir, e))?;
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if NOT_PARTITION_DIRS.iter().any(|d| entry.file_name() == *d) {
             continue;
         }
         if let Some(tp) = entry

@@ -27,6 +27,8 @@ pub enum ConfigError {
     },
     #[error("--set expects key=value, got {0:?}")]
     BadSet(String),
+    #[error("cluster settings: {0}")]
+    Cluster(String),
 }
 
 /// Which cores the shards run on.
@@ -80,6 +82,20 @@ pub struct NodeConfig {
     pub group_initial_rebalance_delay_ms: i32,
     pub offsets_retention_minutes: i64,
     pub offsets_retention_check_interval_ms: u64,
+    /// `process.roles`: broker, controller or both.
+    pub roles: Roles,
+    /// Where this node's controller listens (internal RPC). None: the node's own
+    /// entry in the quorum, or 127.0.0.1 on any free port for a quorum of itself.
+    pub controller_listen: Option<SocketAddr>,
+    /// `controller.quorum.voters`: id@HOST:PORT of every voter. Empty: a quorum
+    /// of this node alone.
+    pub controller_quorum: Vec<(u64, SocketAddr)>,
+    /// CPU the controller's executor is pinned to (None: not pinned).
+    pub controller_cpu: Option<usize>,
+    pub broker_rack: Option<String>,
+    pub broker_heartbeat_interval_ms: u64,
+    pub broker_session_timeout_ms: u64,
+    pub unclean_leader_election: bool,
 }
 
 impl NodeConfig {
@@ -124,6 +140,17 @@ impl NodeConfig {
             group_initial_rebalance_delay_ms: 300,
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
+            roles: Roles {
+                broker: true,
+                controller: true,
+            },
+            controller_listen: None,
+            controller_quorum: Vec::new(),
+            controller_cpu: None,
+            broker_rack: None,
+            broker_heartbeat_interval_ms: 2000,
+            broker_session_timeout_ms: 9000,
+            unclean_leader_election: false,
         };
         config.apply_toml("<embedded skiff.toml>", DEFAULT_CONFIG)?;
         Ok(config)
@@ -255,7 +282,81 @@ impl NodeConfig {
             "offsets.retention.check.interval.ms" => {
                 self.offsets_retention_check_interval_ms = num!()
             }
+            "process.roles" | "roles" => {
+                self.roles = parse_roles(value)
+                    .ok_or_else(|| bad("broker, controller or broker,controller"))?
+            }
+            "controller.listen" => {
+                self.controller_listen = Some(
+                    value
+                        .parse()
+                        .map_err(|_| bad("HOST:PORT (an IP address and port)"))?,
+                )
+            }
+            "controller.quorum.voters" | "controller.quorum" => {
+                self.controller_quorum = parse_quorum(value)
+                    .ok_or_else(|| bad("ID@HOST:PORT,... (ids >= 1, IP addresses)"))?
+            }
+            "controller.cpu" | "controller.cores" => {
+                self.controller_cpu = match value {
+                    "" | "none" => None,
+                    v => Some(
+                        v.split(',')
+                            .next()
+                            .and_then(|c| c.trim().parse().ok())
+                            .ok_or_else(|| bad("a CPU number"))?,
+                    ),
+                }
+            }
+            "broker.rack" => {
+                self.broker_rack = (!value.is_empty()).then(|| value.to_string());
+            }
+            "broker.heartbeat.interval.ms" => {
+                self.broker_heartbeat_interval_ms = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 10)
+                    .ok_or_else(|| bad("a number of ms >= 10"))?
+            }
+            "broker.session.timeout.ms" => {
+                self.broker_session_timeout_ms = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 100)
+                    .ok_or_else(|| bad("a number of ms >= 100"))?
+            }
+            "unclean.leader.election.enable" => {
+                self.unclean_leader_election = value.parse().map_err(|_| bad("true or false"))?
+            }
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
+        }
+        Ok(())
+    }
+
+    /// The cluster settings make sense together: a broker without a
+    /// controller of its own needs a quorum to join; a controller in a quorum
+    /// must be one of its voters.
+    pub fn check_roles(&self) -> Result<(), ConfigError> {
+        let bad = |reason: String| ConfigError::Cluster(reason);
+        if !self.roles.controller && self.controller_quorum.is_empty() {
+            return Err(bad(
+                "a broker-only node needs controller.quorum.voters (--controller-quorum)".into(),
+            ));
+        }
+        if self.node_id < 1 {
+            return Err(bad(format!("node.id {} must be >= 1", self.node_id)));
+        }
+        if self.roles.controller
+            && !self.controller_quorum.is_empty()
+            && !self
+                .controller_quorum
+                .iter()
+                .any(|(id, _)| *id == self.node_id as u64)
+        {
+            return Err(bad(format!(
+                "node {} runs a controller but is not a voter of controller.quorum.voters",
+                self.node_id
+            )));
         }
         Ok(())
     }
@@ -405,6 +506,43 @@ fn ratio(value: &str) -> Option<f64> {
 
 fn millis(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// Which parts of a node run in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roles {
+    pub broker: bool,
+    pub controller: bool,
+}
+
+fn parse_roles(value: &str) -> Option<Roles> {
+    let mut roles = Roles {
+        broker: false,
+        controller: false,
+    };
+    for role in value.split(',').map(str::trim) {
+        match role {
+            "broker" => roles.broker = true,
+            "controller" => roles.controller = true,
+            _ => return None,
+        }
+    }
+    (roles.broker || roles.controller).then_some(roles)
+}
+
+/// `1@127.0.0.1:9093,2@127.0.0.1:9094`: distinct ids >= 1.
+pub fn parse_quorum(value: &str) -> Option<Vec<(u64, SocketAddr)>> {
+    let mut out: Vec<(u64, SocketAddr)> = Vec::new();
+    for voter in value.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+        let (id, addr) = voter.split_once('@')?;
+        let id: u64 = id.trim().parse().ok().filter(|id| *id >= 1)?;
+        let addr: SocketAddr = addr.trim().parse().ok()?;
+        if out.iter().any(|(other, _)| *other == id) {
+            return None;
+        }
+        out.push((id, addr));
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 fn parse_cores(value: &str) -> Option<Cores> {

@@ -11,6 +11,7 @@
 //! `fetch::MAX_WAIT_MS_CAP` per long poll.
 
 pub mod admin_client;
+pub mod cluster;
 pub mod config;
 pub mod group;
 pub mod handlers;

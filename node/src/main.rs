@@ -45,6 +45,25 @@ enum Command {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// The cluster as its controller quorum sees it.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// The active controller, Raft term and commit index, and every node
+    /// (fenced or not) with its endpoints; from the first voter that answers.
+    Status {
+        /// Controller addresses: HOST:PORT or ID@HOST:PORT, comma-separated.
+        #[arg(long, default_value = "127.0.0.1:9093")]
+        controller: String,
+        /// How long to wait for an answer.
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -92,6 +111,19 @@ struct NodeArgs {
     /// Number of cores (shards), or a list of CPUs to pin them to: 4 or 0,2,4.
     #[arg(long)]
     cores: Option<String>,
+    /// What this process runs: broker, controller, or broker,controller.
+    #[arg(long)]
+    roles: Option<String>,
+    /// HOST:PORT the controller listens on for the quorum and the brokers
+    /// (default: this node's entry in --controller-quorum).
+    #[arg(long)]
+    controller_listen: Option<String>,
+    /// The controller quorum: ID@HOST:PORT,... (default: this node alone).
+    #[arg(long)]
+    controller_quorum: Option<String>,
+    /// CPU to pin the controller to (default: not pinned).
+    #[arg(long)]
+    controller_cores: Option<String>,
     /// Any setting as key=value (repeatable), applied last.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
@@ -147,7 +179,9 @@ struct Conn {
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            // raft-rs narrates every election at info; its warnings are enough.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,raft=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -155,6 +189,7 @@ fn main() {
         Command::Node(args) => run_node(args),
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
+        Command::Cluster { command } => cluster(command),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -176,6 +211,10 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         ("advertised.listeners", args.advertised_listener),
         ("log.dirs", args.data_dir.map(|d| d.display().to_string())),
         ("cores", args.cores),
+        ("process.roles", args.roles),
+        ("controller.listen", args.controller_listen),
+        ("controller.quorum.voters", args.controller_quorum),
+        ("controller.cpu", args.controller_cores),
     ];
     for (key, value) in flags {
         if let Some(value) = value {
@@ -192,17 +231,24 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     ])?;
     let temporary = config.data_dir.is_none();
     let node = Node::start(config)?;
-    tracing::info!(
-        "skiff node listening on {} ({} cores, data in {}{})",
-        node.addr,
-        node.shards(),
-        node.data_dir.display(),
-        if temporary {
-            ", temporary: removed at exit"
-        } else {
-            ""
-        }
-    );
+    let temporary = if temporary {
+        ", temporary: removed at exit"
+    } else {
+        ""
+    };
+    match node.addr {
+        Some(addr) => tracing::info!(
+            "skiff node listening on {addr} ({} cores, data in {}{temporary})",
+            node.shards(),
+            node.data_dir.display(),
+        ),
+        None => tracing::info!(
+            "skiff controller listening on {} (data in {}{temporary})",
+            node.controller_addr
+                .map_or_else(|| "-".to_string(), |a| a.to_string()),
+            node.data_dir.display(),
+        ),
+    }
     let signal = signals.forever().next();
     tracing::info!(
         ?signal,
@@ -333,6 +379,74 @@ fn topic(command: TopicCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn cluster(command: ClusterCommand) -> anyhow::Result<()> {
+    let ClusterCommand::Status {
+        controller,
+        timeout_ms,
+    } = command;
+    let timeout = std::time::Duration::from_millis(timeout_ms);
+    let mut last_error = None;
+    for entry in controller
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        let addr_text = entry.split_once('@').map_or(entry, |(_, a)| a);
+        let addr: std::net::SocketAddr = addr_text
+            .parse()
+            .with_context(|| format!("{entry:?} is not HOST:PORT or ID@HOST:PORT"))?;
+        match skiff_controller::client::status_blocking(addr, timeout) {
+            Ok(status) => {
+                print_status(addr, &status);
+                return Ok(());
+            }
+            Err(e) => last_error = Some(format!("{addr}: {e}")),
+        }
+    }
+    bail!(
+        "no controller answered ({})",
+        last_error.unwrap_or_else(|| "no address given".into())
+    )
+}
+
+fn print_status(addr: std::net::SocketAddr, s: &skiff_controller::service::ControllerStatus) {
+    println!("asked:             node {} at {addr}", s.node_id);
+    println!(
+        "active controller: {}",
+        s.leader_id.map_or_else(
+            || "none (election in progress)".to_string(),
+            |id| format!("node {id}")
+        )
+    );
+    println!("raft term:         {}", s.term);
+    println!("commit index:      {}", s.commit_index);
+    println!("applied offset:    {}", s.applied_offset);
+    println!(
+        "topics:            {} ({} partitions, {} offline)",
+        s.topics, s.partitions, s.offline_partitions
+    );
+    println!("nodes:");
+    for n in &s.nodes {
+        let state = if n.in_controlled_shutdown {
+            "shutting down"
+        } else if n.fenced {
+            "fenced"
+        } else {
+            "unfenced"
+        };
+        println!(
+            "  node {:<4} {:<14} epoch {:<6} {}{}",
+            n.id,
+            state,
+            n.broker_epoch,
+            n.endpoints.join(","),
+            n.rack
+                .as_ref()
+                .map_or_else(String::new, |r| format!(" rack {r}")),
+        );
+    }
 }
 
 fn group(command: GroupCommand) -> anyhow::Result<()> {

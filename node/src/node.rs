@@ -13,6 +13,7 @@ use glommio::task::JoinHandle;
 use skiff_engine::{data_dir, CleanerConfig, Runtime, ShardConfig};
 use std::time::Duration;
 
+use crate::cluster;
 use crate::config::NodeConfig;
 use crate::group::{
     self,
@@ -21,7 +22,9 @@ use crate::group::{
 use crate::metrics::{self, Phase};
 use crate::server;
 use crate::state::{CoreState, NodeContext, ProducerIdAllocator};
-use crate::topics;
+use skiff_controller::decisions::ControllerConfig;
+use skiff_controller::node::QuorumConfig;
+use skiff_controller::service::{ControllerHandle, ServiceConfig};
 
 thread_local! {
     /// The stop channel and serve task of this core's listener.
@@ -32,8 +35,13 @@ thread_local! {
 
 /// A running node.
 pub struct Node {
-    runtime: Runtime,
-    pub addr: SocketAddr,
+    /// The broker's shard runtime (None: a controller-only node).
+    runtime: Option<Runtime>,
+    /// The Kafka listener (None: a controller-only node).
+    pub addr: Option<SocketAddr>,
+    controller: Option<ControllerHandle>,
+    /// Where this node's controller listens (None: not a controller).
+    pub controller_addr: Option<SocketAddr>,
     /// Where `/metrics` and `/health` are served (None: turned off).
     pub metrics_addr: Option<SocketAddr>,
     pub data_dir: std::path::PathBuf,
@@ -52,6 +60,21 @@ impl Node {
                 (t.path().to_path_buf(), Some(t))
             }
         };
+        config.check_roles()?;
+        // The controller first: a broker needs a quorum to join.
+        let (controller, quorum_addrs) = start_controller(&config, &data_dir)?;
+        let controller_addr = controller.as_ref().map(ControllerHandle::listen_addr);
+        if !config.roles.broker {
+            return Ok(Node {
+                runtime: None,
+                addr: None,
+                controller,
+                controller_addr,
+                metrics_addr: None,
+                data_dir,
+                _temp_dir: temp_dir,
+            });
+        }
         let mut shard_config = ShardConfig::unpinned(&data_dir, 1);
         shard_config.node_id = config.node_id;
         shard_config.cpus = config.cpus();
@@ -74,8 +97,8 @@ impl Node {
         let runtime = Runtime::start(shard_config)
             .with_context(|| format!("starting the engine in {}", data_dir.display()))?;
         let meta = data_dir::load_or_create(&data_dir, config.node_id)?;
-        let producer_ids =
-            ProducerIdAllocator::open(&data_dir).context("opening the producer id block")?;
+        let producer_ids = ProducerIdAllocator::open(&data_dir, config.node_id)
+            .context("opening the producer id block")?;
         let node = Arc::new(NodeContext {
             config: config.clone(),
             data_dir: data_dir.clone(),
@@ -97,12 +120,17 @@ impl Node {
         if let Some(addr) = metrics_addr {
             tracing::info!("serving metrics and health on http://{addr} (/metrics, /health)");
         }
-        let offsets_partitions = runtime.block_on(0, |shard| async move {
+        // The broker joins the cluster on core 0: registration, the metadata
+        // log up to it, the local partitions it assigns here, unfencing.
+        let quorum = quorum_addrs;
+        let timeout = Duration::from_millis(config.broker_session_timeout_ms.max(1000));
+        let offsets_partitions = runtime.block_on(0, move |_| async move {
             let Some(core) = CoreState::current() else {
                 return Err(anyhow::anyhow!("core state missing"));
             };
-            let table = topics::load(&core).await?;
-            topics::broadcast(&shard, Arc::new(table)).await?;
+            cluster::start(core.clone(), quorum, timeout)
+                .await
+                .context("joining the cluster")?;
             Ok(group::ensure_offsets_topic(&core).await?)
         })??;
         // Each core loads the groups of the offsets partitions it owns before
@@ -129,8 +157,10 @@ impl Node {
         }
         set_phase(&runtime, Phase::Serving)?;
         Ok(Node {
-            runtime,
-            addr,
+            runtime: Some(runtime),
+            addr: Some(addr),
+            controller,
+            controller_addr,
             metrics_addr,
             data_dir,
             _temp_dir: temp_dir,
@@ -138,38 +168,109 @@ impl Node {
     }
 
     pub fn shards(&self) -> usize {
-        self.runtime.shards()
+        self.runtime.as_ref().map_or(0, Runtime::shards)
     }
 
-    /// Stops accepting, waits for in-flight requests, closes every partition.
+    /// Stops the broker (controlled shutdown, no new connections, in-flight
+    /// requests finish, every partition closed), then the controller.
     pub fn stop(self) -> anyhow::Result<()> {
-        set_phase(&self.runtime, Phase::Stopping)?;
-        // Members waiting in JoinGroup/SyncGroup are answered first, so their
-        // connections can finish.
-        for core in 0..self.runtime.shards() {
-            self.runtime
-                .block_on(core, |_| async move { Coordinator::current().close() })?;
+        if let Some(runtime) = self.runtime {
+            stop_broker(runtime)?;
         }
-        for core in 0..self.runtime.shards() {
-            self.runtime.block_on(core, |_| async move {
-                let Some((stop, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {
-                    return;
-                };
-                let _ = stop.try_send(());
-                let _ = serve.await;
-            })?;
+        if let Some(controller) = self.controller {
+            controller.stop().context("stopping the controller")?;
         }
-        // Metrics last: /health answers "stopping" while requests drain.
-        self.runtime.block_on(0, |_| async move {
-            if let Some((stop, serve)) = METRICS_LISTENER.with(|l| l.borrow_mut().take()) {
-                let _ = stop.try_send(());
-                let _ = serve.await;
-            }
-        })?;
-        self.runtime.shutdown()?;
         Ok(())
     }
 }
+
+fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
+    set_phase(&runtime, Phase::Stopping)?;
+    // Leaderships move to other nodes while this one still serves.
+    runtime.block_on(0, |_| async move { cluster::shut_down().await })?;
+    // Members waiting in JoinGroup/SyncGroup are answered first, so their
+    // connections can finish.
+    for core in 0..runtime.shards() {
+        runtime.block_on(core, |_| async move { Coordinator::current().close() })?;
+    }
+    for core in 0..runtime.shards() {
+        runtime.block_on(core, |_| async move {
+            let Some((stop, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {
+                return;
+            };
+            let _ = stop.try_send(());
+            let _ = serve.await;
+        })?;
+    }
+    // Metrics last: /health answers "stopping" while requests drain.
+    runtime.block_on(0, |_| async move {
+        if let Some((stop, serve)) = METRICS_LISTENER.with(|l| l.borrow_mut().take()) {
+            let _ = stop.try_send(());
+            let _ = serve.await;
+        }
+    })?;
+    runtime.shutdown()?;
+    Ok(())
+}
+
+/// Starts this node's controller when it has the role, and returns it with
+/// the quorum's addresses (every voter's controller listener). A node alone
+/// (no quorum configured) is a quorum of itself on `DEFAULT_CONTROLLER_LISTEN`
+/// unless `controller.listen` says otherwise.
+fn start_controller(
+    config: &NodeConfig,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(Option<ControllerHandle>, Vec<(u64, SocketAddr)>)> {
+    let node_id = u64::try_from(config.node_id)
+        .ok()
+        .filter(|id| *id >= 1)
+        .context("node.id must be >= 1 in a cluster")?;
+    if !config.roles.controller {
+        return Ok((None, config.controller_quorum.clone()));
+    }
+    let listen = config
+        .controller_listen
+        .or_else(|| {
+            config
+                .controller_quorum
+                .iter()
+                .find(|(id, _)| *id == node_id)
+                .map(|(_, addr)| *addr)
+        })
+        .unwrap_or(DEFAULT_CONTROLLER_LISTEN);
+    let listener = std::net::TcpListener::bind(listen)
+        .with_context(|| format!("binding the controller listener {listen}"))?;
+    let bound = listener.local_addr()?;
+    let peers = if config.controller_quorum.is_empty() {
+        vec![(node_id, bound)]
+    } else {
+        config.controller_quorum.clone()
+    };
+    let voters = peers.iter().map(|(id, _)| *id).collect();
+    let handle = ControllerHandle::start(ServiceConfig {
+        data_dir: data_dir.to_path_buf(),
+        quorum: QuorumConfig::new(node_id, voters),
+        peers: peers.clone(),
+        listener,
+        controller: ControllerConfig {
+            heartbeat_interval_ms: config.broker_heartbeat_interval_ms,
+            session_timeout_ms: config.broker_session_timeout_ms,
+            unclean_leader_election: config.unclean_leader_election,
+        },
+        tick: CONTROLLER_TICK,
+        cpu: config.controller_cpu,
+    })
+    .with_context(|| format!("starting the controller in {}", data_dir.display()))?;
+    tracing::info!(node_id, addr = %bound, voters = peers.len(), "controller listening");
+    Ok((Some(handle), peers))
+}
+
+/// Kafka's conventional controller port, on loopback.
+pub const DEFAULT_CONTROLLER_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9093);
+
+/// The controller's Raft tick: elections after 1-2 s of silence.
+const CONTROLLER_TICK: Duration = Duration::from_millis(100);
 
 /// Binds this core's listener and starts serving on it.
 fn listen(addr: SocketAddr) -> anyhow::Result<SocketAddr> {

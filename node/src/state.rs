@@ -25,9 +25,12 @@ pub struct NodeContext {
 }
 
 /// Hands out producer ids in blocks whose end is persisted before use, so ids
-/// are never reused across restarts.
+/// are never reused across restarts. Ids carry the node id in their high 32
+/// bits, so two nodes never hand out the same one (Kafka allocates blocks
+/// through the controller; this needs no round trip).
 pub struct ProducerIdAllocator {
     path: PathBuf,
+    prefix: i64,
     next: i64,
     block_end: i64,
 }
@@ -36,7 +39,7 @@ pub const PRODUCER_ID_BLOCK: i64 = 1000;
 pub const PRODUCER_ID_FILE: &str = "producer-id-block";
 
 impl ProducerIdAllocator {
-    pub fn open(data_dir: &std::path::Path) -> std::io::Result<Self> {
+    pub fn open(data_dir: &std::path::Path, node_id: i32) -> std::io::Result<Self> {
         let path = data_dir.join(PRODUCER_ID_FILE);
         let next = match std::fs::read_to_string(&path) {
             Ok(text) => text.trim().parse().map_err(|_| {
@@ -50,6 +53,7 @@ impl ProducerIdAllocator {
         };
         Ok(ProducerIdAllocator {
             path,
+            prefix: i64::from(node_id.max(0)) << 32,
             next,
             block_end: next,
         })
@@ -64,7 +68,12 @@ impl ProducerIdAllocator {
             std::fs::rename(&tmp, &self.path)?;
             self.block_end = end;
         }
-        let id = self.next;
+        if self.next >= 1 << 32 {
+            return Err(std::io::Error::other(
+                "this node has handed out 2^32 producer ids",
+            ));
+        }
+        let id = self.prefix | self.next;
         self.next += 1;
         Ok(id)
     }

@@ -1,39 +1,85 @@
-//! The node's topics: names, ids, partition counts and config overrides.
+//! The node's topics: names, ids, partitions with their replicas and leaders,
+//! config overrides, and the live brokers.
 //!
-//! Core 0 owns the authoritative table and persists it as
-//! `<data-dir>/skiff-topics.json` (atomic replace, through glommio); every change
-//! is made there (one at a time) and the new immutable snapshot is then sent to
-//! every core, which keeps it in its `CoreState`. Request handlers read their own
-//! core's snapshot: no lock, no cross-core traffic on the hot path. (The Raft
-//! controller will take this role over when the cluster exists.)
+//! The committed cluster metadata (the controller's Raft log, followed by
+//! `cluster.rs` on core 0) is the source of truth; this table is derived from
+//! it and sent as an immutable snapshot to every core, which keeps it in its
+//! `CoreState`. Request handlers read their own core's snapshot: no lock, no
+//! cross-core traffic on the hot path. Changes (create, delete, configs) go to
+//! the controller from core 0 and take effect when the metadata comes back.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-use skiff_engine::{fsutil, shard::list_partition_dirs, Shard, TopicPartition};
+use skiff_engine::Shard;
 use thiserror::Error;
 use uuid::Uuid;
 
+use crate::cluster::{self, ClusterError};
 use crate::state::CoreState;
 
-pub const TOPICS_FILE: &str = "skiff-topics.json";
 /// Kafka's limit on topic name length.
 pub const TOPIC_NAME_MAX: usize = 249;
+/// A partition without a leader.
+pub const NO_LEADER: i32 = -1;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// One partition's replicas, in-sync replicas and leader (node ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// `NO_LEADER` while offline.
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     pub name: String,
     pub id: Uuid,
     pub partitions: i32,
     /// Overrides only; defaults come from the node config.
     pub configs: BTreeMap<String, String>,
+    /// Per partition, in order (`partitions` entries).
+    pub assignment: Vec<Assignment>,
 }
 
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+impl TopicInfo {
+    pub fn partition(&self, index: i32) -> Option<&Assignment> {
+        self.assignment.get(usize::try_from(index).ok()?)
+    }
+}
+
+/// A registered node, as the metadata says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+    pub fenced: bool,
+    pub in_controlled_shutdown: bool,
+}
+
+/// Who serves a partition, from one node's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// No such topic or partition.
+    Unknown,
+    /// This node leads it: produce and fetch are served here.
+    Leader,
+    /// Another node leads it, or nobody does (`NO_LEADER`).
+    NotLeader(i32),
+}
+
+#[derive(Debug, Default, Clone)]
 pub struct TopicTable {
     pub topics: BTreeMap<String, TopicInfo>,
+    pub brokers: Vec<BrokerInfo>,
+    /// The node this table was derived for.
+    pub node_id: i32,
+    /// The metadata log offset it reflects.
+    pub metadata_offset: u64,
 }
 
 impl TopicTable {
@@ -49,6 +95,23 @@ impl TopicTable {
         self.get(topic)
             .is_some_and(|t| partition >= 0 && partition < t.partitions)
     }
+
+    pub fn role(&self, topic: &str, partition: i32) -> Role {
+        match self.get(topic).and_then(|t| t.partition(partition)) {
+            None => Role::Unknown,
+            Some(a) if a.leader == self.node_id => Role::Leader,
+            Some(a) => Role::NotLeader(a.leader),
+        }
+    }
+
+    pub fn broker(&self, id: i32) -> Option<&BrokerInfo> {
+        self.brokers.iter().find(|b| b.id == id)
+    }
+
+    /// Brokers clients may use: registered and not fenced.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
+        self.brokers.iter().filter(|b| !b.fenced)
+    }
 }
 
 #[derive(Debug, Error)]
@@ -61,12 +124,27 @@ pub enum TopicError {
     InvalidName { name: String, reason: &'static str },
     #[error("invalid partition count {0}")]
     InvalidPartitions(i32),
-    #[error("replication factor {0} is not possible on a single node")]
+    #[error("replication factor {0}: replicas do not copy data yet (replication is issue #7), so only 1 is accepted")]
     InvalidReplicationFactor(i16),
     #[error("invalid config: {0}")]
     InvalidConfig(String),
+    /// The controller refused (Kafka's error code and its message).
+    #[error("{message}")]
+    Refused { code: i16, message: String },
+    /// No active controller answered, or the change did not come back in time.
+    #[error("cluster metadata: {0}")]
+    Unavailable(String),
     #[error(transparent)]
     Engine(#[from] skiff_engine::LogError),
+}
+
+impl From<ClusterError> for TopicError {
+    fn from(e: ClusterError) -> Self {
+        match e {
+            ClusterError::Topic(t) => t,
+            other => TopicError::Unavailable(other.to_string()),
+        }
+    }
 }
 
 /// Kafka's rules: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -95,71 +173,6 @@ pub fn validate_name(name: &str) -> Result<(), TopicError> {
     Ok(())
 }
 
-fn new_topic_id() -> Uuid {
-    let mut bytes = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut bytes);
-    }
-    uuid::Builder::from_random_bytes(bytes).into_uuid()
-}
-
-/// Loads the table on core 0 at start: the file, reconciled with the partition
-/// directories actually present (a directory without an entry gets one; an entry
-/// whose directories are missing gets them created). Applies config overrides to
-/// the partitions the engine opened with node defaults.
-pub async fn load(core: &CoreState) -> Result<TopicTable, TopicError> {
-    let data_dir = &core.node.data_dir;
-    let path = data_dir.join(TOPICS_FILE);
-    let mut table: TopicTable = match fsutil::read_file(&path).await? {
-        Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-            TopicError::Engine(skiff_engine::LogError::Checkpoint {
-                path: path.clone(),
-                reason: e.to_string(),
-            })
-        })?,
-        None => TopicTable::default(),
-    };
-    let mut changed = false;
-    for tp in list_partition_dirs(data_dir)? {
-        let entry = table.topics.entry(tp.topic.clone()).or_insert_with(|| {
-            changed = true;
-            TopicInfo {
-                name: tp.topic.clone(),
-                id: new_topic_id(),
-                partitions: 0,
-                configs: BTreeMap::new(),
-            }
-        });
-        if tp.partition >= entry.partitions {
-            entry.partitions = tp.partition + 1;
-            changed = true;
-        }
-    }
-    for topic in table.topics.values() {
-        let log = core.node.config.log_config(&topic.configs);
-        for p in 0..topic.partitions {
-            let tp = TopicPartition::new(topic.name.clone(), p);
-            if !data_dir.join(tp.dir_name()).exists() {
-                core.shard.create_partition_with(&tp, log.clone()).await?;
-            } else if !topic.configs.is_empty() {
-                core.shard.update_partition_config(&tp, log.clone()).await?;
-            }
-        }
-    }
-    if changed {
-        persist(data_dir, &table).await?;
-    }
-    Ok(table)
-}
-
-async fn persist(data_dir: &Path, table: &TopicTable) -> Result<(), TopicError> {
-    let bytes =
-        serde_json::to_vec_pretty(table).map_err(|e| TopicError::InvalidConfig(e.to_string()))?;
-    fsutil::write_file_atomic(&data_dir.join(TOPICS_FILE), &bytes).await?;
-    Ok(())
-}
-
 /// Sends a new snapshot to every core.
 pub async fn broadcast(
     shard: &std::rc::Rc<Shard>,
@@ -178,14 +191,11 @@ pub async fn broadcast(
     Ok(())
 }
 
-/// Runs a topic change on core 0, one at a time, persisted then broadcast.
-async fn change<T: Send + 'static>(
+/// Runs `f` on core 0 (where the cluster link lives), one change at a time.
+async fn on_core_zero<T: Send + 'static>(
     core: &CoreState,
-    f: impl FnOnce(
-            std::rc::Rc<CoreState>,
-        ) -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = Result<(T, TopicTable), TopicError>>>,
-        > + Send
+    f: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, TopicError>>>>
+        + Send
         + 'static,
 ) -> Result<T, TopicError> {
     core.shard
@@ -198,10 +208,7 @@ async fn change<T: Send + 'static>(
                 .acquire_permit(1)
                 .await
                 .map_err(|_| TopicError::Engine(skiff_engine::LogError::RuntimeStopped))?;
-            let (out, table) = f(zero.clone()).await?;
-            persist(&zero.node.data_dir, &table).await?;
-            broadcast(&zero.shard, Arc::new(table)).await?;
-            Ok(out)
+            f().await
         })
         .await?
 }
@@ -241,54 +248,27 @@ pub fn check_create(
 }
 
 pub async fn create(core: &CoreState, req: CreateTopic) -> Result<TopicInfo, TopicError> {
-    change(core, move |zero| {
+    let (partitions, configs) = check_create(core, &req)?;
+    let replication_factor = 1;
+    on_core_zero(core, move || {
         Box::pin(async move {
-            let (partitions, configs) = check_create(&zero, &req)?;
-            let info = TopicInfo {
-                name: req.name.clone(),
-                id: new_topic_id(),
-                partitions,
-                configs,
-            };
-            let log = zero.node.config.log_config(&info.configs);
-            for p in 0..partitions {
-                zero.shard
-                    .create_partition_with(&TopicPartition::new(info.name.clone(), p), log.clone())
-                    .await?;
-            }
-            let mut table = (*zero.topics()).clone();
-            table.topics.insert(info.name.clone(), info.clone());
-            tracing::info!(topic = %info.name, partitions, "created topic");
-            Ok((info, table))
+            Ok(cluster::create_topic(req.name, partitions, replication_factor, configs).await?)
         })
     })
     .await
 }
 
 pub async fn delete(core: &CoreState, name: String) -> Result<TopicInfo, TopicError> {
-    change(core, move |zero| {
-        Box::pin(async move {
-            let info = zero
-                .topics()
-                .get(&name)
-                .cloned()
-                .ok_or_else(|| TopicError::Unknown(name.clone()))?;
-            // The table changes first so no new request finds the topic.
-            let mut table = (*zero.topics()).clone();
-            table.topics.remove(&name);
-            broadcast(&zero.shard, Arc::new(table.clone())).await?;
-            for p in 0..info.partitions {
-                let tp = TopicPartition::new(name.clone(), p);
-                match zero.shard.delete_partition(&tp).await {
-                    Ok(()) | Err(skiff_engine::LogError::UnknownPartition(_)) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            tracing::info!(topic = %name, "deleted topic");
-            Ok((info, table))
-        })
+    let info = core
+        .topics()
+        .get(&name)
+        .cloned()
+        .ok_or_else(|| TopicError::Unknown(name.clone()))?;
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::delete_topic(&name).await?) })
     })
-    .await
+    .await?;
+    Ok(info)
 }
 
 /// One config change of IncrementalAlterConfigs.
@@ -326,31 +306,15 @@ pub async fn alter_configs(
     if validate_only {
         return Ok(());
     }
-    change(core, move |zero| {
-        Box::pin(async move {
-            let mut table = (*zero.topics()).clone();
-            let info = table
-                .topics
-                .get_mut(&name)
-                .ok_or_else(|| TopicError::Unknown(name.clone()))?;
-            for op in ops {
-                match op {
-                    ConfigOp::Set(k, v) => {
-                        info.configs.insert(k, v);
-                    }
-                    ConfigOp::Delete(k) => {
-                        info.configs.remove(&k);
-                    }
-                }
-            }
-            let log = zero.node.config.log_config(&info.configs);
-            for p in 0..info.partitions {
-                zero.shard
-                    .update_partition_config(&TopicPartition::new(name.clone(), p), log.clone())
-                    .await?;
-            }
-            Ok(((), table))
+    let ops = ops
+        .into_iter()
+        .map(|op| match op {
+            ConfigOp::Set(k, v) => (k, Some(v)),
+            ConfigOp::Delete(k) => (k, None),
         })
+        .collect();
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::alter_topic_configs(&name, ops).await?) })
     })
     .await
 }

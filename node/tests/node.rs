@@ -47,6 +47,8 @@ impl NodeProcess {
                 &format!("127.0.0.1:{port}"),
                 "--metrics-listen",
                 &format!("127.0.0.1:{metrics_port}"),
+                "--controller-listen",
+                "127.0.0.1:0",
                 "--cores",
                 "2",
                 "--data-dir",
@@ -1198,6 +1200,8 @@ fn metrics_count_produce_and_fetch_exactly_and_health_answers() {
         .args([
             "--metrics-listen",
             &format!("127.0.0.1:{port}"),
+            "--controller-listen",
+            "127.0.0.1:0",
             "--data-dir",
         ])
         .arg(tmp2.path())

@@ -41,8 +41,13 @@ class NodeError(Exception):
 class Node:
     """One `skiff node` process on 127.0.0.1:port with its own data dir."""
 
-    def __init__(self, settings=None, cores=2, node_id=1, extra_args=()):
+    def __init__(self, settings=None, cores=2, node_id=1, extra_args=(), controller_listen="127.0.0.1:0"):
         self.settings = dict(settings or {})
+        # Never the default 9093 either; a cluster member passes its quorum entry.
+        self.controller_listen = controller_listen
+        # What the log says once the node serves (a controller-only node has
+        # no Kafka listener and says so differently).
+        self.ready_needle = None
         self.cores = cores
         self.node_id = node_id
         self.extra_args = list(extra_args)
@@ -73,12 +78,20 @@ class Node:
             str(self.node_id),
             "--metrics-listen",
             f"127.0.0.1:{self.metrics_port}",
+            "--controller-listen",
+            self.controller_listen,
         ]
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
         return args + self.extra_args
 
     def start(self):
+        self.launch()
+        return self.wait_listening()
+
+    def launch(self):
+        """Start the process without waiting (cluster members start together:
+        each waits for a controller quorum before it listens)."""
         if not os.path.exists(SKIFF_BIN):
             raise NodeError(f"skiff binary not found at {SKIFF_BIN} (build it: cargo build -p skiff-node)")
         self.starts += 1
@@ -98,7 +111,11 @@ class Node:
             env=env,
             start_new_session=True,
         )
-        needle = f"listening on {self.bootstrap}".encode()
+        self._log_offset = log_offset
+
+    def wait_listening(self):
+        log_offset = self._log_offset
+        needle = (self.ready_needle or f"listening on {self.bootstrap}").encode()
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as f:

@@ -248,6 +248,8 @@ fn classify(dir: &Path) -> Result<DirKind, ToolError> {
     let partitions: Vec<PathBuf> = entries
         .into_iter()
         .filter(|e| e.is_dir && parse_partition_dir_name(&e.name).is_some())
+        // The controller's metadata log (dump-metadata reads it).
+        .filter(|e| !skiff_engine::shard::NOT_PARTITION_DIRS.contains(&e.name.as_str()))
         .map(|e| e.path)
         .collect();
     if has_meta || !partitions.is_empty() {

@@ -37,6 +37,11 @@ fn topic_error(e: &TopicError) -> ResponseError {
         TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
         TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
         TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+        TopicError::Refused { code, .. } => {
+            ResponseError::try_from_code(*code).unwrap_or(ResponseError::UnknownServerError)
+        }
+        // Retriable: the client tries again once a controller is elected.
+        TopicError::Unavailable(_) => ResponseError::RequestTimedOut,
         TopicError::Engine(e) => super::error_code(e),
     }
 }
@@ -85,6 +90,7 @@ pub async fn create_topics(
                 id: Uuid::nil(),
                 partitions,
                 configs,
+                assignment: Vec::new(),
             })
         } else {
             topics::create(core, create).await

@@ -6,7 +6,7 @@ use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
-use kafka_protocol::ResponseError;
+
 use skiff_engine::{LogError, TopicPartition};
 
 use super::error_code;
@@ -21,9 +21,8 @@ pub async fn handle(core: &CoreState, request: DeleteRecordsRequest) -> DeleteRe
             let result = DeleteRecordsPartitionResult::default()
                 .with_partition_index(p.partition_index)
                 .with_low_watermark(-1);
-            if !core.topics().has_partition(&name, p.partition_index) {
-                partitions
-                    .push(result.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+            if let Err(e) = super::check_leader(&core.topics(), &name, p.partition_index) {
+                partitions.push(result.with_error_code(e.code()));
                 continue;
             }
             let tp = TopicPartition::new(name.clone(), p.partition_index);

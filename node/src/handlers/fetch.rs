@@ -155,8 +155,8 @@ async fn read_all(
 ) -> Vec<Result<PartitionRead, ResponseError>> {
     let topics = core.topics();
     join_all(wanted.iter().map(|(tp, offset, max)| {
-        let known = topics.has_partition(&tp.topic, tp.partition);
-        read_one(&core.shard, tp.clone(), *offset, *max, known)
+        let serves = super::check_leader(&topics, &tp.topic, tp.partition);
+        read_one(&core.shard, tp.clone(), *offset, *max, serves)
     }))
     .await
 }
@@ -166,11 +166,9 @@ async fn read_one(
     tp: TopicPartition,
     offset: i64,
     max_bytes: usize,
-    known: bool,
+    serves: Result<(), ResponseError>,
 ) -> Result<PartitionRead, ResponseError> {
-    if !known {
-        return Err(ResponseError::UnknownTopicOrPartition);
-    }
+    serves?;
     let owner = shard.table().shard_of(&tp);
     shard
         .invoke_on(owner, move |shard| async move {

@@ -1,6 +1,7 @@
-//! FindCoordinator: this node coordinates every group (key type 0); the
-//! group's state lives on the core that owns its `__consumer_offsets`
-//! partition, which the node reaches internally, so clients only need the node.
+//! FindCoordinator: a group's coordinator (key type 0) is the leader of its
+//! `__consumer_offsets` partition (Kafka's rule); on that node the group's
+//! state lives on the core that owns the partition, reached internally.
+//! COORDINATOR_NOT_AVAILABLE (retriable) while the partition has no leader.
 //! Transactions are not built: key type 1 gets COORDINATOR_NOT_AVAILABLE
 //! (retriable, as a Kafka cluster answers while a coordinator loads). Listed
 //! from v0 also because librdkafka only enables lz4 when a broker lists
@@ -12,6 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::str_bytes;
+use crate::group;
 use crate::state::CoreState;
 
 const KEY_TYPE_GROUP: i8 = 0;
@@ -21,6 +23,7 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 fn find(
     core: &CoreState,
     key_type: i8,
+    key: &str,
 ) -> (
     Option<ResponseError>,
     Option<&'static str>,
@@ -30,8 +33,26 @@ fn find(
 ) {
     match key_type {
         KEY_TYPE_GROUP => {
-            let (host, port) = core.node.config.advertised();
-            (None, None, core.node.config.node_id, host, i32::from(port))
+            let table = core.topics();
+            let leader = group::coordinator_of(core, key)
+                .and_then(|(tp, _)| {
+                    table
+                        .get(&tp.topic)?
+                        .partition(tp.partition)
+                        .map(|a| a.leader)
+                })
+                .and_then(|leader| table.broker(leader))
+                .filter(|b| !b.fenced);
+            match leader {
+                Some(b) => (None, None, b.id, b.host.clone(), i32::from(b.port)),
+                None => (
+                    Some(ResponseError::CoordinatorNotAvailable),
+                    Some("the group's offsets partition has no leader"),
+                    -1,
+                    String::new(),
+                    -1,
+                ),
+            }
         }
         KEY_TYPE_TRANSACTION => (
             Some(ResponseError::CoordinatorNotAvailable),
@@ -62,7 +83,8 @@ pub fn handle(
                 .coordinator_keys
                 .into_iter()
                 .map(|key: StrBytes| {
-                    let (error, message, node_id, host, port) = find(core, request.key_type);
+                    let (error, message, node_id, host, port) =
+                        find(core, request.key_type, key.as_str());
                     Coordinator::default()
                         .with_key(key)
                         .with_node_id(BrokerId(node_id))
@@ -74,7 +96,7 @@ pub fn handle(
                 .collect(),
         );
     }
-    let (error, message, node_id, host, port) = find(core, request.key_type);
+    let (error, message, node_id, host, port) = find(core, request.key_type, request.key.as_str());
     let response = response
         .with_error_code(error.map_or(0, |e| e.code()))
         .with_node_id(BrokerId(node_id))

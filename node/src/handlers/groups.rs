@@ -38,6 +38,7 @@ use crate::group::records::OffsetValue;
 use crate::group::state::{JoinRequest, JoinResult, Limits, Protocol};
 use crate::group::{self};
 use crate::state::CoreState;
+use crate::topics::{Role, NO_LEADER};
 
 fn code(error: Option<ResponseError>) -> i16 {
     error.map_or(0, |e| e.code())
@@ -57,6 +58,14 @@ where
     let Some((tp, owner)) = group::coordinator_of(core, group_id) else {
         return Err(ResponseError::CoordinatorNotAvailable);
     };
+    // The coordinator of a group is the leader of its offsets partition.
+    match core.topics().role(&tp.topic, tp.partition) {
+        Role::Leader => {}
+        Role::NotLeader(NO_LEADER) | Role::Unknown => {
+            return Err(ResponseError::CoordinatorNotAvailable)
+        }
+        Role::NotLeader(_) => return Err(ResponseError::NotCoordinator),
+    }
     let limits = coordinator::limits(core);
     core.shard
         .invoke_on(owner, move |shard| f(shard, tp, limits))

@@ -46,8 +46,8 @@ async fn partition(
         .with_partition_index(tp.partition)
         .with_timestamp(-1)
         .with_offset(-1);
-    if !core.topics().has_partition(&tp.topic, tp.partition) {
-        return response.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+    if let Err(e) = super::check_leader(&core.topics(), &tp.topic, tp.partition) {
+        return response.with_error_code(e.code());
     }
     let query = match timestamp {
         LATEST => None,

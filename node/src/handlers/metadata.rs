@@ -1,12 +1,16 @@
-//! Metadata: this node is the only broker, the controller, and the leader of
-//! every partition it can serve. Unknown topics are created on request when
-//! `auto.create.topics.enable` and the request allow it.
+//! Metadata, answered from the committed cluster metadata this node has
+//! applied (`cluster.rs`): the live (unfenced) brokers, and per partition its
+//! replicas, ISR, leader and leader epoch. Unknown topics are created through
+//! the controller when `auto.create.topics.enable` and the request allow it.
+//! The controller id is this node's own, as a KRaft broker answers: clients
+//! never talk to controllers.
 //!
-//! A partition this node cannot serve (its log failed a write or fdatasync, or
-//! has no log) is answered as Kafka answers a partition without a live leader:
-//! LEADER_NOT_AVAILABLE, leader -1, this node in `offline_replicas` and not in
-//! the ISR. Clients then wait for a leader instead of producing into a
-//! KAFKA_STORAGE_ERROR, and `skiff topic describe --unavailable` lists it.
+//! A partition without a leader, and one this node leads but cannot serve (its
+//! log failed a write or fdatasync, or has no log), is answered as Kafka
+//! answers a partition without a live leader: LEADER_NOT_AVAILABLE, leader -1,
+//! unavailable replicas in `offline_replicas`. Clients then wait for a leader
+//! instead of producing into a KAFKA_STORAGE_ERROR, and `skiff topic describe
+//! --unavailable` lists it.
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -20,18 +24,29 @@ use skiff_engine::TopicPartition;
 use super::str_bytes;
 use crate::group;
 use crate::state::CoreState;
-use crate::topics::{self, CreateTopic, TopicError, TopicInfo};
+use crate::topics::{self, Assignment, CreateTopic, TopicError, TopicInfo, TopicTable, NO_LEADER};
 
 pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) -> MetadataResponse {
     let node_id = BrokerId(core.node.config.node_id);
-    let (host, port) = core.node.config.advertised();
+    let table = core.topics();
     // kafka-protocol refuses to encode a field its version lacks, so fields are
     // set only from the version that has them.
-    let mut response =
-        MetadataResponse::default().with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(node_id)
-            .with_host(str_bytes(host))
-            .with_port(i32::from(port))]);
+    let mut response = MetadataResponse::default().with_brokers(
+        table
+            .live_brokers()
+            .map(|b| {
+                let broker = MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(str_bytes(b.host.clone()))
+                    .with_port(i32::from(b.port));
+                if version >= 1 {
+                    broker.with_rack(b.rack.clone().map(str_bytes))
+                } else {
+                    broker
+                }
+            })
+            .collect(),
+    );
     if version >= 1 {
         response.controller_id = node_id;
     }
@@ -70,7 +85,7 @@ pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) ->
         },
     };
     let at = Answer {
-        node_id,
+        table: &table,
         version,
         offline: &offline,
     };
@@ -99,7 +114,7 @@ type Offline = HashSet<TopicPartition>;
 
 /// What every topic of one response is answered with.
 struct Answer<'a> {
-    node_id: BrokerId,
+    table: &'a TopicTable,
     version: i16,
     offline: &'a Offline,
 }
@@ -145,7 +160,7 @@ async fn requested_topic(
 }
 
 fn topic(info: &TopicInfo, at: &Answer<'_>) -> MetadataResponseTopic {
-    let (node_id, version) = (at.node_id, at.version);
+    let version = at.version;
     let t =
         MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(info.name.clone()))));
     let t = if version >= 10 {
@@ -159,35 +174,57 @@ fn topic(info: &TopicInfo, at: &Answer<'_>) -> MetadataResponseTopic {
         t
     };
     t.with_partitions(
-        (0..info.partitions)
-            .map(|p| {
-                let partition = MetadataResponsePartition::default()
-                    .with_partition_index(p)
-                    .with_replica_nodes(vec![node_id]);
-                let partition = if at
-                    .offline
-                    .contains(&TopicPartition::new(info.name.clone(), p))
-                {
-                    let partition = partition
-                        .with_error_code(ResponseError::LeaderNotAvailable.code())
-                        .with_leader_id(BrokerId(-1))
-                        .with_isr_nodes(vec![]);
-                    if version >= 5 {
-                        partition.with_offline_replicas(vec![node_id])
-                    } else {
-                        partition
-                    }
-                } else {
-                    partition
-                        .with_leader_id(node_id)
-                        .with_isr_nodes(vec![node_id])
-                };
-                if version >= 7 {
-                    partition.with_leader_epoch(0)
-                } else {
-                    partition
-                }
-            })
+        info.assignment
+            .iter()
+            .enumerate()
+            .map(|(p, a)| partition(info, p as i32, a, at))
             .collect(),
     )
+}
+
+fn partition(
+    info: &TopicInfo,
+    p: i32,
+    a: &Assignment,
+    at: &Answer<'_>,
+) -> MetadataResponsePartition {
+    let table = at.table;
+    let ids = |list: &[i32]| list.iter().copied().map(BrokerId).collect::<Vec<_>>();
+    let live = |id: i32| table.broker(id).is_some_and(|b| !b.fenced);
+    // This node leads it but its log cannot serve: offline, as Kafka says.
+    let failed_here = a.leader == table.node_id
+        && at
+            .offline
+            .contains(&TopicPartition::new(info.name.clone(), p));
+    let mut offline_replicas: Vec<i32> = a.replicas.iter().copied().filter(|r| !live(*r)).collect();
+    if failed_here && !offline_replicas.contains(&table.node_id) {
+        offline_replicas.push(table.node_id);
+    }
+    let (error, leader, isr) = if a.leader == NO_LEADER || failed_here {
+        let isr: Vec<i32> = a
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| !failed_here || *r != table.node_id)
+            .collect();
+        (Some(ResponseError::LeaderNotAvailable), NO_LEADER, isr)
+    } else {
+        (None, a.leader, a.isr.clone())
+    };
+    let partition = MetadataResponsePartition::default()
+        .with_partition_index(p)
+        .with_error_code(error.map_or(0, |e| e.code()))
+        .with_leader_id(BrokerId(leader))
+        .with_replica_nodes(ids(&a.replicas))
+        .with_isr_nodes(ids(&isr));
+    let partition = if at.version >= 5 {
+        partition.with_offline_replicas(ids(&offline_replicas))
+    } else {
+        partition
+    };
+    if at.version >= 7 {
+        partition.with_leader_epoch(a.leader_epoch)
+    } else {
+        partition
+    }
 }

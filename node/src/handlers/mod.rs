@@ -263,3 +263,19 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// Whether this node may serve reads and writes of a partition: it exists and
+/// this node leads it. Kafka's answers otherwise: UNKNOWN_TOPIC_OR_PARTITION,
+/// or NOT_LEADER_OR_FOLLOWER (another node leads it, or nobody does yet), on
+/// which clients refresh their metadata.
+pub fn check_leader(
+    table: &crate::topics::TopicTable,
+    topic: &str,
+    partition: i32,
+) -> Result<(), ResponseError> {
+    match table.role(topic, partition) {
+        crate::topics::Role::Leader => Ok(()),
+        crate::topics::Role::Unknown => Err(ResponseError::UnknownTopicOrPartition),
+        crate::topics::Role::NotLeader(_) => Err(ResponseError::NotLeaderOrFollower),
+    }
+}

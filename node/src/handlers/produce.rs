@@ -87,15 +87,20 @@ pub async fn append_phase(
         });
         for p in &t.partition_data {
             let tp = TopicPartition::new(name.clone(), p.index);
-            let known = topics.has_partition(&name, p.index);
+            let serves = super::check_leader(&topics, &name, p.index);
             let records = p.records.clone();
             let shard = core.shard.clone();
             let metrics = &core.metrics;
             pending.push(async move {
-                let result = if !known {
+                let result = if let Err(error) = serves {
                     Err(Refused {
-                        error: ResponseError::UnknownTopicOrPartition,
-                        message: format!("{tp} does not exist"),
+                        error,
+                        message: match error {
+                            ResponseError::UnknownTopicOrPartition => {
+                                format!("{tp} does not exist")
+                            }
+                            _ => format!("this node does not lead {tp}"),
+                        },
                     })
                 } else if crate::group::is_internal_topic(&tp.topic) {
                     // Kafka: "Cannot append to internal topic".

@@ -40,6 +40,9 @@ pub enum Phase {
     Starting,
     /// Every listener open.
     Serving,
+    /// Serving, but the controller has fenced this node (its session
+    /// expired): it leads nothing until a heartbeat unfences it.
+    Fenced,
     /// SIGTERM/SIGINT received: finishing in-flight requests, closing logs.
     Stopping,
 }
@@ -387,13 +390,17 @@ async fn collect(shard: Rc<Shard>) -> Snapshot {
     }
 }
 
-/// Partitions of known topics that this core owns but has no log for.
+/// Partitions assigned to this node that this core owns but has no log for.
 fn missing_partitions(core: &CoreState, shard: &Shard) -> Vec<(TopicPartition, String)> {
     let table = shard.table();
+    let topics = core.topics();
     let mut missing = Vec::new();
-    for t in core.topics().topics.values() {
-        for p in 0..t.partitions {
-            let tp = TopicPartition::new(t.name.clone(), p);
+    for t in topics.topics.values() {
+        for (p, a) in t.assignment.iter().enumerate() {
+            if !a.replicas.contains(&topics.node_id) {
+                continue;
+            }
+            let tp = TopicPartition::new(t.name.clone(), p as i32);
             if table.shard_of(&tp) == shard.id() && shard.local(&tp).is_none() {
                 missing.push((tp, "no log on its owner core".to_string()));
             }
@@ -471,6 +478,7 @@ pub async fn health(core: &CoreState) -> Result<(), String> {
     match core.phase.get() {
         Phase::Starting => return Err("starting".into()),
         Phase::Stopping => return Err("stopping".into()),
+        Phase::Fenced => return Err("fenced by the controller".into()),
         Phase::Serving => {}
     }
     let offline = offline_partitions(core).await.map_err(|e| e.to_string())?;

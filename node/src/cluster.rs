@@ -1,0 +1,628 @@
+//! The broker's side of the cluster: it registers with the active controller,
+//! heartbeats, and follows the committed metadata log, applying it in order to
+//! its own copy of `ClusterState` (the same deterministic state machine the
+//! controllers run). From that copy it derives the `TopicTable` every core
+//! reads (topics, partitions, leaders, live brokers) and keeps a log for exactly
+//! the partitions this node is a replica of.
+//!
+//! Everything here runs on core 0 and is reached from other cores through
+//! `Shard::invoke_on(0, ..)`: admin requests only, never produce or fetch.
+//!
+//! ```text
+//! start:      register -> catch up to the registration offset -> reconcile
+//!             local partitions -> heartbeat until unfenced
+//! follower:   fetch_metadata(applied + 1, long poll) -> apply -> reconcile ->
+//!             broadcast the new TopicTable to every core
+//! heartbeat:  every broker.heartbeat.interval.ms with the applied offset; a
+//!             refused epoch (a controller that restarted without us, or a
+//!             fence) re-registers
+//! stop:       controlled shutdown (leaderships move away), bounded
+//! ```
+//!
+//! Architecture invariant: the broker never decides anything about the
+//! cluster; it applies what the controller committed, in log order, and
+//! answers clients from that.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use glommio::timer::sleep;
+use skiff_controller::client::{ClientError, ControllerClient, CreateTopicRequest};
+use skiff_controller::decisions::{Heartbeat, Registration};
+use skiff_controller::records::{Endpoint, NO_LEADER};
+use skiff_controller::rpc::{MetadataFetch, RpcError};
+use skiff_controller::state::ClusterState;
+use skiff_engine::{shard::list_partition_dirs, TopicPartition};
+use uuid::Uuid;
+
+use crate::metrics::Phase;
+use crate::state::CoreState;
+use crate::topics::{self, Assignment, BrokerInfo, TopicError, TopicInfo, TopicTable};
+
+/// Kafka's error codes the heartbeat reacts to.
+const STALE_BROKER_EPOCH: i16 = 77;
+const BROKER_ID_NOT_REGISTERED: i16 = 102;
+
+/// How long a long poll for new metadata waits at the controller.
+const FETCH_WAIT: Duration = Duration::from_millis(500);
+/// Pause after a failed fetch or registration before the next try.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long a start waits for the quorum to elect a controller and for this
+/// node to be registered, caught up and unfenced.
+pub const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a stop waits for the controller to move leaderships away.
+const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+thread_local! {
+    static BROKER: RefCell<Option<Rc<Broker>>> = const { RefCell::new(None) };
+}
+
+/// Core 0's view of the cluster and its link to the controller.
+pub struct Broker {
+    /// Admin changes (create/delete topics, configs). Each link carries one
+    /// request at a time, so the long-polling metadata fetch and the
+    /// heartbeats get their own and never wait behind each other.
+    pub client: ControllerClient,
+    heartbeats: ControllerClient,
+    metadata: ControllerClient,
+    node_id: i32,
+    incarnation: [u8; 16],
+    broker_epoch: Cell<i64>,
+    state: RefCell<ClusterState>,
+    /// The last metadata offset applied to `state`.
+    applied: Cell<u64>,
+    /// The metadata offset of the table every core has (partitions opened,
+    /// table broadcast): what admin requests wait for.
+    published: Cell<u64>,
+    fenced: Cell<bool>,
+    stopping: Cell<bool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("controller: {0}")]
+    Controller(#[from] ClientError),
+    #[error("the controller refused: {0}")]
+    Refused(String),
+    #[error("{0}")]
+    Timeout(String),
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+}
+
+impl Broker {
+    /// Core 0's broker (None elsewhere, or before `start`).
+    pub fn current() -> Option<Rc<Broker>> {
+        BROKER.with(|b| b.borrow().clone())
+    }
+
+    pub fn applied(&self) -> u64 {
+        self.applied.get()
+    }
+
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.get()
+    }
+
+    /// Waits until every core's table reflects the metadata log up to
+    /// `offset` (the commit offset of a change this node asked for), so what
+    /// the caller answers next already shows it.
+    pub async fn wait_applied(&self, offset: u64, timeout: Duration) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + timeout;
+        while self.published.get() < offset {
+            if Instant::now() >= deadline {
+                return Err(ClusterError::Timeout(format!(
+                    "metadata offset {offset} not applied within {timeout:?} (applied {})",
+                    self.published.get()
+                )));
+            }
+            sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+}
+
+fn incarnation() -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut bytes);
+    }
+    if bytes == [0u8; 16] {
+        // No /dev/urandom: the time is unique enough per process start.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos());
+        bytes = now.to_le_bytes();
+    }
+    bytes
+}
+
+/// Registers this node, catches up with the metadata log, opens the local
+/// partitions it is a replica of, and waits until the controller unfences it.
+/// Then the follower and heartbeat tasks keep it current.
+pub async fn start(
+    core: Rc<CoreState>,
+    quorum: Vec<(u64, std::net::SocketAddr)>,
+    request_timeout: Duration,
+) -> Result<(), ClusterError> {
+    let config = &core.node.config;
+    let link = || ControllerClient::new(quorum.clone(), request_timeout);
+    let broker = Rc::new(Broker {
+        client: link(),
+        heartbeats: link(),
+        metadata: link(),
+        node_id: config.node_id,
+        incarnation: incarnation(),
+        broker_epoch: Cell::new(-1),
+        state: RefCell::new(ClusterState::new()),
+        applied: Cell::new(0),
+        published: Cell::new(0),
+        fenced: Cell::new(true),
+        stopping: Cell::new(false),
+    });
+    BROKER.with(|b| *b.borrow_mut() = Some(broker.clone()));
+    let deadline = Instant::now() + START_TIMEOUT;
+
+    let registered_at = register(&core, &broker, deadline).await?;
+    // Catch up to (at least) our own registration before opening anything.
+    while broker.applied.get() < registered_at {
+        if Instant::now() >= deadline {
+            return Err(ClusterError::Timeout(format!(
+                "metadata not caught up to offset {registered_at} within {START_TIMEOUT:?}"
+            )));
+        }
+        if let Err(e) = fetch_once(&broker).await {
+            tracing::info!(error = %e, "fetching metadata (retrying)");
+            sleep(RETRY_PAUSE).await;
+        }
+    }
+    let table = Arc::new(derive_table(&broker));
+    open_assigned(&core, &TopicTable::default(), &table, true).await?;
+    let offset = table.metadata_offset;
+    topics::broadcast(&core.shard, table).await?;
+    broker.published.set(offset);
+
+    glommio::spawn_local(follow(core.clone(), broker.clone())).detach();
+    glommio::spawn_local(heartbeat_loop(core.clone(), broker.clone())).detach();
+
+    while broker.fenced.get() {
+        if Instant::now() >= deadline {
+            return Err(ClusterError::Timeout(format!(
+                "node {} not unfenced by the controller within {START_TIMEOUT:?}",
+                broker.node_id
+            )));
+        }
+        sleep(Duration::from_millis(5)).await;
+    }
+    tracing::info!(
+        node_id = broker.node_id,
+        broker_epoch = broker.broker_epoch.get(),
+        metadata_offset = broker.applied.get(),
+        "registered and unfenced"
+    );
+    Ok(())
+}
+
+/// Registers (retrying until `deadline`): the controller answers with this
+/// incarnation's broker epoch and the offset of the registration record.
+async fn register(
+    core: &CoreState,
+    broker: &Broker,
+    deadline: Instant,
+) -> Result<u64, ClusterError> {
+    let config = &core.node.config;
+    let (host, port) = config.advertised();
+    let registration = Registration {
+        node_id: broker.node_id,
+        incarnation_id: broker.incarnation,
+        endpoints: vec![Endpoint {
+            name: "PLAINTEXT".into(),
+            host,
+            port,
+        }],
+        rack: config.broker_rack.clone(),
+    };
+    loop {
+        match broker.heartbeats.register(registration.clone()).await {
+            Ok((epoch, offset)) => {
+                broker.broker_epoch.set(epoch);
+                return Ok(offset);
+            }
+            Err(ClientError::Refused { code, message }) => {
+                return Err(ClusterError::Refused(format!(
+                    "registration of node {}: {message} (error {code})",
+                    broker.node_id
+                )))
+            }
+            Err(e) if Instant::now() < deadline => {
+                tracing::info!(error = %e, "registering with the controller (retrying)");
+                sleep(RETRY_PAUSE).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// One long poll for committed metadata, applied to the broker's state.
+/// Returns whether anything changed.
+async fn fetch_once(broker: &Broker) -> Result<bool, ClientError> {
+    let from = broker.applied.get() + 1;
+    match broker.metadata.fetch_metadata(from, FETCH_WAIT).await? {
+        MetadataFetch::Batches(batches) => {
+            let changed = !batches.is_empty();
+            let mut state = broker.state.borrow_mut();
+            for batch in batches {
+                if batch.offset <= broker.applied.get() {
+                    continue;
+                }
+                // The controllers applied the same batch to the same state and
+                // refused the same records: the refusal is part of the state.
+                for (index, e) in state.apply_batch(batch.offset, &batch.records) {
+                    tracing::debug!(offset = batch.offset, index, error = %e, "metadata record refused, as by the controller");
+                }
+                broker.applied.set(batch.offset);
+            }
+            Ok(changed)
+        }
+        MetadataFetch::Snapshot { offset, image } => {
+            let state = ClusterState::from_snapshot(&image).map_err(|e| {
+                ClientError::Protocol(RpcError::Malformed(format!(
+                    "metadata snapshot at {offset}: {e}"
+                )))
+            })?;
+            *broker.state.borrow_mut() = state;
+            broker.applied.set(offset);
+            Ok(true)
+        }
+    }
+}
+
+/// Follows the metadata log for as long as the node runs.
+async fn follow(core: Rc<CoreState>, broker: Rc<Broker>) {
+    let mut quiet_errors = 0u32;
+    while !broker.stopping.get() {
+        match fetch_once(&broker).await {
+            Ok(false) => {}
+            Ok(true) => {
+                quiet_errors = 0;
+                let old = core.topics();
+                let new = Arc::new(derive_table(&broker));
+                // New partitions exist before any core's table shows them;
+                // removed ones go after no table shows them any more.
+                if let Err(e) = open_assigned(&core, &old, &new, false).await {
+                    tracing::error!(error = %e, "opening the partitions the metadata assigns here");
+                }
+                match topics::broadcast(&core.shard, new.clone()).await {
+                    Ok(()) => broker.published.set(new.metadata_offset),
+                    Err(e) => tracing::warn!(error = %e, "sending the new metadata to the cores"),
+                }
+                if let Err(e) = drop_removed(&core, &old, &new).await {
+                    tracing::error!(error = %e, "deleting the partitions of deleted topics");
+                }
+            }
+            Err(e) => {
+                // Expected while a controller election runs: quiet, then loud.
+                quiet_errors += 1;
+                if quiet_errors == 10 {
+                    tracing::warn!(error = %e, "cannot fetch metadata from the controller");
+                } else {
+                    tracing::debug!(error = %e, "fetching metadata");
+                }
+                sleep(RETRY_PAUSE).await;
+            }
+        }
+    }
+}
+
+async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
+    let config = &core.node.config;
+    let interval = Duration::from_millis(config.broker_heartbeat_interval_ms);
+    let session = Duration::from_millis(config.broker_session_timeout_ms);
+    let mut last_ack = Instant::now();
+    loop {
+        if broker.stopping.get() {
+            return;
+        }
+        let beat = Heartbeat {
+            node_id: broker.node_id,
+            broker_epoch: broker.broker_epoch.get(),
+            metadata_offset: broker.applied.get(),
+            want_fence: false,
+            want_shutdown: false,
+        };
+        match broker.heartbeats.heartbeat(beat).await {
+            Ok(reply) => {
+                last_ack = Instant::now();
+                if reply.is_fenced != broker.fenced.get() {
+                    tracing::info!(
+                        "the controller {} this node",
+                        if reply.is_fenced {
+                            "fenced"
+                        } else {
+                            "unfenced"
+                        }
+                    );
+                }
+                broker.fenced.set(reply.is_fenced);
+            }
+            Err(ClientError::Refused { code, message })
+                if code == STALE_BROKER_EPOCH || code == BROKER_ID_NOT_REGISTERED =>
+            {
+                tracing::warn!(%message, "heartbeat refused; registering again");
+                broker.fenced.set(true);
+                set_phase(&core, &broker);
+                if let Err(e) = register(&core, &broker, Instant::now() + START_TIMEOUT).await {
+                    tracing::warn!(error = %e, "registering again");
+                }
+                continue;
+            }
+            Err(e) => {
+                // No acknowledged heartbeat for a whole session: the controller
+                // has fenced this node by now, or cannot be reached to say.
+                if last_ack.elapsed() > session && !broker.fenced.get() {
+                    tracing::warn!(error = %e, "no heartbeat acknowledged for {session:?}: counting this node as fenced");
+                    broker.fenced.set(true);
+                } else {
+                    tracing::debug!(error = %e, "heartbeat");
+                }
+            }
+        }
+        set_phase(&core, &broker);
+        // Heartbeat faster while fenced: unfencing waits for the next one.
+        sleep(if broker.fenced.get() {
+            interval.min(Duration::from_millis(50))
+        } else {
+            interval
+        })
+        .await;
+    }
+}
+
+fn set_phase(core: &CoreState, broker: &Broker) {
+    if matches!(core.phase.get(), Phase::Serving | Phase::Fenced) {
+        core.phase.set(if broker.fenced.get() {
+            Phase::Fenced
+        } else {
+            Phase::Serving
+        });
+    }
+}
+
+/// Controlled shutdown: asks the controller to move this node's leaderships
+/// away, and waits (bounded) until it says the node may stop.
+pub async fn shut_down() {
+    let Some(broker) = Broker::current() else {
+        return;
+    };
+    broker.stopping.set(true);
+    let deadline = Instant::now() + CONTROLLED_SHUTDOWN_TIMEOUT;
+    while Instant::now() < deadline {
+        let beat = Heartbeat {
+            node_id: broker.node_id,
+            broker_epoch: broker.broker_epoch.get(),
+            metadata_offset: broker.applied.get(),
+            want_fence: false,
+            want_shutdown: true,
+        };
+        match broker.heartbeats.heartbeat(beat).await {
+            Ok(reply) if reply.should_shut_down => {
+                tracing::info!("controlled shutdown done: this node leads nothing");
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::info!(error = %e, "controlled shutdown: no controller; stopping anyway");
+                return;
+            }
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    tracing::warn!(
+        "controlled shutdown did not finish in {CONTROLLED_SHUTDOWN_TIMEOUT:?}; stopping anyway"
+    );
+}
+
+/// The table every core reads, from the broker's committed state.
+fn derive_table(broker: &Broker) -> TopicTable {
+    let state = broker.state.borrow();
+    let brokers = state
+        .nodes()
+        .map(|n| {
+            let endpoint = n.endpoints.first();
+            BrokerInfo {
+                id: n.node_id,
+                host: endpoint.map(|e| e.host.clone()).unwrap_or_default(),
+                port: endpoint.map_or(0, |e| e.port),
+                rack: n.rack.clone(),
+                fenced: n.fenced,
+                in_controlled_shutdown: n.in_controlled_shutdown,
+            }
+        })
+        .collect();
+    let topics = state
+        .topics()
+        .map(|t| {
+            let assignment = (0..t.partition_count)
+                .map(|i| match t.partitions.get(&i) {
+                    Some(p) => Assignment {
+                        replicas: p.replicas.clone(),
+                        isr: p.isr.clone(),
+                        leader: p.leader,
+                        leader_epoch: p.leader_epoch,
+                    },
+                    None => Assignment {
+                        replicas: Vec::new(),
+                        isr: Vec::new(),
+                        leader: NO_LEADER,
+                        leader_epoch: -1,
+                    },
+                })
+                .collect::<Vec<_>>();
+            let info = TopicInfo {
+                name: t.name.clone(),
+                id: Uuid::from_bytes(t.topic_id.0),
+                partitions: t.partition_count as i32,
+                configs: t.configs.iter().cloned().collect::<BTreeMap<_, _>>(),
+                assignment,
+            };
+            (t.name.clone(), info)
+        })
+        .collect();
+    TopicTable {
+        topics,
+        brokers,
+        node_id: broker.node_id,
+        metadata_offset: broker.applied.get(),
+    }
+}
+
+/// Deletes the local partitions of topics that `new` no longer has. (A topic
+/// deleted and re-created under the same name between two fetches is handled
+/// by `open_assigned`, which replaces its partitions.)
+async fn drop_removed(
+    core: &CoreState,
+    old: &TopicTable,
+    new: &TopicTable,
+) -> Result<(), TopicError> {
+    for (name, info) in &old.topics {
+        if new.topics.contains_key(name) {
+            continue;
+        }
+        delete_local(core, name, info.partitions).await?;
+        tracing::info!(topic = %name, "deleted topic");
+    }
+    Ok(())
+}
+
+async fn delete_local(core: &CoreState, name: &str, partitions: i32) -> Result<(), TopicError> {
+    for p in 0..partitions {
+        let tp = TopicPartition::new(name.to_string(), p);
+        match core.shard.delete_partition(&tp).await {
+            Ok(()) | Err(skiff_engine::LogError::UnknownPartition(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        core.forget_partition(&tp);
+    }
+    Ok(())
+}
+
+/// Opens a log for every partition `new` assigns to this node and keeps
+/// configs current. At start (`first`), partition directories the metadata
+/// does not assign here are reported and left alone: deleting data on a guess
+/// loses it.
+async fn open_assigned(
+    core: &CoreState,
+    old: &TopicTable,
+    new: &TopicTable,
+    first: bool,
+) -> Result<(), TopicError> {
+    let me = new.node_id;
+    let data_dir = &core.node.data_dir;
+    for (name, info) in &new.topics {
+        if let Some(replaced) = old.topics.get(name).filter(|o| o.id != info.id) {
+            // Deleted and created again: the old partitions' data must not
+            // appear in the new topic.
+            delete_local(core, name, replaced.partitions).await?;
+        }
+        let before = old.topics.get(name).filter(|o| o.id == info.id);
+        let configs_changed = before.is_none_or(|o| o.configs != info.configs);
+        let log = core.node.config.log_config(&info.configs);
+        let mut created = 0;
+        for (p, a) in info.assignment.iter().enumerate() {
+            if !a.replicas.contains(&me) {
+                continue;
+            }
+            let tp = TopicPartition::new(name.clone(), p as i32);
+            if !data_dir.join(tp.dir_name()).exists() {
+                core.shard.create_partition_with(&tp, log.clone()).await?;
+                created += 1;
+            } else if first || configs_changed {
+                core.shard.update_partition_config(&tp, log.clone()).await?;
+            }
+        }
+        if created > 0 && before.is_none() && !first {
+            tracing::info!(topic = %name, partitions = info.partitions, local = created, "created topic");
+        }
+    }
+    if first {
+        for tp in list_partition_dirs(data_dir)? {
+            let assigned = new
+                .topics
+                .get(&tp.topic)
+                .and_then(|t| t.assignment.get(usize::try_from(tp.partition).ok()?))
+                .is_some_and(|a| a.replicas.contains(&me));
+            if !assigned {
+                tracing::warn!(partition = %tp, "a partition directory the cluster metadata does not assign to this node; left alone (stray)");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates a topic through the controller; returns once this node has applied
+/// it (its local partitions exist).
+pub async fn create_topic(
+    name: String,
+    partitions: i32,
+    replication_factor: i16,
+    configs: BTreeMap<String, String>,
+) -> Result<TopicInfo, ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let offset = broker
+        .client
+        .create_topic(CreateTopicRequest {
+            name: name.clone(),
+            partitions,
+            replication_factor,
+            configs: configs.into_iter().collect(),
+        })
+        .await
+        .map_err(|e| refusal(&name, e))?;
+    broker.wait_applied(offset, START_TIMEOUT).await?;
+    let core = CoreState::current().ok_or_else(not_running)?;
+    core.topics()
+        .get(&name)
+        .cloned()
+        .ok_or_else(|| ClusterError::Topic(TopicError::Unknown(name)))
+}
+
+pub async fn delete_topic(name: &str) -> Result<(), ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let offset = broker
+        .client
+        .delete_topic(name)
+        .await
+        .map_err(|e| refusal(name, e))?;
+    broker.wait_applied(offset, START_TIMEOUT).await
+}
+
+pub async fn alter_topic_configs(
+    name: &str,
+    ops: Vec<(String, Option<String>)>,
+) -> Result<(), ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let offset = broker
+        .client
+        .alter_topic_configs(name, ops)
+        .await
+        .map_err(|e| refusal(name, e))?;
+    broker.wait_applied(offset, START_TIMEOUT).await
+}
+
+fn not_running() -> ClusterError {
+    ClusterError::Timeout("the broker's cluster link is not running (core 0)".into())
+}
+
+/// A controller refusal as the topic error a Kafka client expects.
+fn refusal(name: &str, e: ClientError) -> ClusterError {
+    match e {
+        ClientError::Refused { code: 36, .. } => TopicError::Exists(name.to_string()).into(),
+        ClientError::Refused { code: 3, .. } => TopicError::Unknown(name.to_string()).into(),
+        ClientError::Refused { code, message } => TopicError::Refused { code, message }.into(),
+        e => ClusterError::Controller(e),
+    }
+}

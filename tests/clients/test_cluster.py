@@ -1,0 +1,322 @@
+"""Three `skiff node` processes on loopback form one cluster: a Raft quorum of
+controllers holds the metadata, brokers register and heartbeat, partitions
+spread over the nodes, and real clients (confluent-kafka, the `skiff` CLI)
+find every partition's leader. Nodes are SIGKILLed: a dead node is fenced and
+its partitions go offline until it returns; a dead active controller is
+replaced without losing a committed topic. Replication (RF > 1) is issue #7:
+here every partition has one replica."""
+
+import re
+import socket
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError
+
+import ck
+from conftest import SKIFF_BIN, Node, _live_nodes, free_port
+
+# Short sessions so a dead node is fenced within seconds.
+FAST = {
+    "broker.session.timeout.ms": "1500",
+    "broker.heartbeat.interval.ms": "200",
+    "num.partitions": "3",
+    "offsets.topic.num.partitions": "3",
+}
+WAIT_S = 30.0
+
+
+class Cluster:
+    """`size` nodes, each a broker and a controller, sharing one quorum; or
+    `controllers` controller-only nodes plus `brokers` broker-only nodes."""
+
+    def __init__(self, size=3, settings=None, controllers=None, brokers=None):
+        settings = {**FAST, **(settings or {})}
+        if controllers is None:
+            roles = ["broker,controller"] * size
+        else:
+            roles = ["controller"] * controllers + ["broker"] * brokers
+        ids = list(range(1, len(roles) + 1))
+        voters = [i for i, r in zip(ids, roles) if "controller" in r]
+        ports = {i: free_port() for i in voters}
+        self.quorum = ",".join(f"{i}@127.0.0.1:{ports[i]}" for i in voters)
+        self.nodes = []
+        for i, role in zip(ids, roles):
+            n = Node(
+                settings=settings,
+                cores=1,
+                node_id=i,
+                controller_listen=f"127.0.0.1:{ports.get(i, 0)}",
+                extra_args=["--controller-quorum", self.quorum, "--roles", role],
+            )
+            if role == "controller":
+                n.ready_needle = f"controller listening on 127.0.0.1:{ports[i]}"
+            n.role = role
+            self.nodes.append(n)
+            _live_nodes.append(n)
+
+    @property
+    def brokers(self):
+        return [n for n in self.nodes if "broker" in n.role]
+
+    @property
+    def bootstrap(self):
+        return ",".join(n.bootstrap for n in self.brokers if n.alive())
+
+    def node(self, node_id):
+        return self.nodes[node_id - 1]
+
+    def start(self):
+        for n in self.nodes:
+            n.launch()
+        for n in self.nodes:
+            n.wait_listening()
+        return self
+
+    def cleanup(self):
+        for n in self.nodes:
+            n.cleanup()
+            if n in _live_nodes:
+                _live_nodes.remove(n)
+
+    def status(self, check=True):
+        """`skiff cluster status` against the quorum: {'active': id or None,
+        'term': int, 'nodes': {id: state}, 'text': ...}."""
+        p = subprocess.run(
+            [SKIFF_BIN, "cluster", "status", "--controller", self.quorum, "--timeout-ms", "2000"],
+            capture_output=True,
+            timeout=60,
+        )
+        text = p.stdout.decode(errors="replace")
+        if p.returncode != 0:
+            if check:
+                raise AssertionError(f"skiff cluster status exited {p.returncode}: {p.stderr.decode(errors='replace')}")
+            return None
+        active = re.search(r"active controller: node (\d+)", text)
+        term = re.search(r"raft term:\s+(\d+)", text)
+        nodes = {int(m[1]): m[2] for m in re.finditer(r"node (\d+)\s+(unfenced|fenced|shutting down)", text)}
+        return {
+            "active": int(active[1]) if active else None,
+            "term": int(term[1]) if term else -1,
+            "nodes": nodes,
+            "text": text,
+        }
+
+    def wait_status(self, what, pred, timeout_s=WAIT_S):
+        deadline = time.monotonic() + timeout_s
+        last = None
+        while time.monotonic() < deadline:
+            last = self.status(check=False)
+            if last is not None and pred(last):
+                return last
+            time.sleep(0.2)
+        raise AssertionError(f"cluster status never showed {what}; last:\n{last and last['text']}")
+
+
+@pytest.fixture
+def cluster_factory():
+    made = []
+
+    def make(**kw):
+        c = Cluster(**kw)
+        made.append(c)
+        return c.start()
+
+    yield make
+    for c in made:
+        c.cleanup()
+
+
+def leaders(bootstrap, topic):
+    md = ck.admin(bootstrap).list_topics(topic=topic, timeout=10)
+    t = md.topics[topic]
+    return {p.id: p.leader for p in t.partitions.values()}, md
+
+
+def wait_leaders(bootstrap, topic, pred, what, timeout_s=WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last, _ = leaders(bootstrap, topic)
+            if pred(last):
+                return last
+        except Exception as e:  # a node coming or going: ask again
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"{topic}: leaders never {what}; last {last!r}")
+
+
+def produce_keys(bootstrap, topic, partitions, per_partition, tag):
+    p = ck.producer(bootstrap, {"acks": "all", "enable.idempotence": True})
+    dr = ck.Deliveries()
+    for part in range(partitions):
+        for i in range(per_partition):
+            ck.produce_bounded(p, topic=topic, partition=part, key=f"{tag}-{part}-{i}".encode(),
+                               value=f"value-{tag}-{part}-{i}".encode(), on_delivery=dr)
+        p.poll(0)
+    ck.flush(p)
+    assert not dr.errors, dr.errors[:5]
+    return dr
+
+
+def test_three_nodes_serve_one_cluster(cluster_factory, topic_name):
+    c = cluster_factory(size=3)
+    status = c.wait_status("an active controller and 3 unfenced nodes",
+                           lambda s: s["active"] is not None and list(s["nodes"].values()).count("unfenced") == 3)
+    assert set(status["nodes"]) == {1, 2, 3}, status["text"]
+
+    md = ck.admin(c.bootstrap).list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2, 3], md.brokers
+
+    ck.create_topic(c.node(1).bootstrap, topic_name, 6)
+    got, md = leaders(c.bootstrap, topic_name)
+    assert set(got.values()) == {1, 2, 3}, f"partitions are not spread over the nodes: {got}"
+    # Every node answers the same metadata (they follow one log).
+    for n in c.nodes:
+        other, _ = leaders(n.bootstrap, topic_name)
+        assert other == got, f"node {n.node_id} says {other}, node 1 says {got}"
+    for p in md.topics[topic_name].partitions.values():
+        assert p.replicas == [p.leader] and p.isrs == [p.leader], p
+
+    produce_keys(c.bootstrap, topic_name, 6, 50, "a")
+    # A partition's records are on its leader only; clients find them there.
+    msgs = ck.consume_all(c.bootstrap, topic_name, 6, 300)
+    for part, ms in msgs.items():
+        assert [m.key() for m in ms] == [f"a-{part}-{i}".encode() for i in range(50)]
+
+    # A consumer group: its coordinator is the leader of its offsets partition,
+    # which may be any node.
+    consumer = Consumer({
+        "bootstrap.servers": c.bootstrap,
+        "group.id": f"{topic_name}-group",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+    })
+    try:
+        consumer.subscribe([topic_name])
+        seen = 0
+        deadline = time.monotonic() + WAIT_S
+        while seen < 300 and time.monotonic() < deadline:
+            for m in consumer.consume(num_messages=500, timeout=0.5):
+                if m.error() is None:
+                    seen += 1
+                elif m.error().code() != KafkaError._PARTITION_EOF:
+                    raise AssertionError(m.error())
+        assert seen == 300
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+
+    # Produce to a node that does not lead the partition: NOT_LEADER_OR_FOLLOWER.
+    import kafka_wire as kw
+
+    part, leader = next((p, l) for p, l in got.items() if l != 1)
+    with kw.Conn(c.node(1).bootstrap) as conn:
+        error, _ = kw.produce(conn, topic_name, part, kw.record_batch([(b"k", b"v")]))
+    assert error == 6, f"produce to node 1 for partition {part} (leader {leader}): error {error}"
+
+
+def test_dead_node_is_fenced_and_its_partitions_return_with_it(cluster_factory, topic_name):
+    c = cluster_factory(size=3)
+    ck.create_topic(c.node(1).bootstrap, topic_name, 6)
+    before, _ = leaders(c.bootstrap, topic_name)
+    produce_keys(c.bootstrap, topic_name, 6, 20, "before")
+    on_3 = sorted(p for p, l in before.items() if l == 3)
+    assert on_3, before
+
+    c.node(3).kill()
+    c.wait_status("node 3 fenced", lambda s: s["nodes"].get(3) == "fenced")
+    survivors = ",".join(n.bootstrap for n in c.nodes[:2])
+    after = wait_leaders(survivors, topic_name, lambda g: all(g[p] == -1 for p in on_3), "offline on node 3")
+    assert {p: l for p, l in after.items() if p not in on_3} == {p: l for p, l in before.items() if p not in on_3}
+    md = ck.admin(survivors).list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2], f"a fenced node is not a broker clients may use: {md.brokers}"
+    out = c.node(1).cli("topic", "describe", "--unavailable").stdout.decode()
+    for p in on_3:
+        assert re.search(rf"Partition: {p}\b", out), f"partition {p} not listed as unavailable:\n{out}"
+    # The other partitions keep taking writes.
+    alive = [p for p in range(6) if p not in on_3]
+    pr = ck.producer(survivors, {"acks": "all"})
+    dr = ck.Deliveries()
+    for p in alive:
+        ck.produce_bounded(pr, topic=topic_name, partition=p, key=b"during", value=b"x", on_delivery=dr)
+    ck.flush(pr)
+    assert not dr.errors and len(dr.ok) == len(alive), dr.errors[:3]
+
+    c.node(3).start()
+    wait_leaders(c.bootstrap, topic_name, lambda g: g == before, "back to their first leaders")
+    msgs = ck.consume_all(c.bootstrap, topic_name, 6, 6 * 20 + len(alive))
+    for p in on_3:
+        assert [m.key() for m in msgs[p]] == [f"before-{p}-{i}".encode() for i in range(20)]
+
+
+def test_active_controller_killed_another_takes_over(cluster_factory, topic_name):
+    c = cluster_factory(size=3)
+    first = c.wait_status("an active controller", lambda s: s["active"] is not None)
+    ck.create_topic(c.bootstrap, f"{topic_name}-before", 3)
+    dead = first["active"]
+    c.node(dead).kill()
+    second = c.wait_status("a new active controller",
+                           lambda s: s["active"] is not None and s["active"] != dead)
+    assert second["term"] > first["term"], (first["text"], second["text"])
+    survivors = ",".join(n.bootstrap for n in c.nodes if n.alive())
+    # Committed metadata survived; the new controller takes changes.
+    ck.create_topic(survivors, f"{topic_name}-after", 3)
+    topics = ck.admin(survivors).list_topics(timeout=10).topics
+    assert f"{topic_name}-before" in topics and f"{topic_name}-after" in topics
+
+    c.node(dead).start()
+    c.wait_status("the restarted node unfenced", lambda s: s["nodes"].get(dead) == "unfenced")
+    topics = ck.admin(c.node(dead).bootstrap).list_topics(timeout=10).topics
+    assert f"{topic_name}-after" in topics, "the restarted node did not catch up with the metadata log"
+
+
+def test_controllers_and_brokers_in_separate_processes(cluster_factory, topic_name):
+    c = cluster_factory(controllers=1, brokers=2)
+    ck.create_topic(c.bootstrap, topic_name, 4)
+    got, md = leaders(c.bootstrap, topic_name)
+    assert set(got.values()) == {2, 3}, got
+    assert sorted(md.brokers) == [2, 3], "a controller-only node is not a broker"
+    produce_keys(c.bootstrap, topic_name, 4, 10, "r")
+    ck.consume_all(c.bootstrap, topic_name, 4, 40)
+
+    # Without its controller a broker cannot know whether it is still in the
+    # cluster: after a session without an acknowledged heartbeat, /health says so.
+    broker = c.node(2)
+    assert broker.http_get("/health")[0] == 200
+    c.node(1).kill()
+    wait_health(broker, 503)
+    assert "fenced" in broker.http_get("/health")[1]
+    c.node(1).start()
+    wait_health(broker, 200)
+    ck.consume_all(c.bootstrap, topic_name, 4, 40)
+
+
+def wait_health(node, code, timeout_s=WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = node.http_get("/health")
+        if last[0] == code:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"node {node.node_id} /health never answered {code}; last {last}")
+
+
+def test_garbage_on_the_controller_port_is_refused(cluster_factory):
+    c = cluster_factory(size=1)
+    port = int(c.quorum.rsplit(":", 1)[1])
+    for payload in [b"\x00\x00\x00\x05hello", b"\xff\xff\xff\xff" + b"x" * 100, b"GET / HTTP/1.1\r\n\r\n"]:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(payload)
+            s.settimeout(5)
+            try:
+                assert s.recv(1024) == b"", "the controller answered garbage instead of closing"
+            except ConnectionResetError:
+                pass
+    status = c.status()
+    assert status["active"] == 1, status["text"]
+    assert c.node(1).alive()
