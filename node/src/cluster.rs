@@ -587,7 +587,7 @@ pub async fn create_topic(
     core.topics()
         .get(&name)
         .cloned()
-        .ok_or_else(|| ClusterError::Topic(TopicError::Unknown(name)))
+        .ok_or(ClusterError::Topic(TopicError::Unknown(name)))
 }
 
 pub async fn delete_topic(name: &str) -> Result<(), ClusterError> {

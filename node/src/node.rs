@@ -220,7 +220,7 @@ fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
 fn start_controller(
     config: &NodeConfig,
     data_dir: &std::path::Path,
-) -> anyhow::Result<(Option<ControllerHandle>, Vec<(u64, SocketAddr)>)> {
+) -> anyhow::Result<(Option<ControllerHandle>, Quorum)> {
     let node_id = u64::try_from(config.node_id)
         .ok()
         .filter(|id| *id >= 1)
@@ -264,6 +264,9 @@ fn start_controller(
     tracing::info!(node_id, addr = %bound, voters = peers.len(), "controller listening");
     Ok((Some(handle), peers))
 }
+
+/// Every voter's id and controller address.
+type Quorum = Vec<(u64, SocketAddr)>;
 
 /// Kafka's conventional controller port, on loopback.
 pub const DEFAULT_CONTROLLER_LISTEN: SocketAddr =

@@ -100,7 +100,7 @@ class Node:
         log_offset = os.path.getsize(self.log_path)
         self._log = open(self.log_path, "ab")
         env = dict(os.environ)
-        env.setdefault("RUST_LOG", "info")
+        env.setdefault("RUST_LOG", "info,raft=warn")
         env.setdefault("RUST_BACKTRACE", "1")
         env.setdefault("NO_COLOR", "1")  # plain node logs in failure reports
         self.proc = subprocess.Popen(

@@ -309,7 +309,9 @@ def wait_health(node, code, timeout_s=WAIT_S):
 def test_garbage_on_the_controller_port_is_refused(cluster_factory):
     c = cluster_factory(size=1)
     port = int(c.quorum.rsplit(":", 1)[1])
-    for payload in [b"\x00\x00\x00\x05hello", b"\xff\xff\xff\xff" + b"x" * 100, b"GET / HTTP/1.1\r\n\r\n"]:
+    # A frame is length u32 | crc32c u32 | body: a wrong CRC, an oversize
+    # length, and text that is not a frame at all.
+    for payload in [b"\x00\x00\x00\x05\x00\x00\x00\x00hello", b"\xff\xff\xff\xff" + b"x" * 100, b"GET / HTTP/1.1\r\n\r\n"]:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             s.sendall(payload)
             s.settimeout(5)

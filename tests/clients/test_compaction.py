@@ -126,7 +126,12 @@ def test_overwrites_and_tombstones_are_compacted(node_factory, topic_name):
         seen = [(m.offset, m.key, m.value) for m in kc]
     finally:
         kc.close()
-    assert [r for r in seen if r[0] <= offsets[-1]] == [r for r in records if r[0] <= offsets[-1]]
+    # The cleaner may run again between the two reads and drop more of the
+    # filler key's older records; every other key is final by now.
+    def settled(rs):
+        return [r for r in rs if r[0] <= offsets[-1] and r[1] != b"filler"]
+
+    assert settled(seen) == settled(records)
 
     # The compacted log survives a restart.
     node.restart()

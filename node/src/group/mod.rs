@@ -59,6 +59,8 @@ pub fn is_internal_topic(topic: &str) -> bool {
 /// compactor has closed segments to work on.
 const OFFSETS_TOPIC_SEGMENT_BYTES: &str = "104857600";
 
+const OFFSETS_TOPIC_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`
 /// partitions) unless it exists; returns its partition count, which decides
 /// where groups live from then on.
@@ -81,11 +83,21 @@ pub async fn ensure_offsets_topic(core: &CoreState) -> Result<i32, TopicError> {
     };
     match topics::create(core, create).await {
         Ok(info) => Ok(info.partitions),
-        Err(TopicError::Exists(_)) => core
-            .topics()
-            .get(OFFSETS_TOPIC)
-            .map(|t| t.partitions)
-            .ok_or_else(|| TopicError::Unknown(OFFSETS_TOPIC.to_string())),
+        // Another node created it first; its records are on their way here.
+        Err(TopicError::Exists(_)) => {
+            let deadline = std::time::Instant::now() + OFFSETS_TOPIC_WAIT;
+            loop {
+                if let Some(t) = core.topics().get(OFFSETS_TOPIC) {
+                    return Ok(t.partitions);
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(TopicError::Unavailable(format!(
+                        "{OFFSETS_TOPIC} exists but did not reach this node's metadata within {OFFSETS_TOPIC_WAIT:?}"
+                    )));
+                }
+                glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
         Err(e) => Err(e),
     }
 }
