@@ -79,6 +79,9 @@ pub struct NodeStatus {
     /// `name://host:port` per advertised listener.
     pub endpoints: Vec<String>,
     pub rack: Option<String>,
+    /// The metadata offset the node last reported in a heartbeat to this
+    /// controller (None: no heartbeat since it became active).
+    pub metadata_offset: Option<u64>,
 }
 
 /// A controller's view of itself and of the committed metadata.

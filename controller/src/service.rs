@@ -279,6 +279,7 @@ async fn run(
             peers: peers.clone(),
             config: config.controller,
             sessions: Sessions::new(),
+            reported_offsets: BTreeMap::new(),
             started: Instant::now(),
             leader_term: None,
             queue: VecDeque::new(),
@@ -418,6 +419,9 @@ struct Core {
     peers: BTreeMap<u64, SocketAddr>,
     config: ControllerConfig,
     sessions: Sessions,
+    /// The metadata offset each node reported in its last heartbeat to this
+    /// controller (for `skiff cluster status`: how far behind a node is).
+    reported_offsets: BTreeMap<NodeId, u64>,
     started: Instant,
     /// (term, index of the term's first entry) while this member leads.
     leader_term: Option<(u64, u64)>,
@@ -637,6 +641,9 @@ impl Core {
                 })
             }
             Decision::Heartbeat(h) => {
+                if state.node(h.node_id).is_some() {
+                    self.reported_offsets.insert(h.node_id, h.metadata_offset);
+                }
                 decisions::heartbeat(state, &mut self.sessions, h, now, config).map(|records| {
                     (
                         records,
@@ -820,6 +827,7 @@ impl Core {
                         .map(|e| format!("{}://{}:{}", e.name, e.host, e.port))
                         .collect(),
                     rack: n.rack.clone(),
+                    metadata_offset: self.reported_offsets.get(&n.node_id).copied(),
                 })
                 .collect(),
             topics: state.topics().count() as u32,

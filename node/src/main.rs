@@ -387,19 +387,46 @@ fn cluster(command: ClusterCommand) -> anyhow::Result<()> {
         timeout_ms,
     } = command;
     let timeout = std::time::Duration::from_millis(timeout_ms);
-    let mut last_error = None;
+    let mut voters: Vec<(Option<u64>, std::net::SocketAddr)> = Vec::new();
     for entry in controller
         .split(',')
         .map(str::trim)
         .filter(|e| !e.is_empty())
     {
-        let addr_text = entry.split_once('@').map_or(entry, |(_, a)| a);
-        let addr: std::net::SocketAddr = addr_text
+        let (id, addr_text) = match entry.split_once('@') {
+            Some((id, addr)) => (
+                Some(
+                    id.parse::<u64>()
+                        .with_context(|| format!("{entry:?}: bad node id"))?,
+                ),
+                addr,
+            ),
+            None => (None, entry),
+        };
+        let addr = addr_text
             .parse()
             .with_context(|| format!("{entry:?} is not HOST:PORT or ID@HOST:PORT"))?;
-        match skiff_controller::client::status_blocking(addr, timeout) {
+        voters.push((id, addr));
+    }
+    let mut last_error = None;
+    for (_, addr) in &voters {
+        match skiff_controller::client::status_blocking(*addr, timeout) {
             Ok(status) => {
-                print_status(addr, &status);
+                // The active controller knows each node's metadata lag: ask it
+                // when its address is known.
+                let active = status
+                    .leader_id
+                    .filter(|l| *l != status.node_id)
+                    .and_then(|l| voters.iter().find(|(id, _)| *id == Some(l)))
+                    .and_then(|(_, a)| {
+                        skiff_controller::client::status_blocking(*a, timeout)
+                            .ok()
+                            .map(|s| (*a, s))
+                    });
+                match active {
+                    Some((a, s)) => print_status(a, &s),
+                    None => print_status(*addr, &status),
+                }
                 return Ok(());
             }
             Err(e) => last_error = Some(format!("{addr}: {e}")),
@@ -436,17 +463,23 @@ fn print_status(addr: std::net::SocketAddr, s: &skiff_controller::service::Contr
         } else {
             "unfenced"
         };
+        let lag = match n.metadata_offset {
+            Some(offset) => format!("lag {}", s.applied_offset.saturating_sub(offset)),
+            None => "lag ?".to_string(),
+        };
         println!(
-            "  node {:<4} {:<14} epoch {:<6} {}{}",
+            "  node {:<4} {:<14} epoch {:<6} {:<9} {}{}",
             n.id,
             state,
             n.broker_epoch,
+            lag,
             n.endpoints.join(","),
             n.rack
                 .as_ref()
                 .map_or_else(String::new, |r| format!(" rack {r}")),
         );
     }
+    println!("(lag: metadata offsets the node had not applied at its last heartbeat to the active controller)");
 }
 
 fn group(command: GroupCommand) -> anyhow::Result<()> {

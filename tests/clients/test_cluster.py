@@ -179,6 +179,11 @@ def test_three_nodes_serve_one_cluster(cluster_factory, topic_name):
         assert other == got, f"node {n.node_id} says {other}, node 1 says {got}"
     for p in md.topics[topic_name].partitions.values():
         assert p.replicas == [p.leader] and p.isrs == [p.leader], p
+    out = c.node(2).cli("topic", "describe", topic_name).stdout.decode()
+    shown = {int(m[1]): int(m[2]) for m in re.finditer(r"Partition: (\d+)\tLeader: (\d+)", out)}
+    assert shown == got, f"skiff topic describe shows {shown}, metadata {got}:\n{out}"
+    lag = re.findall(r"node (\d+)\s+unfenced\s+epoch \d+\s+lag (\d+)", c.status()["text"])
+    assert sorted(int(n) for n, _ in lag) == [1, 2, 3], c.status()["text"]
 
     produce_keys(c.bootstrap, topic_name, 6, 50, "a")
     # A partition's records are on its leader only; clients find them there.
