@@ -42,6 +42,10 @@ pub struct Partition {
     flush_done: Signal,
     /// Notified after every append and flush: long-polling fetches wait on it.
     changed: Signal,
+    /// Set by replication (the node): the high watermark agreed by the in-sync
+    /// replicas. None: a partition nobody replicates, whose high watermark is
+    /// its own durable end.
+    replicated_hw: Cell<Option<i64>>,
     /// The owning core's counters (fdatasync count and latency).
     stats: Rc<ShardStats>,
 }
@@ -70,6 +74,7 @@ impl Partition {
             flushing: Cell::new(false),
             flush_done: Signal::default(),
             changed: Signal::default(),
+            replicated_hw: Cell::new(None),
             // Built on the core that owns it: that core's stats.
             stats: stats::local(),
         }
@@ -178,10 +183,89 @@ impl Partition {
     /// watermark consumers read up to): the flushed offset under
     /// `FlushBeforeAck`, the log end otherwise.
     pub fn high_watermark(&self) -> i64 {
+        let local = self.durable_end();
+        match self.replicated_hw.get() {
+            Some(hw) => hw.min(local),
+            None => local,
+        }
+    }
+
+    /// The end of what this replica may count as its own (what a follower
+    /// reports, and what the leader counts for itself): the flushed offset
+    /// under `FlushBeforeAck`, the log end otherwise.
+    pub fn durable_end(&self) -> i64 {
         match self.durability {
             Durability::FlushBeforeAck => self.flushed_offset.get(),
             Durability::Interval(_) => self.log_end_offset.get(),
         }
+    }
+
+    /// The log end offset (next offset to be written), without the lock.
+    pub fn log_end(&self) -> i64 {
+        self.log_end_offset.get()
+    }
+
+    /// The high watermark replication set (None: not replicated).
+    pub fn replicated_high_watermark(&self) -> Option<i64> {
+        self.replicated_hw.get()
+    }
+
+    /// Replication sets the high watermark the replicas agreed on (None: the
+    /// partition's own durable end again). Long polls waiting on it wake.
+    pub fn set_replicated_high_watermark(&self, hw: Option<i64>) {
+        if self.replicated_hw.get() != hw {
+            self.replicated_hw.set(hw);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Waits until the log end passes `seen` or `timeout` elapses: the long
+    /// poll of a follower's fetch (followers read to the log end, not the
+    /// high watermark).
+    pub async fn wait_for_end(&self, seen: i64, timeout: std::time::Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let changed = self.changed.wait();
+            if self.log_end_offset.get() > seen {
+                return;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            futures_util::future::select(
+                std::pin::pin!(changed),
+                std::pin::pin!(glommio::timer::sleep(left)),
+            )
+            .await;
+        }
+    }
+
+    /// OffsetsForLeaderEpoch: the largest epoch <= `epoch` this log knows and
+    /// its end offset (the next epoch's start, or the log end). None when the
+    /// log knows no epoch that old.
+    pub async fn end_offset_for_epoch(&self, epoch: i32) -> Result<Option<(i32, i64)>> {
+        let log = self.shared().await?;
+        Ok(log
+            .leader_epochs()
+            .end_offset_for(epoch, log.log_end_offset()))
+    }
+
+    /// The leader-epoch history: (epoch, start offset), ascending.
+    pub async fn epoch_entries(&self) -> Result<Vec<(i32, i64)>> {
+        Ok(self
+            .shared()
+            .await?
+            .leader_epochs()
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect())
+    }
+
+    /// The latest leader epoch written to this log (None: empty history).
+    pub async fn latest_epoch(&self) -> Result<Option<i32>> {
+        Ok(self.shared().await?.leader_epochs().latest_epoch())
     }
 
     /// Waits until the stable offset passes `seen` or `timeout` elapses: the long

@@ -453,12 +453,14 @@ fn derive_table(broker: &Broker) -> TopicTable {
                         isr: p.isr.clone(),
                         leader: p.leader,
                         leader_epoch: p.leader_epoch,
+                        partition_epoch: p.partition_epoch,
                     },
                     None => Assignment {
                         replicas: Vec::new(),
                         isr: Vec::new(),
                         leader: NO_LEADER,
                         leader_epoch: -1,
+                        partition_epoch: -1,
                     },
                 })
                 .collect::<Vec<_>>();
@@ -625,4 +627,41 @@ fn refusal(name: &str, e: ClientError) -> ClusterError {
         ClientError::Refused { code, message } => TopicError::Refused { code, message }.into(),
         e => ClusterError::Controller(e),
     }
+}
+
+/// An ISR change from a partition this node leads (core 0): the controller
+/// checks it against the epochs and commits it. Returns the committed ISR and
+/// partition epoch.
+pub async fn alter_partition(
+    topic: &str,
+    index: i32,
+    change: skiff_replication::IsrChange,
+) -> Result<(Vec<i32>, i32), ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let topic_id = broker
+        .state
+        .borrow()
+        .topic_by_name(topic)
+        .map(|t| t.topic_id)
+        .ok_or_else(|| ClusterError::Topic(TopicError::Unknown(topic.to_string())))?;
+    let request = skiff_controller::decisions::AlterPartition {
+        node_id: broker.node_id,
+        broker_epoch: broker.broker_epoch.get(),
+        topic_id,
+        index: u32::try_from(index).map_err(|_| TopicError::InvalidPartitions(index))?,
+        leader_epoch: change.leader_epoch,
+        partition_epoch: change.partition_epoch,
+        new_isr: change.new_isr,
+    };
+    let state = broker
+        .client
+        .alter_partition(request)
+        .await
+        .map_err(|e| match e {
+            ClientError::Refused { code, message } => {
+                ClusterError::Topic(TopicError::Refused { code, message })
+            }
+            e => ClusterError::Controller(e),
+        })?;
+    Ok((state.isr, state.partition_epoch))
 }

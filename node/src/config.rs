@@ -70,6 +70,12 @@ pub struct NodeConfig {
     pub cleaner_io_max_bytes_per_second: f64,
     pub cleaner_backoff_ms: u64,
     pub min_insync_replicas: i32,
+    /// `replica.lag.time.max.ms`: an ISR follower not caught up for this
+    /// long is dropped from the ISR.
+    pub replica_lag_time_max_ms: u64,
+    /// `offsets.topic.replication.factor`, capped at the live brokers when
+    /// the topic is created.
+    pub offsets_topic_replication_factor: i16,
     pub durability_flush: bool,
     pub flush_interval_ms: u64,
     pub checkpoint_interval_ms: u64,
@@ -128,6 +134,8 @@ impl NodeConfig {
             cleaner_io_max_bytes_per_second: f64::MAX,
             cleaner_backoff_ms: 15_000,
             min_insync_replicas: 1,
+            replica_lag_time_max_ms: 30_000,
+            offsets_topic_replication_factor: 1,
             durability_flush: true,
             flush_interval_ms: 1000,
             checkpoint_interval_ms: 60_000,
@@ -256,6 +264,14 @@ impl NodeConfig {
             }
             "log.cleaner.backoff.ms" => self.cleaner_backoff_ms = num!(),
             "min.insync.replicas" => self.min_insync_replicas = num!(),
+            "replica.lag.time.max.ms" => self.replica_lag_time_max_ms = num!(),
+            "offsets.topic.replication.factor" => {
+                self.offsets_topic_replication_factor = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad("a number >= 1"))?
+            }
             "log.durability" => {
                 self.durability_flush = match value {
                     "flush" => true,

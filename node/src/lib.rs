@@ -18,6 +18,7 @@ pub mod handlers;
 pub mod metrics;
 pub mod node;
 pub mod producer;
+pub mod replica;
 mod sendmsg;
 pub mod server;
 pub mod state;

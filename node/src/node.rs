@@ -144,6 +144,7 @@ impl Node {
                 let loaded = Coordinator::current()
                     .load(&shard, offsets_partitions, limits)
                     .await?;
+                crate::replica::start_shrink_timer(core.clone());
                 coordinator::start_ticker(core);
                 anyhow::Ok(loaded)
             })??;

@@ -31,6 +31,8 @@ pub struct Assignment {
     /// `NO_LEADER` while offline.
     pub leader: i32,
     pub leader_epoch: i32,
+    /// Grows with every change of the partition (ISR or leader).
+    pub partition_epoch: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +126,7 @@ pub enum TopicError {
     InvalidName { name: String, reason: &'static str },
     #[error("invalid partition count {0}")]
     InvalidPartitions(i32),
-    #[error("replication factor {0}: replicas do not copy data yet (replication is issue #7), so only 1 is accepted")]
+    #[error("invalid replication factor {0}")]
     InvalidReplicationFactor(i16),
     #[error("invalid config: {0}")]
     InvalidConfig(String),
@@ -183,7 +185,10 @@ pub async fn broadcast(
         shard
             .invoke_on(core, move |_| async move {
                 if let Some(state) = CoreState::current() {
-                    state.set_topics(table);
+                    state.set_topics(table.clone());
+                    // Leader and follower roles follow the table, on each
+                    // core for the partitions it owns.
+                    glommio::spawn_local(crate::replica::apply_table(state, table)).detach();
                 }
             })
             .await?;
@@ -238,7 +243,7 @@ pub fn check_create(
     if partitions < 1 {
         return Err(TopicError::InvalidPartitions(req.partitions));
     }
-    if req.replication_factor != -1 && req.replication_factor != 1 {
+    if req.replication_factor != -1 && req.replication_factor < 1 {
         return Err(TopicError::InvalidReplicationFactor(req.replication_factor));
     }
     for (k, v) in &req.configs {
@@ -249,7 +254,11 @@ pub fn check_create(
 
 pub async fn create(core: &CoreState, req: CreateTopic) -> Result<TopicInfo, TopicError> {
     let (partitions, configs) = check_create(core, &req)?;
-    let replication_factor = 1;
+    let replication_factor = if req.replication_factor == -1 {
+        core.node.config.default_replication_factor
+    } else {
+        req.replication_factor
+    };
     on_core_zero(core, move || {
         Box::pin(async move {
             Ok(cluster::create_topic(req.name, partitions, replication_factor, configs).await?)

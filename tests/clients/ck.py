@@ -14,10 +14,10 @@ def admin(bootstrap):
     return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
 
 
-def create_topic(bootstrap, name, partitions=1, config=None):
+def create_topic(bootstrap, name, partitions=1, config=None, replication_factor=1):
     a = admin(bootstrap)  # kept alive until the result is in
     futures = a.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=config or {})],
         operation_timeout=REQUEST_TIMEOUT_S,
         request_timeout=REQUEST_TIMEOUT_S,
     )

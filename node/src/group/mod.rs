@@ -78,7 +78,13 @@ pub async fn ensure_offsets_topic(core: &CoreState) -> Result<i32, TopicError> {
     let create = CreateTopic {
         name: OFFSETS_TOPIC.to_string(),
         partitions: core.node.config.offsets_topic_num_partitions,
-        replication_factor: -1,
+        // Capped at the brokers alive now (Kafka refuses instead and retries).
+        replication_factor: core
+            .node
+            .config
+            .offsets_topic_replication_factor
+            .min(i16::try_from(core.topics().live_brokers().count()).unwrap_or(i16::MAX))
+            .max(1),
         configs,
     };
     match topics::create(core, create).await {

@@ -103,7 +103,10 @@ pub async fn create_topics(
                 }
                 if version >= 5 {
                     r.num_partitions = info.partitions;
-                    r.replication_factor = 1;
+                    r.replication_factor = info
+                        .assignment
+                        .first()
+                        .map_or(1, |a| a.replicas.len() as i16);
                     r.configs = Some(
                         effective_topic_configs(core, &info.configs)
                             .into_iter()

@@ -1,5 +1,8 @@
-//! Fetch for consumers: batches up to the high watermark, long polling until
-//! `min_bytes` are available or `max_wait_ms` passes. Record batches travel as
+//! Fetch for consumers (batches up to the high watermark) and for followers
+//! (a replica id: batches up to the log end; the fetch offset tells the
+//! leader how far the follower has come, `replica::follower_fetch`; a log
+//! that parted from ours gets Fetch v12's diverging epoch instead of data),
+//! long polling until `min_bytes` are available or `max_wait_ms` passes. Record batches travel as
 //! the batch cache's own `Bytes` into the response (`Splices` placeholders), so a
 //! cached fetch copies no record bytes in user space.
 
@@ -27,6 +30,30 @@ struct PartitionRead {
     high_watermark: i64,
     log_start_offset: i64,
     batches: Vec<Bytes>,
+    /// What a long poll waits to pass: the high watermark for a consumer,
+    /// the log end for a follower.
+    seen: i64,
+    /// The leader's (epoch, end offset) where a follower's log diverges.
+    diverging: Option<(i32, i64)>,
+}
+
+/// Who is fetching: a consumer reads up to the high watermark; a follower
+/// (Fetch with a replica id) reads up to the log end, and its fetch offset is
+/// its log end, which the leader records.
+#[derive(Debug, Clone, Copy)]
+enum Reader {
+    Consumer,
+    Follower { id: i32 },
+}
+
+/// One partition of a fetch.
+#[derive(Debug, Clone)]
+struct Wanted {
+    tp: TopicPartition,
+    offset: i64,
+    max_bytes: usize,
+    current_leader_epoch: i32,
+    last_fetched_epoch: i32,
 }
 
 pub async fn handle(
@@ -43,7 +70,14 @@ pub async fn handle(
     } else {
         usize::MAX
     };
-    let mut wanted: Vec<(TopicPartition, i64, usize)> = Vec::new();
+    let reader = if version < 15 && request.replica_id.0 >= 0 {
+        Reader::Follower {
+            id: request.replica_id.0,
+        }
+    } else {
+        Reader::Consumer
+    };
+    let mut wanted: Vec<Wanted> = Vec::new();
     let topics = core.topics();
     for t in &request.topics {
         let name = if t.topic.0.is_empty() {
@@ -55,16 +89,18 @@ pub async fn handle(
             t.topic.0.to_string()
         };
         for p in &t.partitions {
-            wanted.push((
-                TopicPartition::new(name.clone(), p.partition),
-                p.fetch_offset,
-                p.partition_max_bytes.max(0) as usize,
-            ));
+            wanted.push(Wanted {
+                tp: TopicPartition::new(name.clone(), p.partition),
+                offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes.max(0) as usize,
+                current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: if version >= 12 { p.last_fetched_epoch } else { -1 },
+            });
         }
     }
 
     let results = loop {
-        let results = read_all(core, &wanted).await;
+        let results = read_all(core, &wanted, reader).await;
         let bytes: usize = results
             .iter()
             .filter_map(|r| r.as_ref().ok())
@@ -76,13 +112,14 @@ pub async fn handle(
         if enough || any_error || waited >= max_wait || wanted.is_empty() || core.stopping.get() {
             break results;
         }
-        // Wake when any partition's high watermark passes what this read saw.
+        // Wake when any partition passes what this read saw.
         let seen: Vec<(TopicPartition, i64)> = wanted
             .iter()
             .zip(&results)
-            .filter_map(|((tp, _, _), r)| r.as_ref().ok().map(|r| (tp.clone(), r.high_watermark)))
+            .filter_map(|(w, r)| r.as_ref().ok().map(|r| (w.tp.clone(), r.seen)))
             .collect();
-        wait_for_data(&core.shard, seen, max_wait - waited).await;
+        let follower = matches!(reader, Reader::Follower { .. });
+        wait_for_data(&core.shard, seen, max_wait - waited, follower).await;
     };
 
     // Trim to max_bytes in request order; the first non-empty partition always
@@ -121,7 +158,7 @@ pub async fn handle(
                     }
                     if !batches.is_empty() {
                         core.metrics
-                            .fetched(&wanted[offset_before + i].0.topic, bytes, records);
+                            .fetched(&wanted[offset_before + i].tp.topic, bytes, records);
                     }
                     let mut data = data
                         .with_high_watermark(r.high_watermark)
@@ -130,6 +167,12 @@ pub async fn handle(
                     // The log start offset field exists from v5 on.
                     if version >= 5 {
                         data.log_start_offset = r.log_start_offset;
+                    }
+                    if let (Some((epoch, end_offset)), true) = (r.diverging, version >= 12) {
+                        data.diverging_epoch = data
+                            .diverging_epoch
+                            .with_epoch(epoch)
+                            .with_end_offset(end_offset);
                     }
                     if batches.is_empty() {
                         data.with_records(Some(Bytes::new()))
@@ -151,48 +194,111 @@ pub async fn handle(
 
 async fn read_all(
     core: &CoreState,
-    wanted: &[(TopicPartition, i64, usize)],
+    wanted: &[Wanted],
+    reader: Reader,
 ) -> Vec<Result<PartitionRead, ResponseError>> {
     let topics = core.topics();
-    join_all(wanted.iter().map(|(tp, offset, max)| {
-        let serves = super::check_leader(&topics, &tp.topic, tp.partition);
-        read_one(&core.shard, tp.clone(), *offset, *max, serves)
+    join_all(wanted.iter().map(|w| {
+        let serves = super::check_leader(&topics, &w.tp.topic, w.tp.partition);
+        read_one(&core.shard, w.clone(), reader, serves)
     }))
     .await
 }
 
 async fn read_one(
     shard: &Rc<Shard>,
-    tp: TopicPartition,
-    offset: i64,
-    max_bytes: usize,
+    w: Wanted,
+    reader: Reader,
     serves: Result<(), ResponseError>,
 ) -> Result<PartitionRead, ResponseError> {
     serves?;
-    let owner = shard.table().shard_of(&tp);
+    let owner = shard.table().shard_of(&w.tp);
     shard
         .invoke_on(owner, move |shard| async move {
             let p = shard
-                .local(&tp)
-                .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
-            let high_watermark = p.high_watermark();
+                .local(&w.tp)
+                .ok_or_else(|| LogError::UnknownPartition(w.tp.to_string()))?;
             let log_start_offset = p.log_start_offset().await?;
-            let read = p.read(offset, max_bytes.max(1), high_watermark).await?;
-            Ok::<_, LogError>(PartitionRead {
-                high_watermark,
-                log_start_offset,
-                batches: read.batches,
-            })
+            match reader {
+                Reader::Consumer => {
+                    let high_watermark = p.high_watermark();
+                    let read = p.read(w.offset, w.max_bytes.max(1), high_watermark).await?;
+                    Ok::<_, FetchError>(PartitionRead {
+                        high_watermark,
+                        log_start_offset,
+                        batches: read.batches,
+                        seen: high_watermark,
+                        diverging: None,
+                    })
+                }
+                Reader::Follower { id } => {
+                    // Where the follower's log parts from ours (Fetch v12's
+                    // diverging epoch): it truncates before it gets data.
+                    if w.last_fetched_epoch >= 0 {
+                        let known = p.end_offset_for_epoch(w.last_fetched_epoch).await?;
+                        if let Some((epoch, end)) = known {
+                            if epoch < w.last_fetched_epoch || end < w.offset {
+                                return Ok(PartitionRead {
+                                    high_watermark: p.high_watermark(),
+                                    log_start_offset,
+                                    batches: Vec::new(),
+                                    seen: p.log_end(),
+                                    diverging: Some((epoch, end)),
+                                });
+                            }
+                        }
+                    }
+                    let core = CoreState::current().ok_or(LogError::RuntimeStopped)?;
+                    let high_watermark = crate::replica::follower_fetch(
+                        &core,
+                        &w.tp,
+                        id,
+                        w.offset,
+                        w.current_leader_epoch,
+                        &p,
+                    )
+                    .map_err(|r| FetchError::Refused(r.error))?;
+                    let end = p.log_end();
+                    let read = p.read(w.offset, w.max_bytes.max(1), end).await?;
+                    Ok(PartitionRead {
+                        high_watermark,
+                        log_start_offset,
+                        batches: read.batches,
+                        seen: end,
+                        diverging: None,
+                    })
+                }
+            }
         })
         .await
-        .and_then(|r| r)
-        .map_err(|e| error_code(&e))
+        .map_err(|e| error_code(&e))?
+        .map_err(|e| match e {
+            FetchError::Log(e) => error_code(&e),
+            FetchError::Refused(e) => e,
+        })
+}
+
+#[derive(Debug)]
+enum FetchError {
+    Log(LogError),
+    Refused(ResponseError),
+}
+
+impl From<LogError> for FetchError {
+    fn from(e: LogError) -> Self {
+        FetchError::Log(e)
+    }
 }
 
 /// Waits until any partition's high watermark passes the value seen, or
 /// `timeout`. Each waiter on an owner core ends by itself at the timeout, so
 /// abandoned waiters do not pile up.
-async fn wait_for_data(shard: &Rc<Shard>, seen: Vec<(TopicPartition, i64)>, timeout: Duration) {
+async fn wait_for_data(
+    shard: &Rc<Shard>,
+    seen: Vec<(TopicPartition, i64)>,
+    timeout: Duration,
+    follower: bool,
+) {
     let mut waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = seen
         .into_iter()
         .map(|(tp, high_watermark)| {
@@ -201,7 +307,11 @@ async fn wait_for_data(shard: &Rc<Shard>, seen: Vec<(TopicPartition, i64)>, time
                 let _ = shard
                     .invoke_on(owner, move |shard| async move {
                         if let Some(p) = shard.local(&tp) {
-                            p.wait_for_data(high_watermark, timeout).await;
+                            if follower {
+                                p.wait_for_end(high_watermark, timeout).await;
+                            } else {
+                                p.wait_for_data(high_watermark, timeout).await;
+                            }
                         }
                     })
                     .await;

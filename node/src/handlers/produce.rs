@@ -13,6 +13,7 @@
 //! the batch is copied once into a buffer the engine can stamp in place.
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_channel::oneshot;
@@ -27,9 +28,8 @@ use super::{error_code, now_ms, str_bytes};
 use crate::producer::{BatchMeta, SequenceCheck};
 use crate::state::CoreState;
 
-/// How batches are appended: this node leads every partition, at leader epoch 0
-/// until the controller hands out epochs.
-const AS_LEADER: AppendMode = AppendMode::Leader { leader_epoch: 0 };
+/// Bound on how long acks=all waits for the replicas, whatever the client asks.
+const MAX_TIMEOUT_MS: i32 = 300_000;
 /// Bound on a compressed batch's decompressed size while validating it.
 const DECOMPRESSED_BYTES_MAX: usize = 256 << 20;
 
@@ -57,7 +57,7 @@ pub struct ProducePending {
 /// One partition's append, with the owner core's signal that it is durable.
 struct AppendedPending {
     appended: Appended,
-    durable: oneshot::Receiver<Result<(), LogError>>,
+    durable: oneshot::Receiver<Result<(), Refused>>,
     /// Batch bytes and records appended; None for a duplicate answered from the
     /// producer's state (nothing was appended).
     appended_size: Option<(usize, i32)>,
@@ -114,7 +114,8 @@ pub async fn append_phase(
                         message: format!("acks must be 0, 1 or -1, got {acks}"),
                     })
                 } else {
-                    produce_partition(&shard, &tp, records, log_append_time, compacted).await
+                    let timeout = Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64);
+                    produce_partition(&shard, &tp, records, log_append_time, compacted, acks, timeout).await
                 };
                 if let Ok(p) = &result {
                     if let Some((bytes, records)) = p.appended_size {
@@ -150,10 +151,7 @@ impl ProducePending {
             let result = match result {
                 Ok(p) => match p.durable.await {
                     Ok(Ok(())) => Ok(p.appended),
-                    Ok(Err(e)) => Err(Refused {
-                        error: error_code(&e),
-                        message: e.to_string(),
-                    }),
+                    Ok(Err(refused)) => Err(refused),
                     Err(_) => Err(Refused {
                         error: ResponseError::NotLeaderOrFollower,
                         message: "the partition's core stopped".into(),
@@ -226,6 +224,8 @@ async fn produce_partition(
     records: Option<Bytes>,
     log_append_time: bool,
     compacted: bool,
+    acks: i16,
+    timeout: Duration,
 ) -> Result<AppendedPending, Refused> {
     let refuse = |error: ResponseError, message: String| Refused { error, message };
     let records =
@@ -279,23 +279,49 @@ async fn produce_partition(
             let partition = shard
                 .local(&tp2)
                 .ok_or_else(|| LogError::UnknownPartition(tp2.to_string()))?;
+            // Leading it (at which epoch), and for acks=all an ISR of at
+            // least min.insync.replicas, before anything is written.
+            let leader_epoch = crate::replica::admit_append(&tp2, acks)
+                .map_err(|r| SequenceOrLog::Sequence(r.error, r.message))?;
+            let mode = AppendMode::Leader { leader_epoch };
             let mut append_time = -1;
             if log_append_time {
                 append_time = now_ms();
                 batch::stamp_log_append_time(&mut batch, append_time)?;
             }
             let (base_offset, last_offset, duplicate) = if header.producer_id >= 0 {
-                append_idempotent(&partition, &tp2, &header, batch).await?
+                append_idempotent(&partition, &tp2, &header, batch, mode).await?
             } else {
-                let info = partition.append_buffered(batch, AS_LEADER).await?;
+                let info = partition.append_buffered(batch, mode).await?;
                 (info.base_offset, info.last_offset, false)
             };
             // The durability wait runs here, on the owner, as its own task; the
-            // connection learns the outcome through the channel.
+            // connection learns the outcome through the channel. acks=all then
+            // waits for the in-sync replicas (the high watermark).
             let (tx, durable) = oneshot::channel();
             let waiter = partition.clone();
+            let tp3 = tp2.clone();
             glommio::spawn_local(async move {
-                let _ = tx.send(waiter.await_durable_to(last_offset + 1).await);
+                let result = match waiter.await_durable_to(last_offset + 1).await {
+                    Ok(()) => {
+                        crate::replica::local_durable(&tp3, &waiter);
+                        if acks == -1 {
+                            crate::replica::await_replicated(&tp3, last_offset + 1, timeout)
+                                .await
+                                .map_err(|r| Refused {
+                                    error: r.error,
+                                    message: r.message,
+                                })
+                        } else {
+                            Ok(())
+                        }
+                    }
+                    Err(e) => Err(Refused {
+                        error: error_code(&e),
+                        message: e.to_string(),
+                    }),
+                };
+                let _ = tx.send(result);
             })
             .detach();
             Ok::<_, SequenceOrLog>(AppendedPending {
@@ -343,6 +369,7 @@ async fn append_idempotent(
     tp: &TopicPartition,
     header: &BatchHeader,
     batch: BytesMut,
+    mode: AppendMode,
 ) -> Result<(i64, i64, bool), SequenceOrLog> {
     let Some(core) = CoreState::current() else {
         return Err(LogError::RuntimeStopped.into());
@@ -403,7 +430,7 @@ async fn append_idempotent(
                 ))
             }
         }
-        let info = partition.append_buffered(batch, AS_LEADER).await?;
+        let info = partition.append_buffered(batch, mode).await?;
         producers.states.borrow_mut().record(
             header.producer_id,
             header.producer_epoch,

@@ -1,0 +1,404 @@
+//! Follower fetchers: one task per (core, leader node). It batches every
+//! partition this core follows from that leader into one Fetch request
+//! (replica id = this node, long poll), appends what comes back with the
+//! leader's offsets and epochs, makes it durable, and reports the new end with
+//! its next fetch, which is how the leader learns it (Kafka's pull model).
+//!
+//! ```text
+//! loop: Fetch v12 { replica_id: me, per partition: fetch_offset = log end,
+//!                   last_fetched_epoch, current_leader_epoch }
+//!   -> diverging_epoch: truncate where the logs part (skiff-replication::truncation)
+//!   -> records: append (AppendMode::Replica), flush to the new end
+//!   -> high watermark = min(leader's, our durable end)
+//!   -> NOT_LEADER / FENCED / UNKNOWN epoch: back off until the metadata moves
+//! ```
+//!
+//! Bounds: one request in flight per fetcher, `FETCH_PARTITION_BYTES` per
+//! partition, `FETCH_MAX_BYTES` per response.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::ResponseError;
+use skiff_engine::batch::BatchHeader;
+use skiff_engine::{AppendMode, Partition, TopicPartition};
+use skiff_replication::{diverging_epoch_truncation, Truncation};
+
+use crate::state::CoreState;
+
+const FETCH_VERSION: i16 = 12;
+const FETCH_WAIT_MS: i32 = 500;
+const FETCH_PARTITION_BYTES: i32 = 1 << 20;
+const FETCH_MAX_BYTES: i32 = 16 << 20;
+const RESPONSE_BYTES_MAX: usize = 64 << 20;
+/// After an error for a partition (leader moved, epoch fenced), wait this
+/// long before asking again (the metadata usually arrives first).
+const PARTITION_BACKOFF: Duration = Duration::from_millis(200);
+const CONNECT_BACKOFF: Duration = Duration::from_millis(300);
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Followed {
+    leader_epoch: i32,
+    /// The epoch to send as last_fetched_epoch when the truncation rule asks
+    /// the leader about an older epoch.
+    ask_epoch: Option<i32>,
+    paused_until: Option<Instant>,
+}
+
+type Partitions = Rc<RefCell<BTreeMap<TopicPartition, Followed>>>;
+
+thread_local! {
+    /// leader node id -> the partitions this core follows from it.
+    static FETCHERS: RefCell<HashMap<i32, Partitions>> = RefCell::new(HashMap::new());
+}
+
+/// Follows `tp` from `leader` at `leader_epoch` (starting the fetcher for that
+/// leader on this core if there is none).
+pub fn add(core: &Rc<CoreState>, tp: TopicPartition, leader: i32, leader_epoch: i32) {
+    remove(&tp);
+    let (partitions, start) = FETCHERS.with(|f| {
+        let mut f = f.borrow_mut();
+        match f.get(&leader) {
+            Some(p) => (p.clone(), false),
+            None => {
+                let p: Partitions = Rc::new(RefCell::new(BTreeMap::new()));
+                f.insert(leader, p.clone());
+                (p, true)
+            }
+        }
+    });
+    partitions.borrow_mut().insert(
+        tp,
+        Followed {
+            leader_epoch,
+            ask_epoch: None,
+            paused_until: None,
+        },
+    );
+    if start {
+        glommio::spawn_local(run(core.clone(), leader, partitions)).detach();
+    }
+}
+
+/// Stops following `tp` (it became leader, moved, or was deleted).
+pub fn remove(tp: &TopicPartition) {
+    FETCHERS.with(|f| {
+        for partitions in f.borrow().values() {
+            partitions.borrow_mut().remove(tp);
+        }
+    });
+}
+
+/// A fetcher's life: until it follows nothing (then it removes itself).
+async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
+    let mut conn: Option<TcpStream> = None;
+    let mut correlation = 0i32;
+    loop {
+        if partitions.borrow().is_empty() || core.stopping.get() {
+            FETCHERS.with(|f| {
+                let mut f = f.borrow_mut();
+                if f.get(&leader).is_some_and(|p| Rc::ptr_eq(p, &partitions) && p.borrow().is_empty()) {
+                    f.remove(&leader);
+                }
+            });
+            if partitions.borrow().is_empty() || core.stopping.get() {
+                return;
+            }
+        }
+        let Some(addr) = leader_addr(&core, leader) else {
+            glommio::timer::sleep(CONNECT_BACKOFF).await;
+            continue;
+        };
+        if conn.is_none() {
+            let connected = super::within(IO_TIMEOUT, TcpStream::connect(addr))
+                .await
+                .unwrap_or_else(|| {
+                    Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out").into())
+                })
+                .map_err(std::io::Error::from);
+            match connected {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    conn = Some(s);
+                }
+                Err(e) => {
+                    tracing::debug!(leader, %addr, error = %e, "connecting to the leader");
+                    glommio::timer::sleep(CONNECT_BACKOFF).await;
+                    continue;
+                }
+            }
+        }
+        let Some(stream) = conn.as_mut() else {
+            continue;
+        };
+        let request = match build_request(&core, &partitions).await {
+            Some(r) => r,
+            None => {
+                glommio::timer::sleep(PARTITION_BACKOFF).await;
+                continue;
+            }
+        };
+        correlation = correlation.wrapping_add(1);
+        let response = match call(stream, &request, correlation).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(leader, error = %e, "fetch from the leader failed; reconnecting");
+                conn = None;
+                glommio::timer::sleep(CONNECT_BACKOFF).await;
+                continue;
+            }
+        };
+        if response.error_code != 0 {
+            tracing::debug!(leader, error = response.error_code, "fetch refused");
+            glommio::timer::sleep(PARTITION_BACKOFF).await;
+            continue;
+        }
+        for topic in response.responses {
+            let name = topic.topic.0.to_string();
+            for p in topic.partitions {
+                let tp = TopicPartition::new(name.clone(), p.partition_index);
+                if let Err(e) = apply(&core, &partitions, &tp, p).await {
+                    tracing::warn!(partition = %tp, leader, error = %e, "applying fetched data");
+                    pause(&partitions, &tp);
+                }
+            }
+        }
+    }
+}
+
+fn leader_addr(core: &CoreState, leader: i32) -> Option<SocketAddr> {
+    let table = core.topics();
+    let b = table.broker(leader).filter(|b| !b.fenced)?;
+    (b.host.as_str(), b.port).to_socket_addrs().ok()?.next()
+}
+
+fn pause(partitions: &Partitions, tp: &TopicPartition) {
+    if let Some(f) = partitions.borrow_mut().get_mut(tp) {
+        f.paused_until = Some(Instant::now() + PARTITION_BACKOFF);
+    }
+}
+
+async fn build_request(core: &CoreState, partitions: &Partitions) -> Option<FetchRequest> {
+    let now = Instant::now();
+    let wanted: Vec<(TopicPartition, i32, Option<i32>)> = partitions
+        .borrow()
+        .iter()
+        .filter(|(_, f)| f.paused_until.is_none_or(|t| t <= now))
+        .map(|(tp, f)| (tp.clone(), f.leader_epoch, f.ask_epoch))
+        .collect();
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for (tp, leader_epoch, ask_epoch) in wanted {
+        let Some(partition) = core.shard.local(&tp) else {
+            continue;
+        };
+        let last_epoch = match ask_epoch {
+            Some(e) => e,
+            None => partition.latest_epoch().await.ok().flatten().unwrap_or(-1),
+        };
+        let fp = FetchPartition::default()
+            .with_partition(tp.partition)
+            .with_current_leader_epoch(leader_epoch)
+            .with_fetch_offset(partition.durable_end())
+            .with_last_fetched_epoch(last_epoch)
+            .with_log_start_offset(-1)
+            .with_partition_max_bytes(FETCH_PARTITION_BYTES);
+        match topics.last_mut() {
+            Some(t) if t.topic.0.as_str() == tp.topic => t.partitions.push(fp),
+            _ => topics.push(
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(tp.topic.clone())))
+                    .with_partitions(vec![fp]),
+            ),
+        }
+    }
+    if topics.is_empty() {
+        return None;
+    }
+    Some(
+        FetchRequest::default()
+            .with_replica_id(BrokerId(core.node.config.node_id))
+            .with_max_wait_ms(FETCH_WAIT_MS)
+            .with_min_bytes(1)
+            .with_max_bytes(FETCH_MAX_BYTES)
+            .with_isolation_level(0)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(topics),
+    )
+}
+
+async fn call(
+    stream: &mut TcpStream,
+    request: &FetchRequest,
+    correlation: i32,
+) -> std::io::Result<FetchResponse> {
+    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Fetch as i16)
+        .with_request_api_version(FETCH_VERSION)
+        .with_correlation_id(correlation)
+        .with_client_id(Some(StrBytes::from_static_str("skiff-replica")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, FetchRequest::header_version(FETCH_VERSION))
+        .map_err(|e| invalid(e.to_string()))?;
+    request
+        .encode(&mut body, FETCH_VERSION)
+        .map_err(|e| invalid(e.to_string()))?;
+    let mut frame = BytesMut::with_capacity(4 + body.len());
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    let deadline = IO_TIMEOUT + Duration::from_millis(FETCH_WAIT_MS as u64);
+    super::within(deadline, async {
+        stream.write_all(&frame).await?;
+        let mut size = [0u8; 4];
+        stream.read_exact(&mut size).await?;
+        let size = i32::from_be_bytes(size);
+        if size < 0 || size as usize > RESPONSE_BYTES_MAX {
+            return Err(invalid(format!("response size {size} out of range")));
+        }
+        let mut buf = vec![0u8; size as usize];
+        stream.read_exact(&mut buf).await?;
+        let mut buf = Bytes::from(buf);
+        let header = ResponseHeader::decode(
+            &mut buf,
+            ApiKey::Fetch.response_header_version(FETCH_VERSION),
+        )
+        .map_err(|e| invalid(e.to_string()))?;
+        if header.correlation_id != correlation {
+            return Err(invalid(format!(
+                "correlation id {} answers {correlation}",
+                header.correlation_id
+            )));
+        }
+        let response =
+            FetchResponse::decode(&mut buf, FETCH_VERSION).map_err(|e| invalid(e.to_string()))?;
+        if buf.has_remaining() {
+            tracing::debug!(extra = buf.remaining(), "fetch response had trailing bytes");
+        }
+        Ok(response)
+    })
+    .await
+    .unwrap_or_else(|| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "fetch from the leader timed out",
+        ))
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ApplyError {
+    #[error(transparent)]
+    Log(#[from] skiff_engine::LogError),
+    #[error("the leader answered {0:?}")]
+    Leader(ResponseError),
+    #[error("the leader answered error code {0}")]
+    Code(i16),
+}
+
+async fn apply(
+    core: &Rc<CoreState>,
+    partitions: &Partitions,
+    tp: &TopicPartition,
+    p: kafka_protocol::messages::fetch_response::PartitionData,
+) -> Result<(), ApplyError> {
+    if !partitions.borrow().contains_key(tp) {
+        return Ok(()); // stopped following meanwhile
+    }
+    let Some(partition) = core.shard.local(tp) else {
+        return Ok(());
+    };
+    if p.error_code != 0 {
+        return Err(match ResponseError::try_from_code(p.error_code) {
+            Some(e) => ApplyError::Leader(e),
+            None => ApplyError::Code(p.error_code),
+        });
+    }
+    if p.diverging_epoch.epoch >= 0 {
+        let diverging = (p.diverging_epoch.epoch, p.diverging_epoch.end_offset);
+        truncate(partitions, tp, &partition, diverging).await?;
+        return Ok(());
+    }
+    if let Some(f) = partitions.borrow_mut().get_mut(tp) {
+        f.ask_epoch = None;
+    }
+    let mut appended = false;
+    if let Some(records) = p.records.filter(|r| !r.is_empty()) {
+        let mut rest = records;
+        while rest.len() >= skiff_engine::batch::BATCH_HEADER_LEN {
+            let Ok(header) = BatchHeader::parse(&rest) else {
+                break;
+            };
+            let len = header.total_len();
+            if len > rest.len() {
+                break; // a partial batch at the end, as Fetch allows
+            }
+            let batch = rest.split_to(len);
+            if header.next_offset() <= partition.log_end() {
+                continue; // already have it (a retried fetch)
+            }
+            partition
+                .append_buffered(BytesMut::from(&batch[..]), AppendMode::Replica)
+                .await?;
+            appended = true;
+        }
+    }
+    if appended {
+        // Durable before the next fetch reports this end to the leader.
+        partition.flush_to(partition.log_end()).await?;
+    }
+    let hw = p.high_watermark.min(partition.durable_end());
+    if hw >= 0 {
+        partition.set_replicated_high_watermark(Some(hw));
+    }
+    Ok(())
+}
+
+/// The leader says our logs part at `diverging` (its epoch and end offset for
+/// the epoch we last fetched in): cut our log where Kafka's rule says, or ask
+/// again about an older epoch.
+async fn truncate(
+    partitions: &Partitions,
+    tp: &TopicPartition,
+    partition: &Partition,
+    diverging: (i32, i64),
+) -> Result<(), ApplyError> {
+    let asked = partitions.borrow().get(tp).and_then(|f| f.ask_epoch);
+    let asked = match asked {
+        Some(e) => e,
+        None => partition.latest_epoch().await?.unwrap_or(-1),
+    };
+    let local_epochs = partition.epoch_entries().await?;
+    let local_end = partition.log_end();
+    let (cut, ask) = match diverging_epoch_truncation(
+        &local_epochs,
+        local_end,
+        asked,
+        diverging.0,
+        diverging.1,
+    ) {
+        Truncation::TruncateTo(offset) => (offset, None),
+        Truncation::AskAgain { epoch, truncate_to } => (truncate_to, Some(epoch)),
+        Truncation::TruncateToHighWatermark => (partition.high_watermark(), None),
+    };
+    if cut < local_end {
+        tracing::warn!(partition = %tp, from = local_end, to = cut, "truncating a divergent tail");
+        partition.truncate_to(cut).await?;
+    }
+    if let Some(f) = partitions.borrow_mut().get_mut(tp) {
+        f.ask_epoch = ask;
+    }
+    Ok(())
+}

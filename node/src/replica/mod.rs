@@ -1,0 +1,510 @@
+//! Replication on a node: each partition this node holds a replica of is, on
+//! its owner core, a leader or a follower, as the committed metadata says.
+//!
+//! ```text
+//! metadata table (cluster.rs broadcast) -> apply_table on every core:
+//!   leader == me, new epoch    -> Leader: LeaderReplica (skiff-replication)
+//!                                 over the ISR, producer state reloaded
+//!   leader elsewhere           -> Follower: the core's fetcher for that
+//!                                 leader fetches it (fetcher.rs)
+//! produce (owner core):  admit_append (leader? epoch; acks=all: ISR >= min)
+//!                        -> append at the leader epoch -> durable ->
+//!                        local_durable (the leader's own end counts) ->
+//!                        acks=all: await_replicated(last + 1)
+//! follower fetch (owner core of the leader's partition): follower_fetch
+//!                        records the follower's end -> HW -> waiters; an
+//!                        ISR expansion goes to the controller (AlterPartition)
+//! every SHRINK_INTERVAL: maybe_shrink -> AlterPartition
+//! ```
+//!
+//! The rules themselves (high watermark, ISR, truncation) are in
+//! `skiff-replication`, sans I/O; this module is the glue: roles per
+//! partition in a core-local map, the engine's high watermark, waiters, and
+//! AlterPartition through core 0.
+//!
+//! Architecture invariant: a partition's replication state is touched only on
+//! its owner core (no locks); the high watermark consumers read up to is set
+//! only from `LeaderReplica` (leader) or the leader's answers (follower).
+
+pub mod fetcher;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_channel::oneshot;
+use glommio::sync::Semaphore;
+use kafka_protocol::ResponseError;
+use skiff_engine::{Partition, TopicPartition};
+use skiff_replication::{
+    check_leader_epoch, AckWaiters, IsrChange, LeaderConfig, LeaderReplica, ReplicationError,
+};
+
+use crate::state::CoreState;
+use crate::topics::{TopicTable, NO_LEADER};
+
+/// acks=all writes waiting for the replicas, per partition.
+const ACK_WAITERS_MAX: usize = 100_000;
+/// How often leaders look for followers to drop from the ISR.
+const SHRINK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A refusal a produce or fetch answers with.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub error: ResponseError,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(error: ResponseError, message: impl Into<String>) -> Self {
+        Self {
+            error,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ReplicationError> for Refusal {
+    fn from(e: ReplicationError) -> Self {
+        Refusal::new(
+            ResponseError::try_from_code(e.kafka_code()).unwrap_or(ResponseError::UnknownServerError),
+            e.to_string(),
+        )
+    }
+}
+
+pub struct Leader {
+    pub state: LeaderReplica,
+    /// More than one replica: the high watermark is the replicas' agreement.
+    /// A single replica's is its own durable end, as without replication.
+    replicated: bool,
+    waiters: AckWaiters<oneshot::Sender<()>>,
+    /// Node ids of the replicas, for metrics and transitions.
+    pub replicas: Vec<i32>,
+}
+
+pub struct Follower {
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+pub enum Role {
+    Leader(Leader),
+    Follower(Follower),
+}
+
+thread_local! {
+    static ROLES: RefCell<HashMap<TopicPartition, Role>> = RefCell::new(HashMap::new());
+    /// One table applied at a time, in the order they arrive.
+    static APPLYING: Rc<Semaphore> = Rc::new(Semaphore::new(1));
+}
+
+/// `f`'s output, or None once `d` has passed.
+pub async fn within<T>(d: Duration, f: impl std::future::Future<Output = T>) -> Option<T> {
+    match futures_util::future::select(
+        std::pin::pin!(f),
+        std::pin::pin!(glommio::timer::sleep(d)),
+    )
+    .await
+    {
+        futures_util::future::Either::Left((v, _)) => Some(v),
+        futures_util::future::Either::Right(_) => None,
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn with_role<T>(tp: &TopicPartition, f: impl FnOnce(Option<&mut Role>) -> T) -> T {
+    ROLES.with(|r| f(r.borrow_mut().get_mut(tp)))
+}
+
+/// Before a produce's append, on the owner core: the leader epoch to append
+/// at, or why not (this node does not lead it; acks=all and the ISR is below
+/// min.insync.replicas).
+pub fn admit_append(tp: &TopicPartition, acks: i16) -> Result<i32, Refusal> {
+    with_role(tp, |role| match role {
+        Some(Role::Leader(l)) => {
+            if acks == -1 {
+                l.state.check_acks_all()?;
+            }
+            Ok(l.state.leader_epoch())
+        }
+        _ => Err(Refusal::new(
+            ResponseError::NotLeaderOrFollower,
+            format!("this node does not lead {tp}"),
+        )),
+    })
+}
+
+/// The leader's own log became durable further: its end counts toward the
+/// high watermark.
+pub fn local_durable(tp: &TopicPartition, partition: &Partition) {
+    with_role(tp, |role| {
+        if let Some(Role::Leader(l)) = role {
+            if let Some(hw) = l.state.on_local_durable(partition.durable_end()) {
+                publish(l, partition, hw);
+            }
+        }
+    })
+}
+
+fn publish(leader: &mut Leader, partition: &Partition, hw: i64) {
+    if leader.replicated {
+        partition.set_replicated_high_watermark(Some(hw));
+    }
+    for waiter in leader.waiters.release(hw) {
+        let _ = waiter.send(());
+    }
+}
+
+/// acks=all: waits until the high watermark covers `end` (the last offset of
+/// the append + 1), at most `timeout`; then checks that the ISR is still at
+/// least min.insync.replicas (NOT_ENOUGH_REPLICAS_AFTER_APPEND otherwise).
+pub async fn await_replicated(
+    tp: &TopicPartition,
+    end: i64,
+    timeout: Duration,
+) -> Result<(), Refusal> {
+    let rx = with_role(tp, |role| match role {
+        Some(Role::Leader(l)) => {
+            let (tx, rx) = oneshot::channel();
+            if l.state.high_watermark() >= end {
+                let _ = tx.send(());
+            } else if l.waiters.push(end, tx).is_err() {
+                return Err(Refusal::new(
+                    ResponseError::RequestTimedOut,
+                    format!("{tp}: too many acks=all writes waiting for the replicas"),
+                ));
+            }
+            Ok(rx)
+        }
+        _ => Err(Refusal::new(
+            ResponseError::NotLeaderOrFollower,
+            format!("this node no longer leads {tp}"),
+        )),
+    })?;
+    let timed_out = Refusal::new(
+        ResponseError::RequestTimedOut,
+        format!("{tp}: the in-sync replicas did not reach offset {end} within {timeout:?}"),
+    );
+    match within(timeout, rx).await {
+        Some(Ok(())) => {}
+        Some(Err(_)) => {
+            return Err(Refusal::new(
+                ResponseError::NotLeaderOrFollower,
+                format!("this node stopped leading {tp} before the write was replicated"),
+            ))
+        }
+        None => return Err(timed_out),
+    }
+    with_role(tp, |role| match role {
+        Some(Role::Leader(l)) => Ok(l.state.check_after_append()?),
+        _ => Err(Refusal::new(
+            ResponseError::NotLeaderOrFollower,
+            format!("this node stopped leading {tp}"),
+        )),
+    })
+}
+
+/// A follower's fetch at `fetch_offset`, on the owner core: the leader epoch
+/// it believes in must be this one; its end is recorded (the high watermark
+/// may move, waiters may be answered, an ISR expansion may be proposed).
+/// Returns the high watermark to send back.
+pub fn follower_fetch(
+    core: &Rc<CoreState>,
+    tp: &TopicPartition,
+    follower: i32,
+    fetch_offset: i64,
+    current_leader_epoch: i32,
+    partition: &Partition,
+) -> Result<i64, Refusal> {
+    let (hw, expand) = with_role(tp, |role| match role {
+        Some(Role::Leader(l)) => {
+            check_leader_epoch(current_leader_epoch, l.state.leader_epoch())?;
+            let outcome =
+                l.state
+                    .on_follower_fetch(follower, fetch_offset, partition.log_end(), now_ms())?;
+            if let Some(hw) = outcome.high_watermark {
+                publish(l, partition, hw);
+            }
+            Ok::<_, Refusal>((l.state.high_watermark(), outcome.expand))
+        }
+        _ => Err(Refusal::new(
+            ResponseError::NotLeaderOrFollower,
+            format!("this node does not lead {tp}"),
+        )),
+    })?;
+    if let Some(change) = expand {
+        send_alter(core.clone(), tp.clone(), change);
+    }
+    Ok(hw)
+}
+
+/// Sends an ISR change to the controller (through core 0) and applies the
+/// answer on this core.
+fn send_alter(core: Rc<CoreState>, tp: TopicPartition, change: IsrChange) {
+    glommio::spawn_local(async move {
+        tracing::info!(partition = %tp, isr = ?change.new_isr, "proposing an ISR change");
+        let topic = tp.topic.clone();
+        let index = tp.partition;
+        let request = change.clone();
+        let result = core
+            .shard
+            .invoke_on(0, move |_| async move {
+                crate::cluster::alter_partition(&topic, index, request)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .await;
+        let partition = core.shard.local(&tp);
+        with_role(&tp, |role| {
+            let Some(Role::Leader(l)) = role else {
+                return;
+            };
+            match result {
+                Ok(Ok((isr, partition_epoch))) => {
+                    match l.state.on_isr_committed(isr, partition_epoch) {
+                        Ok(Some(hw)) => {
+                            if let Some(p) = &partition {
+                                publish(l, p, hw);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => tracing::warn!(partition = %tp, error = %e, "committed ISR not applied"),
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(partition = %tp, error = %e, "ISR change refused");
+                    if let Some(hw) = l.state.on_isr_change_failed() {
+                        if let Some(p) = &partition {
+                            publish(l, p, hw);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(partition = %tp, error = %e, "ISR change not sent");
+                    if let Some(hw) = l.state.on_isr_change_failed() {
+                        if let Some(p) = &partition {
+                            publish(l, p, hw);
+                        }
+                    }
+                }
+            }
+        });
+    })
+    .detach();
+}
+
+/// Applies a new metadata table to the partitions this core owns: becomes
+/// leader or follower where the table says so. Tables apply one at a time,
+/// in the order they arrive.
+pub async fn apply_table(core: Rc<CoreState>, table: std::sync::Arc<TopicTable>) {
+    let lock = APPLYING.with(|l| l.clone());
+    let Ok(_guard) = lock.acquire_permit(1).await else {
+        return;
+    };
+    let me = table.node_id;
+    let shard = &core.shard;
+    let mut wanted: HashMap<TopicPartition, ()> = HashMap::new();
+    for (name, info) in &table.topics {
+        for (index, a) in info.assignment.iter().enumerate() {
+            let tp = TopicPartition::new(name.clone(), index as i32);
+            if !a.replicas.contains(&me) || shard.table().shard_of(&tp) != shard.id() {
+                continue;
+            }
+            let Some(partition) = shard.local(&tp) else {
+                continue;
+            };
+            wanted.insert(tp.clone(), ());
+            if a.leader == me {
+                become_leader(&core, &tp, &partition, a, info).await;
+            } else if a.leader != NO_LEADER {
+                become_follower(&core, &tp, &partition, a.leader, a.leader_epoch).await;
+            } else {
+                stop_replicating(&tp);
+            }
+        }
+    }
+    // Partitions no longer here (deleted topics, reassignments).
+    let gone: Vec<TopicPartition> = ROLES.with(|r| {
+        r.borrow()
+            .keys()
+            .filter(|tp| !wanted.contains_key(*tp))
+            .cloned()
+            .collect()
+    });
+    for tp in gone {
+        stop_replicating(&tp);
+    }
+}
+
+fn leader_config(core: &CoreState, info: &crate::topics::TopicInfo) -> LeaderConfig {
+    let config = &core.node.config;
+    let min_isr = info
+        .configs
+        .get("min.insync.replicas")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(config.min_insync_replicas.max(1) as usize);
+    LeaderConfig {
+        replica_lag_time_max_ms: config.replica_lag_time_max_ms,
+        min_insync_replicas: min_isr,
+    }
+}
+
+async fn become_leader(
+    core: &Rc<CoreState>,
+    tp: &TopicPartition,
+    partition: &Rc<Partition>,
+    a: &crate::topics::Assignment,
+    info: &crate::topics::TopicInfo,
+) {
+    let current = with_role(tp, |role| match role {
+        Some(Role::Leader(l)) => Some((l.state.leader_epoch(), l.state.partition_epoch())),
+        _ => None,
+    });
+    match current {
+        Some((epoch, _)) if epoch == a.leader_epoch => {
+            // Same leadership: the ISR may have changed (our own AlterPartition
+            // coming back, or the controller's fencing).
+            with_role(tp, |role| {
+                if let Some(Role::Leader(l)) = role {
+                    if a.partition_epoch > l.state.partition_epoch() {
+                        match l.state.on_isr_committed(a.isr.clone(), a.partition_epoch) {
+                            Ok(Some(hw)) => publish(l, partition, hw),
+                            Ok(None) => {}
+                            Err(e) => tracing::warn!(partition = %tp, error = %e, "metadata ISR not applied"),
+                        }
+                    }
+                }
+            });
+            return;
+        }
+        _ => {}
+    }
+    fetcher::remove(tp);
+    // A new leadership: what the log holds is the truth from here on; the
+    // high watermark starts where this replica knew it to be.
+    let log_end = partition.durable_end();
+    let start = partition.log_start_offset().await.unwrap_or(0);
+    let hw = match partition.replicated_high_watermark() {
+        Some(hw) => hw,
+        None if a.isr.len() == 1 => log_end,
+        None => start,
+    };
+    let state = LeaderReplica::new(
+        core.node.config.node_id,
+        a.replicas.clone(),
+        a.isr.clone(),
+        a.leader_epoch,
+        a.partition_epoch,
+        log_end,
+        hw.clamp(start, log_end),
+        now_ms(),
+        leader_config(core, info),
+    );
+    let replicated = a.replicas.len() > 1;
+    partition.set_replicated_high_watermark(replicated.then(|| state.high_watermark()));
+    // Producer state is rebuilt from the log the first time it is needed.
+    core.forget_partition(tp);
+    let old = ROLES.with(|r| {
+        r.borrow_mut().insert(
+            tp.clone(),
+            Role::Leader(Leader {
+                state,
+                replicated,
+                waiters: AckWaiters::new(ACK_WAITERS_MAX),
+                replicas: a.replicas.clone(),
+            }),
+        )
+    });
+    drop(old); // waiters of an older leadership: their senders drop (NOT_LEADER)
+    tracing::info!(partition = %tp, leader_epoch = a.leader_epoch, isr = ?a.isr, "leading");
+}
+
+async fn become_follower(
+    core: &Rc<CoreState>,
+    tp: &TopicPartition,
+    partition: &Rc<Partition>,
+    leader: i32,
+    leader_epoch: i32,
+) {
+    let same = with_role(tp, |role| {
+        matches!(role, Some(Role::Follower(f)) if f.leader == leader && f.leader_epoch == leader_epoch)
+    });
+    if same {
+        return;
+    }
+    // Until the leader says otherwise, consumers of this replica (none: only
+    // the leader serves) and the next leadership start from what is known.
+    if partition.replicated_high_watermark().is_none() {
+        partition.set_replicated_high_watermark(Some(partition.log_start_offset().await.unwrap_or(0)));
+    }
+    core.forget_partition(tp);
+    ROLES.with(|r| {
+        r.borrow_mut().insert(
+            tp.clone(),
+            Role::Follower(Follower {
+                leader,
+                leader_epoch,
+            }),
+        )
+    });
+    fetcher::add(core, tp.clone(), leader, leader_epoch);
+    tracing::info!(partition = %tp, leader, leader_epoch, "following");
+}
+
+fn stop_replicating(tp: &TopicPartition) {
+    fetcher::remove(tp);
+    ROLES.with(|r| r.borrow_mut().remove(tp));
+}
+
+/// Leaders drop followers that fell behind from the ISR (per core, forever).
+pub fn start_shrink_timer(core: Rc<CoreState>) {
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(SHRINK_INTERVAL).await;
+            if core.stopping.get() {
+                return;
+            }
+            let now = now_ms();
+            let changes: Vec<(TopicPartition, IsrChange)> = ROLES.with(|r| {
+                r.borrow_mut()
+                    .iter_mut()
+                    .filter_map(|(tp, role)| match role {
+                        Role::Leader(l) => l.state.maybe_shrink(now).map(|c| (tp.clone(), c)),
+                        Role::Follower(_) => None,
+                    })
+                    .collect()
+            });
+            for (tp, change) in changes {
+                tracing::warn!(partition = %tp, isr = ?change.new_isr, "a follower fell behind: shrinking the ISR");
+                send_alter(core.clone(), tp, change);
+            }
+        }
+    })
+    .detach();
+}
+
+/// For metrics and describe: (partition, leader epoch, ISR size, replicas)
+/// of what this core leads.
+pub fn led_partitions() -> Vec<(TopicPartition, i32, usize, usize)> {
+    ROLES.with(|r| {
+        r.borrow()
+            .iter()
+            .filter_map(|(tp, role)| match role {
+                Role::Leader(l) => Some((
+                    tp.clone(),
+                    l.state.leader_epoch(),
+                    l.state.isr().len(),
+                    l.replicas.len(),
+                )),
+                Role::Follower(_) => None,
+            })
+            .collect()
+    })
+}

@@ -1,0 +1,249 @@
+"""Replication across three `skiff node` processes: RF=3, min.insync.replicas=2,
+acks=all. The partition leader is SIGKILLed again and again under an idempotent
+producer and nothing acknowledged is lost or duplicated; two of three down
+refuses acks=all; a stopped follower leaves the ISR and rejoins; an old leader's
+unreplicated tail is truncated when it comes back."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from confluent_kafka import KafkaError
+
+import ck
+import kafka_wire as kw
+from cluster import WAIT_S, cluster_factory  # noqa: F401 (fixture)
+from conftest import REPO
+
+SKIFF_TOOLS = os.environ.get("SKIFF_TOOLS_BIN", str(REPO / "target" / "debug" / "skiff-tools"))
+
+REPLICATED = {
+    "broker.session.timeout.ms": "1500",
+    "broker.heartbeat.interval.ms": "200",
+    "replica.lag.time.max.ms": "3000",
+    "min.insync.replicas": "2",
+    "default.replication.factor": "3",
+}
+ERR_NOT_ENOUGH_REPLICAS = 19
+
+
+def describe(bootstrap, topic):
+    """{partition: (leader, replicas, isr)} from Metadata."""
+    md = ck.admin(bootstrap).list_topics(topic=topic, timeout=10)
+    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in md.topics[topic].partitions.values()}
+
+
+def wait_partition(bootstrap, topic, pred, what, timeout_s=WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = describe(bootstrap, topic)
+            if pred(last):
+                return last
+        except Exception as e:  # a node coming or going
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"{topic}: never {what}; last {last!r}")
+
+
+def alive_bootstrap(c):
+    return ",".join(n.bootstrap for n in c.nodes if n.alive())
+
+
+def replica_batches(node, topic, partition, below):
+    """(base offset, last offset, crc) of every batch of a node's replica that
+    ends below `below`, read offline with skiff-tools dump-log."""
+    pdir = os.path.join(node.data_dir, f"{topic}-{partition}")
+    out = []
+    for seg in sorted(glob.glob(os.path.join(pdir, "*.log"))):
+        p = subprocess.run([SKIFF_TOOLS, "dump-log", "--json", seg], capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr.decode(errors="replace")
+        for line in p.stdout.decode().splitlines():
+            row = json.loads(line)
+            if "baseOffset" in row and row.get("lastOffset", -1) < below:
+                out.append((row["baseOffset"], row["lastOffset"], row.get("crc")))
+    return out
+
+
+def test_acknowledged_writes_survive_ten_leader_kills(cluster_factory, topic_name):
+    c = cluster_factory(size=3, settings=REPLICATED)
+    ck.create_topic(c.node(1).bootstrap, topic_name, 1, replication_factor=3)
+    wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3")
+
+    acked = {}  # value -> offset
+    errors = []
+    stop = threading.Event()
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked[msg.value()] = msg.offset()
+        else:
+            errors.append(err)
+
+    def produce():
+        p = ck.producer(c.bootstrap, {
+            "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+            "message.timeout.ms": 120000, "retry.backoff.ms": 100,
+        })
+        i = 0
+        while not stop.is_set():
+            try:
+                p.produce(topic_name, value=b"v%08d" % i, partition=0, on_delivery=on_delivery)
+                i += 1
+            except BufferError:
+                pass
+            p.poll(0.002)
+        assert p.flush(150) == 0, "messages still undelivered"
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        for round_ in range(10):
+            time.sleep(1.0)
+            leader = wait_partition(alive_bootstrap(c), topic_name, lambda d: d[0][0] > 0, "a leader")[0][0]
+            before = len(acked)
+            c.node(leader).kill()
+            wait_partition(alive_bootstrap(c), topic_name, lambda d: d[0][0] not in (-1, leader), f"a new leader after killing {leader}")
+            c.node(leader).start()
+            # Back in the ISR before the next kill, so two replicas always hold the data.
+            wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, f"node {leader} back in the ISR (round {round_})", timeout_s=60)
+            assert len(acked) >= before, "acknowledgements went backwards?"
+    finally:
+        stop.set()
+        writer.join(timeout=180)
+    assert not [e for e in errors if e.code() != KafkaError._MSG_TIMED_OUT], errors[:5]
+    assert len(acked) > 100, f"only {len(acked)} writes acknowledged in 10 rounds"
+
+    # Every acknowledged record, exactly once, at its acknowledged offset.
+    hw = max(acked.values()) + 1
+    got = read_all(c.bootstrap, topic_name)
+    by_value = {}
+    for offset, value in got:
+        assert value not in by_value, f"{value!r} at {by_value.get(value)} and {offset}"
+        by_value[value] = offset
+    for value, offset in acked.items():
+        assert by_value.get(value) == offset, f"{value!r} acknowledged at {offset}, read at {by_value.get(value)}"
+
+    # Every replica's log agrees up to the high watermark.
+    for n in c.nodes:
+        n.stop()
+    logs = [replica_batches(n, topic_name, 0, hw) for n in c.nodes]
+    assert logs[0] and logs[0] == logs[1] == logs[2], "replicas differ below the high watermark"
+
+
+def read_all(bootstrap, topic, timeout_s=60):
+    """(offset, value) of every record of partition 0, through the leader."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    cons = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "replication-check", "enable.auto.commit": False,
+        "enable.partition.eof": True, "auto.offset.reset": "earliest",
+    })
+    out = []
+    try:
+        cons.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            m = cons.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    return out
+                continue
+            out.append((m.offset(), m.value()))
+        raise AssertionError(f"did not reach the end of {topic} in {timeout_s}s ({len(out)} records)")
+    finally:
+        cons.close()
+
+
+def test_two_of_three_down_refuses_acks_all(cluster_factory, topic_name):
+    c = cluster_factory(size=3, settings=REPLICATED)
+    ck.create_topic(c.node(1).bootstrap, topic_name, 1, replication_factor=3)
+    d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3")
+    leader = d[0][0]
+    followers = [n for n in (1, 2, 3) if n != leader]
+    batch = kw.record_batch([(b"k", b"v")])
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        assert kw.produce(conn, topic_name, 0, batch, acks=-1)[0] == 0
+    for f in followers:
+        c.node(f).kill()
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: d[0][2] == [leader], "an ISR of the leader alone")
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        error, _ = kw.produce(conn, topic_name, 0, batch, acks=-1)
+        assert error == ERR_NOT_ENOUGH_REPLICAS, f"acks=all with one in-sync replica: error {error}"
+        # acks=1 is the client's choice to accept that risk; Kafka takes it.
+        assert kw.produce(conn, topic_name, 0, batch, acks=1)[0] == 0
+    c.node(followers[0]).start()
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: len(d[0][2]) >= 2, "an ISR of two again")
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        error, offset = kw.produce(conn, topic_name, 0, batch, acks=-1)
+    assert error == 0 and offset == 2, (error, offset)
+
+
+def test_stopped_follower_leaves_the_isr_and_rejoins(cluster_factory, topic_name):
+    c = cluster_factory(size=3, settings=REPLICATED)
+    ck.create_topic(c.node(1).bootstrap, topic_name, 1, replication_factor=3)
+    d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3")
+    leader = d[0][0]
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    os.kill(c.node(follower).proc.pid, signal.SIGSTOP)
+    try:
+        wait_partition(c.node(leader).bootstrap, topic_name, lambda d: follower not in d[0][2], f"node {follower} out of the ISR")
+        out = c.node(leader).cli("topic", "describe", "--under-replicated").stdout.decode()
+        assert topic_name in out, out
+        with kw.Conn(c.node(leader).bootstrap) as conn:
+            for _ in range(20):
+                assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"during")]), acks=-1)[0] == 0
+    finally:
+        os.kill(c.node(follower).proc.pid, signal.SIGCONT)
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: sorted(d[0][2]) == [1, 2, 3], f"node {follower} back in the ISR", timeout_s=60)
+    out = c.node(leader).cli("topic", "describe", topic_name).stdout.decode()
+    assert "Isr: 1,2,3" in out.replace(" ", "") or all(str(n) in out for n in (1, 2, 3)), out
+
+
+def test_old_leader_truncates_its_unreplicated_tail(cluster_factory, topic_name):
+    settings = dict(REPLICATED)
+    settings["broker.session.timeout.ms"] = "4000"
+    settings["replica.lag.time.max.ms"] = "30000"
+    settings["min.insync.replicas"] = "1"
+    c = cluster_factory(size=3, settings=settings)
+    ck.create_topic(c.node(1).bootstrap, topic_name, 1, replication_factor=3)
+    d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3")
+    leader = d[0][0]
+    followers = [n for n in (1, 2, 3) if n != leader]
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        for i in range(5):
+            assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"replicated-%d" % i)]), acks=-1)[0] == 0
+    # The followers stop fetching; the leader takes acks=1 writes nobody copies.
+    for f in followers:
+        os.kill(c.node(f).proc.pid, signal.SIGSTOP)
+    try:
+        with kw.Conn(c.node(leader).bootstrap) as conn:
+            for i in range(3):
+                assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"lost-%d" % i)]), acks=1)[0] == 0
+        c.node(leader).kill()
+    finally:
+        for f in followers:
+            os.kill(c.node(f).proc.pid, signal.SIGCONT)
+    survivors = ",".join(c.node(f).bootstrap for f in followers)
+    wait_partition(survivors, topic_name, lambda d: d[0][0] in followers, "a follower leading")
+    new_leader = describe(survivors, topic_name)[0][0]
+    with kw.Conn(c.node(new_leader).bootstrap) as conn:
+        for i in range(2):
+            assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"after-%d" % i)]), acks=-1)[0] == 0
+    c.node(leader).start()
+    wait_partition(c.bootstrap, topic_name, lambda d: sorted(d[0][2]) == [1, 2, 3], "the old leader back in the ISR", timeout_s=60)
+    values = [v for _, v in read_all(c.bootstrap, topic_name)]
+    assert values == [b"replicated-%d" % i for i in range(5)] + [b"after-0", b"after-1"], values
+    # The old leader's log now matches the new leader's: the lost tail is gone.
+    end = 7
+    for n in c.nodes:
+        n.stop()
+    logs = [replica_batches(n, topic_name, 0, end) for n in c.nodes]
+    assert logs[0] == logs[1] == logs[2] and len(logs[0]) == 7, logs
