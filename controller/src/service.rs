@@ -217,6 +217,12 @@ impl ControllerHandle {
         lock(&self.status).clone()
     }
 
+    /// A cloneable reader of `status` for other threads that do not own
+    /// the handle (a broker's metrics scrape).
+    pub fn status_reader(&self) -> StatusReader {
+        StatusReader(self.status.clone())
+    }
+
     /// Stops accepting, closes every connection, stops the thread and joins
     /// it. The error, if any, is what stopped the controller earlier (a
     /// storage error stops it: its durable state is then unknown).
@@ -241,6 +247,19 @@ impl Drop for ControllerHandle {
         if let Err(e) = self.shutdown() {
             tracing::warn!(error = %e, "controller stopped with an error");
         }
+    }
+}
+
+/// Reads a running controller's status (`ControllerHandle::status_reader`);
+/// keeps the controller's shared status alive, not the controller. Cheap; any
+/// thread.
+#[derive(Clone)]
+pub struct StatusReader(Arc<Mutex<ControllerStatus>>);
+
+impl StatusReader {
+    /// The latest status, as `ControllerHandle::status`.
+    pub fn status(&self) -> ControllerStatus {
+        lock(&self.0).clone()
     }
 }
 

@@ -434,6 +434,15 @@ impl NodeConfig {
             .any(|p| p.trim() == policy)
     }
 
+    /// A topic's effective `min.insync.replicas`: its override, or the node's
+    /// default.
+    pub fn min_insync_replicas_for(&self, overrides: &BTreeMap<String, String>) -> i32 {
+        overrides
+            .get("min.insync.replicas")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.min_insync_replicas)
+    }
+
     /// The engine settings for a topic with these overrides.
     pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
         let get = |key: &str, default: u64| {

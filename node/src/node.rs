@@ -104,6 +104,7 @@ impl Node {
             data_dir: data_dir.clone(),
             cluster_id: meta.cluster_id,
             producer_ids: Mutex::new(producer_ids),
+            controller: controller.as_ref().map(ControllerHandle::status_reader),
         });
         for core in 0..runtime.shards() {
             let node = node.clone();

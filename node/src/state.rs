@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use glommio::sync::Semaphore;
+use skiff_controller::service::StatusReader;
 use skiff_engine::{Shard, TopicPartition};
 
 use crate::config::NodeConfig;
@@ -22,6 +23,9 @@ pub struct NodeContext {
     pub data_dir: PathBuf,
     pub cluster_id: String,
     pub producer_ids: Mutex<ProducerIdAllocator>,
+    /// This node's controller's status (None: not a controller), for the
+    /// metrics scrape on core 0. Read at scrape time only.
+    pub controller: Option<StatusReader>,
 }
 
 /// Hands out producer ids in blocks whose end is persisted before use, so ids

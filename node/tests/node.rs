@@ -1227,3 +1227,58 @@ fn metrics_listener_can_be_turned_off() {
     assert_eq!(produce(&mut c, "quiet", 0, batch(&["v"], None)), (0, 0));
     node.terminate();
 }
+
+#[test]
+fn metrics_show_the_cluster_and_the_controller_of_a_single_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(tmp.path(), free_port(), &["offsets.topic.num.partitions=3"]);
+    let port = node.metrics_port;
+    let mut c = node.client();
+    create_topic(&mut c, "led", 5);
+    // One replica can never satisfy min.insync.replicas=2.
+    create_topic_with(&mut c, "strict", 2, &[("min.insync.replicas", "2")]);
+
+    // The controller's status is refreshed every tick (100 ms): poll.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let samples = loop {
+        let samples = scrape(port);
+        if samples.contains_key("skiff_controller_node_metadata_lag{node=\"1\"}")
+            || Instant::now() >= deadline
+        {
+            break samples;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let get = |key: &str| {
+        *samples
+            .get(key)
+            .unwrap_or_else(|| panic!("{key} missing from the scrape"))
+    };
+    assert_eq!(get("skiff_controller_active"), 1.0);
+    assert!(get("skiff_controller_raft_term") >= 1.0);
+    assert!(get("skiff_controller_commit_index") >= 1.0);
+    assert!(get("skiff_controller_applied_offset") >= 1.0);
+    assert_eq!(get("skiff_controller_fenced_nodes"), 0.0);
+    assert!(get("skiff_controller_node_metadata_lag{node=\"1\"}") >= 0.0);
+    assert_eq!(get("skiff_broker_fenced"), 0.0);
+    assert!(get("skiff_broker_metadata_offset") >= 1.0);
+    assert_eq!(get("skiff_cluster_brokers"), 1.0);
+    assert_eq!(get("skiff_cluster_brokers_fenced"), 0.0);
+    // Every partition is led here: both topics and __consumer_offsets.
+    assert_eq!(get("skiff_partitions_led"), 5.0 + 2.0 + 3.0);
+    assert_eq!(get("skiff_partitions"), 10.0);
+    assert_eq!(get("skiff_cluster_partitions_offline"), 0.0);
+    assert_eq!(get("skiff_partitions_offline"), 0.0);
+    assert_eq!(get("skiff_partitions_under_replicated"), 0.0);
+    assert_eq!(get("skiff_partitions_under_min_isr"), 2.0);
+
+    // Deleting a topic takes its partitions out of the counts.
+    let request = kafka_protocol::messages::DeleteTopicsRequest::default()
+        .with_topic_names(vec![TopicName(StrBytes::from_static_str("strict"))]);
+    let response = c.delete_topics(&request).unwrap();
+    assert_eq!(response.responses[0].error_code, 0);
+    let samples = scrape(port);
+    assert_eq!(metric(&samples, "skiff_partitions_led"), 8.0);
+    assert_eq!(metric(&samples, "skiff_partitions_under_min_isr"), 0.0);
+    node.terminate();
+}

@@ -10,7 +10,7 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 use skiff_engine::stats::HistogramSnapshot;
 
-use super::Snapshot;
+use super::{ClusterSnapshot, Snapshot};
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -372,10 +372,115 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         "Partitions this node holds but cannot serve (failed write or fdatasync, or no log).",
         s.offline.len(),
     );
-    // Replication and controller metrics (under-replicated / under-min-ISR
-    // partitions, ISR changes, elections, follower lag, controller state) are
-    // added here when replication exists; see the module docs of `metrics`.
+    render_cluster(&mut w, &s.cluster);
+    // ISR changes, elections and follower lag are added when replication
+    // exists; see the module docs of `metrics`.
     w.out
+}
+
+/// The broker's view of the cluster (when the scraping core has the broker
+/// link) and this node's controller (when it runs one).
+fn render_cluster(w: &mut Writer, c: &ClusterSnapshot) {
+    if let Some(b) = &c.broker {
+        w.single(
+            "skiff_broker_fenced",
+            Kind::Gauge,
+            "1 while the controller has this broker fenced (or no heartbeat was acknowledged for a session), else 0.",
+            u8::from(b.fenced),
+        );
+        w.single(
+            "skiff_broker_metadata_offset",
+            Kind::Gauge,
+            "The last metadata log offset this broker applied.",
+            b.metadata_offset,
+        );
+        w.single(
+            "skiff_cluster_brokers",
+            Kind::Gauge,
+            "Brokers registered in the cluster, fenced ones included (this broker's applied metadata).",
+            b.cluster_brokers,
+        );
+        w.single(
+            "skiff_cluster_brokers_fenced",
+            Kind::Gauge,
+            "Registered brokers the controller has fenced (this broker's applied metadata).",
+            b.cluster_brokers_fenced,
+        );
+        w.single(
+            "skiff_cluster_partitions_offline",
+            Kind::Gauge,
+            "Partitions of the whole cluster without a leader (leader -1), from this broker's applied metadata; skiff_partitions_offline counts this node's unservable logs.",
+            b.cluster_partitions_offline,
+        );
+        w.single(
+            "skiff_partitions_led",
+            Kind::Gauge,
+            "Partitions this node leads, per the applied metadata.",
+            b.partitions_led,
+        );
+        w.single(
+            "skiff_partitions_under_replicated",
+            Kind::Gauge,
+            "Partitions this node leads whose ISR is smaller than their replica set.",
+            b.partitions_under_replicated,
+        );
+        w.single(
+            "skiff_partitions_under_min_isr",
+            Kind::Gauge,
+            "Partitions this node leads whose ISR is smaller than the topic's min.insync.replicas.",
+            b.partitions_under_min_isr,
+        );
+    }
+    if let Some(status) = &c.controller {
+        w.single(
+            "skiff_controller_active",
+            Kind::Gauge,
+            "1 when this node's controller is the active one (Raft leader with its term's first entry applied), else 0.",
+            u8::from(status.active),
+        );
+        w.single(
+            "skiff_controller_raft_term",
+            Kind::Gauge,
+            "The Raft term this node's controller is in.",
+            status.term,
+        );
+        w.single(
+            "skiff_controller_commit_index",
+            Kind::Gauge,
+            "The highest metadata log index this node's controller knows committed.",
+            status.commit_index,
+        );
+        w.single(
+            "skiff_controller_applied_offset",
+            Kind::Gauge,
+            "The last metadata log offset this node's controller applied.",
+            status.applied_offset,
+        );
+        w.single(
+            "skiff_controller_fenced_nodes",
+            Kind::Gauge,
+            "Registered nodes fenced, in this controller's applied metadata.",
+            status.nodes.iter().filter(|n| n.fenced).count(),
+        );
+        w.family(
+            "skiff_controller_node_metadata_lag",
+            Kind::Gauge,
+            "Metadata offsets a node is behind the active controller (its applied offset minus the one the node last heartbeated); only on the active controller, only for nodes that reported.",
+        );
+        // A standby controller's reports are stale (heartbeats go to the
+        // active one), so only the active one says.
+        if status.active {
+            for n in &status.nodes {
+                if let Some(reported) = n.metadata_offset {
+                    w.sample(
+                        "skiff_controller_node_metadata_lag",
+                        &[("node", &n.id.to_string())],
+                        status.applied_offset.saturating_sub(reported),
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -388,7 +493,9 @@ mod tests {
     use skiff_engine::{LogStats, TopicPartition};
 
     use super::*;
-    use crate::metrics::{ApiSnapshot, PartitionSnapshot, TopicIo};
+    use skiff_controller::service::{ControllerStatus, NodeStatus};
+
+    use crate::metrics::{ApiSnapshot, BrokerSnapshot, PartitionSnapshot, TopicIo};
 
     /// One parsed sample line.
     #[derive(Debug)]
@@ -605,7 +712,50 @@ mod tests {
                 },
             }],
             offline: vec![(TopicPartition::new("orders", 1), "fdatasync failed".into())],
+            cluster: ClusterSnapshot {
+                broker: Some(BrokerSnapshot {
+                    fenced: false,
+                    metadata_offset: 41,
+                    cluster_brokers: 3,
+                    cluster_brokers_fenced: 1,
+                    cluster_partitions_offline: 2,
+                    partitions_led: 5,
+                    partitions_under_replicated: 1,
+                    partitions_under_min_isr: 1,
+                }),
+                controller: Some(controller_status(true)),
+            },
             ..Snapshot::default()
+        }
+    }
+
+    /// A controller at offset 42 of term 3; node 1 reported 40, node 2 42,
+    /// node 3 (fenced) nothing.
+    fn controller_status(active: bool) -> ControllerStatus {
+        let node = |id: i32, fenced: bool, reported: Option<u64>| NodeStatus {
+            id,
+            fenced,
+            in_controlled_shutdown: false,
+            broker_epoch: 7,
+            endpoints: vec![format!("PLAINTEXT://h{id}:9092")],
+            rack: None,
+            metadata_offset: reported,
+        };
+        ControllerStatus {
+            node_id: 1,
+            active,
+            leader_id: Some(1),
+            term: 3,
+            commit_index: 43,
+            applied_offset: 42,
+            nodes: vec![
+                node(1, false, Some(40)),
+                node(2, false, Some(42)),
+                node(3, true, None),
+            ],
+            topics: 2,
+            partitions: 6,
+            offline_partitions: 2,
         }
     }
 
@@ -628,6 +778,20 @@ mod tests {
             ("skiff_log_cleaner_read_bytes_total", "counter"),
             ("skiff_log_retention_deleted_segments_total", "counter"),
             ("skiff_partitions_offline", "gauge"),
+            ("skiff_broker_fenced", "gauge"),
+            ("skiff_broker_metadata_offset", "gauge"),
+            ("skiff_cluster_brokers", "gauge"),
+            ("skiff_cluster_brokers_fenced", "gauge"),
+            ("skiff_cluster_partitions_offline", "gauge"),
+            ("skiff_partitions_led", "gauge"),
+            ("skiff_partitions_under_replicated", "gauge"),
+            ("skiff_partitions_under_min_isr", "gauge"),
+            ("skiff_controller_active", "gauge"),
+            ("skiff_controller_raft_term", "gauge"),
+            ("skiff_controller_commit_index", "gauge"),
+            ("skiff_controller_applied_offset", "gauge"),
+            ("skiff_controller_fenced_nodes", "gauge"),
+            ("skiff_controller_node_metadata_lag", "gauge"),
         ] {
             assert_eq!(types.get(name).map(String::as_str), Some(kind), "{name}");
         }
@@ -675,6 +839,36 @@ mod tests {
             Some(0.0)
         );
         assert_eq!(find("skiff_partitions_offline", &[]), Some(1.0));
+        for (name, value) in [
+            ("skiff_broker_fenced", 0.0),
+            ("skiff_broker_metadata_offset", 41.0),
+            ("skiff_cluster_brokers", 3.0),
+            ("skiff_cluster_brokers_fenced", 1.0),
+            ("skiff_cluster_partitions_offline", 2.0),
+            ("skiff_partitions_led", 5.0),
+            ("skiff_partitions_under_replicated", 1.0),
+            ("skiff_partitions_under_min_isr", 1.0),
+            ("skiff_controller_active", 1.0),
+            ("skiff_controller_raft_term", 3.0),
+            ("skiff_controller_commit_index", 43.0),
+            ("skiff_controller_applied_offset", 42.0),
+            ("skiff_controller_fenced_nodes", 1.0),
+        ] {
+            assert_eq!(find(name, &[]), Some(value), "{name}");
+        }
+        // Lag only for the nodes that reported.
+        assert_eq!(
+            find("skiff_controller_node_metadata_lag", &[("node", "1")]),
+            Some(2.0)
+        );
+        assert_eq!(
+            find("skiff_controller_node_metadata_lag", &[("node", "2")]),
+            Some(0.0)
+        );
+        assert_eq!(
+            find("skiff_controller_node_metadata_lag", &[("node", "3")]),
+            None
+        );
         assert_eq!(
             find(
                 "skiff_log_size_bytes",
@@ -688,6 +882,30 @@ mod tests {
     fn an_empty_node_renders_valid_families() {
         let (types, _) = check_exposition(&render(&Snapshot::default(), 1));
         assert!(types.len() > 20);
+    }
+
+    #[test]
+    fn cluster_metrics_appear_only_where_they_have_a_source() {
+        // A broker without a controller: broker families, no controller ones.
+        let mut s = sample_snapshot();
+        s.cluster.controller = None;
+        let (types, _) = check_exposition(&render(&s, 2));
+        assert!(types.contains_key("skiff_broker_fenced"));
+        assert!(!types.keys().any(|k| k.starts_with("skiff_controller_")));
+        // A standby controller: its state, but no lag (its reports are stale).
+        let mut s = sample_snapshot();
+        s.cluster.controller = Some(controller_status(false));
+        let text = render(&s, 2);
+        let (types, samples) = check_exposition(&text);
+        assert!(types.contains_key("skiff_controller_node_metadata_lag"));
+        assert!(samples
+            .iter()
+            .all(|s| s.name != "skiff_controller_node_metadata_lag"));
+        assert!(text.contains("\nskiff_controller_active 0\n"));
+        // Before the broker link exists: no broker families.
+        let (types, _) = check_exposition(&render(&Snapshot::default(), 1));
+        assert!(!types.contains_key("skiff_broker_fenced"));
+        assert!(!types.contains_key("skiff_controller_active"));
     }
 
     #[test]

@@ -9,12 +9,15 @@
 //! in one go on that core) and sums them; `exposition` renders the sum in the
 //! Prometheus text format, `http` serves it.
 //!
-//! Not here yet: replication and controller metrics (under-replicated and
-//! under-min-ISR partitions, ISR shrinks/expands, leader elections, follower lag,
-//! fetcher rates, controller term/commit index, fenced nodes, metadata lag). With
-//! one node and no replication they have no honest value; they go into
-//! `CoreSnapshot` (per-partition replica state from the owner core) and into the
-//! controller's own snapshot when those crates land.
+//! The cluster's share (`ClusterSnapshot`) is taken on the scraping core at
+//! scrape time, nothing on the hot path: the broker side from core 0's
+//! `Broker` and `TopicTable` (the committed metadata this node applied), the
+//! controller side from `NodeContext::controller` (the controller thread's
+//! published `ControllerStatus`) when this node runs one.
+//!
+//! Not here yet: what replication will produce (ISR shrinks/expands, leader
+//! elections, follower lag, fetcher rates). They go into `CoreSnapshot`
+//! (per-partition replica state from the owner core) when replicas copy data.
 
 pub mod exposition;
 pub mod http;
@@ -28,7 +31,12 @@ use kafka_protocol::messages::{ApiKey, ResponseKind};
 use skiff_engine::stats::{Histogram, HistogramSnapshot, ShardStatsSnapshot};
 use skiff_engine::{LogStats, Shard, TopicPartition};
 
+use skiff_controller::service::ControllerStatus;
+
+use crate::cluster::Broker;
+use crate::config::NodeConfig;
 use crate::state::CoreState;
+use crate::topics::TopicTable;
 
 /// Request counters are kept per API key below this (Kafka's keys end near 90).
 pub const API_KEYS_MAX: usize = 128;
@@ -339,6 +347,91 @@ pub struct Snapshot {
     pub partitions: Vec<PartitionSnapshot>,
     /// Partitions this node should serve but cannot, with the reason.
     pub offline: Vec<(TopicPartition, String)>,
+    /// The cluster as this node sees it (taken once per scrape, not merged).
+    pub cluster: ClusterSnapshot,
+}
+
+/// The cluster as this node sees it at a scrape.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSnapshot {
+    /// None: no broker link on the scraping core (not core 0, or not started).
+    pub broker: Option<BrokerSnapshot>,
+    /// None: this node runs no controller.
+    pub controller: Option<ControllerStatus>,
+}
+
+/// The broker's view, from the metadata it applied. `cluster_*` fields are
+/// the whole cluster (the same on every up-to-date broker); the others are
+/// this node's share (they add up over the brokers).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerSnapshot {
+    pub fenced: bool,
+    /// The last metadata offset this broker applied.
+    pub metadata_offset: u64,
+    /// Registered brokers, fenced ones included.
+    pub cluster_brokers: usize,
+    pub cluster_brokers_fenced: usize,
+    /// Partitions without a leader (leader -1), every topic.
+    pub cluster_partitions_offline: usize,
+    /// Partitions this node leads.
+    pub partitions_led: usize,
+    /// Of those, ISR smaller than the replica set.
+    pub partitions_under_replicated: usize,
+    /// Of those, ISR smaller than the topic's effective min.insync.replicas.
+    pub partitions_under_min_isr: usize,
+}
+
+impl BrokerSnapshot {
+    /// Counts from a metadata table; `fenced` and `metadata_offset` are the
+    /// broker's own.
+    pub fn from_table(
+        table: &TopicTable,
+        config: &NodeConfig,
+        fenced: bool,
+        metadata_offset: u64,
+    ) -> BrokerSnapshot {
+        let mut s = BrokerSnapshot {
+            fenced,
+            metadata_offset,
+            cluster_brokers: table.brokers.len(),
+            cluster_brokers_fenced: table.brokers.iter().filter(|b| b.fenced).count(),
+            ..BrokerSnapshot::default()
+        };
+        for t in table.topics.values() {
+            let min_isr = usize::try_from(config.min_insync_replicas_for(&t.configs)).unwrap_or(0);
+            for a in &t.assignment {
+                if a.leader == skiff_controller::records::NO_LEADER {
+                    s.cluster_partitions_offline += 1;
+                }
+                if a.leader != table.node_id {
+                    continue;
+                }
+                s.partitions_led += 1;
+                if a.isr.len() < a.replicas.len() {
+                    s.partitions_under_replicated += 1;
+                }
+                if a.isr.len() < min_isr {
+                    s.partitions_under_min_isr += 1;
+                }
+            }
+        }
+        s
+    }
+}
+
+/// The cluster part of a scrape, taken on the calling core.
+fn cluster_snapshot(core: &CoreState) -> ClusterSnapshot {
+    ClusterSnapshot {
+        broker: Broker::current().map(|b| {
+            BrokerSnapshot::from_table(
+                &core.topics(),
+                &core.node.config,
+                b.is_fenced(),
+                b.applied(),
+            )
+        }),
+        controller: core.node.controller.as_ref().map(|c| c.status()),
+    }
 }
 
 impl Snapshot {
@@ -387,6 +480,7 @@ async fn collect(shard: Rc<Shard>) -> Snapshot {
         cache_bytes_max: shard.config().batch_cache_bytes_max as u64,
         partitions,
         offline,
+        cluster: ClusterSnapshot::default(),
     }
 }
 
@@ -433,7 +527,8 @@ pub struct GatherError {
     pub reason: String,
 }
 
-/// Every core's snapshot, summed. Runs on any core.
+/// Every core's snapshot, summed, with the cluster as the calling core sees
+/// it (the broker side only on core 0). Runs on any core.
 pub async fn gather(core: &CoreState) -> Result<Snapshot, GatherError> {
     let mut total = Snapshot::default();
     for target in 0..core.shard.table().shards() {
@@ -449,6 +544,7 @@ pub async fn gather(core: &CoreState) -> Result<Snapshot, GatherError> {
     }
     total.partitions.sort_by(|a, b| a.tp.cmp(&b.tp));
     total.offline.sort();
+    total.cluster = cluster_snapshot(core);
     Ok(total)
 }
 
@@ -504,3 +600,125 @@ pub async fn health(core: &CoreState) -> Result<(), String> {
 
 /// How many offline partitions a 503 names.
 const OFFLINE_LISTED_MAX: usize = 20;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::topics::{Assignment, BrokerInfo, TopicInfo};
+
+    fn assignment(replicas: &[i32], isr: &[i32], leader: i32) -> Assignment {
+        Assignment {
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+            leader,
+            leader_epoch: 0,
+        }
+    }
+
+    fn topic(name: &str, configs: &[(&str, &str)], assignment: Vec<Assignment>) -> TopicInfo {
+        TopicInfo {
+            name: name.into(),
+            id: Uuid::from_u128(name.len() as u128 + 1),
+            partitions: assignment.len() as i32,
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            assignment,
+        }
+    }
+
+    fn broker(id: i32, fenced: bool) -> BrokerInfo {
+        BrokerInfo {
+            id,
+            host: "localhost".into(),
+            port: 9092,
+            rack: None,
+            fenced,
+            in_controlled_shutdown: false,
+        }
+    }
+
+    #[test]
+    fn cluster_metrics_count_the_applied_metadata() {
+        let topics: BTreeMap<String, TopicInfo> = [
+            // Led here: one full ISR, one shrunk; the other partition is
+            // another node's, the last has no leader.
+            topic(
+                "a",
+                &[],
+                vec![
+                    assignment(&[1, 2], &[1, 2], 1),
+                    assignment(&[1, 2], &[1], 1),
+                    assignment(&[2, 1], &[2, 1], 2),
+                    assignment(&[3], &[3], -1),
+                ],
+            ),
+            // min.insync.replicas=2 overridden: an ISR of one is under it.
+            topic(
+                "b",
+                &[("min.insync.replicas", "2")],
+                vec![
+                    assignment(&[1], &[1], 1),
+                    assignment(&[1, 2, 3], &[1, 2], 1),
+                ],
+            ),
+            // A partition without a record yet: no replicas, no leader.
+            topic("c", &[], vec![assignment(&[], &[], -1)]),
+        ]
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
+        .collect();
+        let table = TopicTable {
+            topics,
+            brokers: vec![broker(1, false), broker(2, false), broker(3, true)],
+            node_id: 1,
+            metadata_offset: 9,
+        };
+        let mut config = NodeConfig::defaults().unwrap();
+        let s = BrokerSnapshot::from_table(&table, &config, false, 12);
+        assert_eq!(
+            s,
+            BrokerSnapshot {
+                fenced: false,
+                metadata_offset: 12,
+                cluster_brokers: 3,
+                cluster_brokers_fenced: 1,
+                cluster_partitions_offline: 2,
+                partitions_led: 4,
+                partitions_under_replicated: 2,
+                partitions_under_min_isr: 1,
+            }
+        );
+        // The node default applies where a topic has no override.
+        config.min_insync_replicas = 2;
+        let s = BrokerSnapshot::from_table(&table, &config, true, 12);
+        assert!(s.fenced);
+        assert_eq!(s.partitions_under_min_isr, 2);
+        // One replica, full ISR, default min ISR 1: nothing to report.
+        let single = TopicTable {
+            topics: [topic("t", &[], vec![assignment(&[1], &[1], 1)])]
+                .into_iter()
+                .map(|t| (t.name.clone(), t))
+                .collect(),
+            brokers: vec![broker(1, false)],
+            node_id: 1,
+            metadata_offset: 3,
+        };
+        let s = BrokerSnapshot::from_table(&single, &NodeConfig::defaults().unwrap(), false, 3);
+        assert_eq!(
+            (
+                s.partitions_led,
+                s.partitions_under_replicated,
+                s.partitions_under_min_isr,
+                s.cluster_partitions_offline
+            ),
+            (1, 0, 0, 0)
+        );
+    }
+}
