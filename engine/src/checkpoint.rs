@@ -12,6 +12,9 @@ use crate::fsutil;
 pub const LEADER_EPOCH_FILE: &str = "leader-epoch-checkpoint";
 pub const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset-checkpoint";
+/// The high watermark replication last agreed on (Kafka keeps one
+/// `replication-offset-checkpoint` per data dir; skiff one per partition).
+pub const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
 /// The cleaner's first dirty offset: everything below it has been compacted.
 pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 

@@ -22,7 +22,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::batch::{self, decode_records, BatchHeader, BatchScanner};
 use crate::batch_cache::BatchCache;
-use crate::checkpoint::{CLEANER_CHECKPOINT_FILE, LOG_START_OFFSET_FILE};
+use crate::checkpoint::{CLEANER_CHECKPOINT_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE};
 use crate::cleaner::{CleanPlan, CleanedSegment, SegmentSnapshot};
 use crate::config::LogConfig;
 use crate::error::{LogError, Result};
@@ -100,6 +100,9 @@ pub struct PartitionLog {
     tombstone_horizon: Option<i64>,
     /// Set by `shutdown`: background work (the cleaner) leaves the log alone.
     closed: bool,
+    /// The replicated high watermark last written to `HIGH_WATERMARK_FILE`
+    /// (None: never; a partition nobody replicates).
+    high_watermark_checkpoint: Option<i64>,
 }
 
 impl PartitionLog {
@@ -123,6 +126,14 @@ impl PartitionLog {
         let cache_id = cache.register();
         let first_dirty_offset =
             recovery::read_offset_checkpoint(&dir.join(CLEANER_CHECKPOINT_FILE)).await?;
+        let high_watermark_checkpoint =
+            match crate::checkpoint::read(&dir.join(HIGH_WATERMARK_FILE), 3).await? {
+                Some(rows) if !rows.is_empty() => Some(
+                    crate::checkpoint::parse_i64(&dir.join(HIGH_WATERMARK_FILE), &rows[0][2])?
+                        .clamp(recovered.log_start_offset, recovered.log_end_offset),
+                ),
+                _ => None,
+            };
         let mut log = PartitionLog {
             dir: dir.to_path_buf(),
             topic: topic.to_string(),
@@ -139,6 +150,7 @@ impl PartitionLog {
             first_dirty_offset,
             tombstone_horizon: None,
             closed: false,
+            high_watermark_checkpoint,
         };
         // Recovery flushed the active segment: everything left is durable.
         log.checkpoint_recovery_point().await?;
@@ -316,6 +328,28 @@ impl PartitionLog {
     /// A sync done outside failed: the log goes offline.
     pub fn poison(&mut self, reason: &str) {
         self.active().poison(reason);
+    }
+
+    /// The high watermark checkpointed by replication (None: never written).
+    pub fn high_watermark_checkpoint(&self) -> Option<i64> {
+        self.high_watermark_checkpoint
+    }
+
+    /// Persists the replicated high watermark (when it changed).
+    pub async fn checkpoint_high_watermark(&mut self, hw: i64) -> Result<()> {
+        let hw = hw.min(self.log_end_offset);
+        if self.high_watermark_checkpoint == Some(hw) {
+            return Ok(());
+        }
+        recovery::write_offset_checkpoint(
+            &self.dir.join(HIGH_WATERMARK_FILE),
+            &self.topic,
+            self.partition,
+            hw,
+        )
+        .await?;
+        self.high_watermark_checkpoint = Some(hw);
+        Ok(())
     }
 
     /// Persists `flushed_offset` as the recovery point.

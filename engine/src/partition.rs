@@ -46,6 +46,8 @@ pub struct Partition {
     /// replicas. None: a partition nobody replicates, whose high watermark is
     /// its own durable end.
     replicated_hw: Cell<Option<i64>>,
+    /// The replicated high watermark found on disk at open.
+    checkpointed_hw: Option<i64>,
     /// The owning core's counters (fdatasync count and latency).
     stats: Rc<ShardStats>,
 }
@@ -63,6 +65,7 @@ pub struct LogStats {
 
 impl Partition {
     pub fn new(log: PartitionLog) -> Partition {
+        let checkpointed_hw = log.high_watermark_checkpoint();
         let durability = log.config().durability;
         let flushed = log.flushed_offset();
         let end = log.log_end_offset();
@@ -75,6 +78,7 @@ impl Partition {
             flush_done: Signal::default(),
             changed: Signal::default(),
             replicated_hw: Cell::new(None),
+            checkpointed_hw,
             // Built on the core that owns it: that core's stats.
             stats: stats::local(),
         }
@@ -401,12 +405,26 @@ impl Partition {
     /// Persists the flushed offset as the recovery point (periodic, cheap when
     /// nothing changed).
     pub async fn checkpoint(&self) -> Result<()> {
-        self.write().await?.checkpoint_recovery_point().await
+        let mut log = self.write().await?;
+        log.checkpoint_recovery_point().await?;
+        if let Some(hw) = self.replicated_hw.get() {
+            log.checkpoint_high_watermark(hw).await?;
+        }
+        Ok(())
+    }
+
+    /// The replicated high watermark the log had on disk when it opened.
+    pub fn checkpointed_high_watermark(&self) -> Option<i64> {
+        self.checkpointed_hw
     }
 
     /// Flushes and closes the log (clean stop). Later appends fail.
     pub async fn close(&self) -> Result<()> {
-        self.write().await?.shutdown().await
+        let mut log = self.write().await?;
+        if let Some(hw) = self.replicated_hw.get() {
+            log.checkpoint_high_watermark(hw).await?;
+        }
+        log.shutdown().await
     }
 
     pub async fn delete(self) -> Result<()> {

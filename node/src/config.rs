@@ -417,6 +417,10 @@ impl NodeConfig {
             ("delete.retention.ms", self.delete_retention_ms.to_string()),
             ("max.message.bytes", self.message_max_bytes.to_string()),
             ("min.insync.replicas", self.min_insync_replicas.to_string()),
+            (
+                "unclean.leader.election.enable",
+                self.unclean_leader_election.to_string(),
+            ),
             ("message.timestamp.type", "CreateTime".to_string()),
         ]
         .into_iter()
@@ -505,6 +509,10 @@ pub fn check_topic_config(key: &str, value: &str) -> Result<(), String> {
             format!("min.cleanable.dirty.ratio must be a number in [0, 1], got {value:?}")
         }),
         "min.insync.replicas" => number(1),
+        "unclean.leader.election.enable" => match value {
+            "true" | "false" => Ok(()),
+            _ => Err(format!("{key} must be true or false, got {value:?}")),
+        },
         "cleanup.policy" => match value {
             "delete" | "compact" | "compact,delete" | "delete,compact" => Ok(()),
             _ => Err(format!(

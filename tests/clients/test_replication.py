@@ -163,11 +163,14 @@ def read_all(bootstrap, topic, timeout_s=60):
 
 
 def test_two_of_three_down_refuses_acks_all(cluster_factory, topic_name):
-    c = cluster_factory(size=3, settings=REPLICATED)
-    ck.create_topic(c.node(1).bootstrap, topic_name, 1, replication_factor=3)
+    # The controller apart: killing two brokers must not take the quorum
+    # with them (in combined mode it would, and no ISR change could commit).
+    c = cluster_factory(controllers=1, brokers=3, settings=REPLICATED)
+    brokers = [n.node_id for n in c.brokers]
+    ck.create_topic(c.bootstrap, topic_name, 1, replication_factor=3)
     d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3")
     leader = d[0][0]
-    followers = [n for n in (1, 2, 3) if n != leader]
+    followers = [n for n in brokers if n != leader]
     batch = kw.record_batch([(b"k", b"v")])
     with kw.Conn(c.node(leader).bootstrap) as conn:
         assert kw.produce(conn, topic_name, 0, batch, acks=-1)[0] == 0
@@ -224,6 +227,9 @@ def test_old_leader_truncates_its_unreplicated_tail(cluster_factory, topic_name)
     for f in followers:
         os.kill(c.node(f).proc.pid, signal.SIGSTOP)
     try:
+        # Fetches already waiting at the leader end empty after their long
+        # poll (500 ms); after that nothing carries new records to the followers.
+        time.sleep(1.5)
         with kw.Conn(c.node(leader).bootstrap) as conn:
             for i in range(3):
                 assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"lost-%d" % i)]), acks=1)[0] == 0
@@ -247,3 +253,43 @@ def test_old_leader_truncates_its_unreplicated_tail(cluster_factory, topic_name)
         n.stop()
     logs = [replica_batches(n, topic_name, 0, end) for n in c.nodes]
     assert logs[0] == logs[1] == logs[2] and len(logs[0]) == 7, logs
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_unclean_leader_election(cluster_factory, topic_name, unclean):
+    """Only an out-of-sync replica is left. Off (the default): the partition
+    stays offline rather than lose acknowledged records. On: that replica
+    leads, and the records only the dead leader had are gone."""
+    settings = dict(REPLICATED)
+    settings["min.insync.replicas"] = "1"
+    c = cluster_factory(controllers=1, brokers=2, settings=settings)
+    ck.create_topic(c.bootstrap, topic_name, 1, replication_factor=2,
+                    config={"unclean.leader.election.enable": str(unclean).lower()})
+    d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 2, "an ISR of 2")
+    leader = d[0][0]
+    follower = next(n.node_id for n in c.brokers if n.node_id != leader)
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"both")]), acks=-1)[0] == 0
+    c.node(follower).kill()
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: d[0][2] == [leader], "the follower out of the ISR")
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        # Acknowledged by the only in-sync replica (min.insync.replicas=1).
+        assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"leader-only")]), acks=-1)[0] == 0
+    c.node(leader).kill()
+    c.node(follower).start()
+    if not unclean:
+        time.sleep(3)
+        d = describe(c.node(follower).bootstrap, topic_name)
+        assert d[0][0] == -1, f"an out-of-sync replica was elected with unclean election off: {d}"
+        c.node(leader).start()
+        wait_partition(c.bootstrap, topic_name, lambda d: d[0][0] == leader, "the in-sync replica leading again")
+        values = [v for _, v in read_all(c.bootstrap, topic_name)]
+        assert values == [b"both", b"leader-only"], values
+    else:
+        wait_partition(c.node(follower).bootstrap, topic_name, lambda d: d[0][0] == follower, "the out-of-sync replica leading")
+        values = [v for _, v in read_all(c.node(follower).bootstrap, topic_name)]
+        # What unclean election costs: the acknowledged "leader-only" record.
+        assert values == [b"both"], values

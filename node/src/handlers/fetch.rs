@@ -94,7 +94,11 @@ pub async fn handle(
                 offset: p.fetch_offset,
                 max_bytes: p.partition_max_bytes.max(0) as usize,
                 current_leader_epoch: p.current_leader_epoch,
-                last_fetched_epoch: if version >= 12 { p.last_fetched_epoch } else { -1 },
+                last_fetched_epoch: if version >= 12 {
+                    p.last_fetched_epoch
+                } else {
+                    -1
+                },
             });
         }
     }

@@ -114,8 +114,18 @@ pub async fn append_phase(
                         message: format!("acks must be 0, 1 or -1, got {acks}"),
                     })
                 } else {
-                    let timeout = Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64);
-                    produce_partition(&shard, &tp, records, log_append_time, compacted, acks, timeout).await
+                    let timeout =
+                        Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64);
+                    produce_partition(
+                        &shard,
+                        &tp,
+                        records,
+                        log_append_time,
+                        compacted,
+                        acks,
+                        timeout,
+                    )
+                    .await
                 };
                 if let Ok(p) = &result {
                     if let Some((bytes, records)) = p.appended_size {

@@ -108,7 +108,9 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
         if partitions.borrow().is_empty() || core.stopping.get() {
             FETCHERS.with(|f| {
                 let mut f = f.borrow_mut();
-                if f.get(&leader).is_some_and(|p| Rc::ptr_eq(p, &partitions) && p.borrow().is_empty()) {
+                if f.get(&leader)
+                    .is_some_and(|p| Rc::ptr_eq(p, &partitions) && p.borrow().is_empty())
+                {
                     f.remove(&leader);
                 }
             });
@@ -124,7 +126,10 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             let connected = super::within(IO_TIMEOUT, TcpStream::connect(addr))
                 .await
                 .unwrap_or_else(|| {
-                    Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out").into())
+                    Err(
+                        std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
+                            .into(),
+                    )
                 })
                 .map_err(std::io::Error::from);
             match connected {
@@ -382,17 +387,13 @@ async fn truncate(
     };
     let local_epochs = partition.epoch_entries().await?;
     let local_end = partition.log_end();
-    let (cut, ask) = match diverging_epoch_truncation(
-        &local_epochs,
-        local_end,
-        asked,
-        diverging.0,
-        diverging.1,
-    ) {
-        Truncation::TruncateTo(offset) => (offset, None),
-        Truncation::AskAgain { epoch, truncate_to } => (truncate_to, Some(epoch)),
-        Truncation::TruncateToHighWatermark => (partition.high_watermark(), None),
-    };
+    let (cut, ask) =
+        match diverging_epoch_truncation(&local_epochs, local_end, asked, diverging.0, diverging.1)
+        {
+            Truncation::TruncateTo(offset) => (offset, None),
+            Truncation::AskAgain { epoch, truncate_to } => (truncate_to, Some(epoch)),
+            Truncation::TruncateToHighWatermark => (partition.high_watermark(), None),
+        };
     if cut < local_end {
         tracing::warn!(partition = %tp, from = local_end, to = cut, "truncating a divergent tail");
         partition.truncate_to(cut).await?;

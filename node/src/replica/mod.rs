@@ -68,7 +68,8 @@ impl Refusal {
 impl From<ReplicationError> for Refusal {
     fn from(e: ReplicationError) -> Self {
         Refusal::new(
-            ResponseError::try_from_code(e.kafka_code()).unwrap_or(ResponseError::UnknownServerError),
+            ResponseError::try_from_code(e.kafka_code())
+                .unwrap_or(ResponseError::UnknownServerError),
             e.to_string(),
         )
     }
@@ -102,11 +103,8 @@ thread_local! {
 
 /// `f`'s output, or None once `d` has passed.
 pub async fn within<T>(d: Duration, f: impl std::future::Future<Output = T>) -> Option<T> {
-    match futures_util::future::select(
-        std::pin::pin!(f),
-        std::pin::pin!(glommio::timer::sleep(d)),
-    )
-    .await
+    match futures_util::future::select(std::pin::pin!(f), std::pin::pin!(glommio::timer::sleep(d)))
+        .await
     {
         futures_util::future::Either::Left((v, _)) => Some(v),
         futures_util::future::Either::Right(_) => None,
@@ -275,7 +273,9 @@ fn send_alter(core: Rc<CoreState>, tp: TopicPartition, change: IsrChange) {
                             }
                         }
                         Ok(None) => {}
-                        Err(e) => tracing::warn!(partition = %tp, error = %e, "committed ISR not applied"),
+                        Err(e) => {
+                            tracing::warn!(partition = %tp, error = %e, "committed ISR not applied")
+                        }
                     }
                 }
                 Ok(Err(e)) => {
@@ -377,7 +377,9 @@ async fn become_leader(
                         match l.state.on_isr_committed(a.isr.clone(), a.partition_epoch) {
                             Ok(Some(hw)) => publish(l, partition, hw),
                             Ok(None) => {}
-                            Err(e) => tracing::warn!(partition = %tp, error = %e, "metadata ISR not applied"),
+                            Err(e) => {
+                                tracing::warn!(partition = %tp, error = %e, "metadata ISR not applied")
+                            }
                         }
                     }
                 }
@@ -391,7 +393,10 @@ async fn become_leader(
     // high watermark starts where this replica knew it to be.
     let log_end = partition.durable_end();
     let start = partition.log_start_offset().await.unwrap_or(0);
-    let hw = match partition.replicated_high_watermark() {
+    let hw = match partition
+        .replicated_high_watermark()
+        .or(partition.checkpointed_high_watermark())
+    {
         Some(hw) => hw,
         None if a.isr.len() == 1 => log_end,
         None => start,
@@ -407,6 +412,10 @@ async fn become_leader(
         now_ms(),
         leader_config(core, info),
     );
+    // Recomputed at once: an ISR of this replica alone has its end as the
+    // high watermark; a larger one waits for the followers' fetches.
+    let mut state = state;
+    state.on_local_durable(log_end);
     let replicated = a.replicas.len() > 1;
     partition.set_replicated_high_watermark(replicated.then(|| state.high_watermark()));
     // Producer state is rebuilt from the log the first time it is needed.
@@ -433,16 +442,19 @@ async fn become_follower(
     leader: i32,
     leader_epoch: i32,
 ) {
-    let same = with_role(tp, |role| {
-        matches!(role, Some(Role::Follower(f)) if f.leader == leader && f.leader_epoch == leader_epoch)
-    });
+    let same = with_role(
+        tp,
+        |role| matches!(role, Some(Role::Follower(f)) if f.leader == leader && f.leader_epoch == leader_epoch),
+    );
     if same {
         return;
     }
     // Until the leader says otherwise, consumers of this replica (none: only
     // the leader serves) and the next leadership start from what is known.
     if partition.replicated_high_watermark().is_none() {
-        partition.set_replicated_high_watermark(Some(partition.log_start_offset().await.unwrap_or(0)));
+        let start = partition.log_start_offset().await.unwrap_or(0);
+        let hw = partition.checkpointed_high_watermark().unwrap_or(start);
+        partition.set_replicated_high_watermark(Some(hw));
     }
     core.forget_partition(tp);
     ROLES.with(|r| {
