@@ -617,6 +617,7 @@ mod tests {
             isr: isr.to_vec(),
             leader,
             leader_epoch: 0,
+            partition_epoch: 0,
         }
     }
 

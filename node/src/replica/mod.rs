@@ -91,7 +91,7 @@ pub struct Follower {
 }
 
 pub enum Role {
-    Leader(Leader),
+    Leader(Box<Leader>),
     Follower(Follower),
 }
 
@@ -423,12 +423,12 @@ async fn become_leader(
     let old = ROLES.with(|r| {
         r.borrow_mut().insert(
             tp.clone(),
-            Role::Leader(Leader {
+            Role::Leader(Box::new(Leader {
                 state,
                 replicated,
                 waiters: AckWaiters::new(ACK_WAITERS_MAX),
                 replicas: a.replicas.clone(),
-            }),
+            })),
         )
     });
     drop(old); // waiters of an older leadership: their senders drop (NOT_LEADER)
