@@ -190,7 +190,9 @@ def test_two_of_three_down_refuses_acks_all(cluster_factory, topic_name):
 
 
 def test_stopped_follower_leaves_the_isr_and_rejoins(cluster_factory, topic_name):
-    c = cluster_factory(size=3, settings=REPLICATED)
+    # A session longer than the lag window: the leader, not the controller's
+    # fencing, takes the stopped follower out of the ISR.
+    c = cluster_factory(size=3, settings={**REPLICATED, "broker.session.timeout.ms": "20000"})
     ck.create_topic(c.node(1).bootstrap, topic_name, 1, replication_factor=3)
     d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3")
     leader = d[0][0]
@@ -200,6 +202,9 @@ def test_stopped_follower_leaves_the_isr_and_rejoins(cluster_factory, topic_name
         wait_partition(c.node(leader).bootstrap, topic_name, lambda d: follower not in d[0][2], f"node {follower} out of the ISR")
         out = c.node(leader).cli("topic", "describe", "--under-replicated").stdout.decode()
         assert topic_name in out, out
+        m = metrics(c.node(leader))
+        assert m["skiff_partitions_under_replicated"] >= 1, m
+        assert m["skiff_isr_shrinks_total"] >= 1, m
         with kw.Conn(c.node(leader).bootstrap) as conn:
             for _ in range(20):
                 assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"during")]), acks=-1)[0] == 0
@@ -208,6 +213,27 @@ def test_stopped_follower_leaves_the_isr_and_rejoins(cluster_factory, topic_name
     wait_partition(c.node(leader).bootstrap, topic_name, lambda d: sorted(d[0][2]) == [1, 2, 3], f"node {follower} back in the ISR", timeout_s=60)
     out = c.node(leader).cli("topic", "describe", topic_name).stdout.decode()
     assert "Isr: 1,2,3" in out.replace(" ", "") or all(str(n) in out for n in (1, 2, 3)), out
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        m = metrics(c.node(leader))
+        if m["skiff_partitions_under_replicated"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert m["skiff_partitions_under_replicated"] == 0, m
+    assert m["skiff_isr_expands_total"] >= 1, m
+
+
+def metrics(node):
+    """The unlabelled samples of a node's /metrics, by name."""
+    status, text = node.http_get("/metrics")
+    assert status == 200, text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "{" in line or not line.strip():
+            continue
+        name, value = line.rsplit(" ", 1)
+        out[name] = float(value)
+    return out
 
 
 def test_old_leader_truncates_its_unreplicated_tail(cluster_factory, topic_name):

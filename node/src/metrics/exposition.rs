@@ -373,8 +373,7 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         s.offline.len(),
     );
     render_cluster(&mut w, &s.cluster);
-    // ISR changes, elections and follower lag are added when replication
-    // exists; see the module docs of `metrics`.
+    render_replication(&mut w, &s.replication);
     w.out
 }
 
@@ -480,6 +479,81 @@ fn render_cluster(w: &mut Writer, c: &ClusterSnapshot) {
                 }
             }
         }
+    }
+}
+
+/// Replication: ISR changes, leaderships, the follower fetchers, and per
+/// follower of a partition this node leads its lag.
+fn render_replication(w: &mut Writer, r: &crate::replica::ReplicationSnapshot) {
+    for (name, help, value) in [
+        (
+            "skiff_isr_shrinks_total",
+            "ISR shrinks this node proposed as a partition leader (a follower fell behind).",
+            r.isr_shrinks,
+        ),
+        (
+            "skiff_isr_expands_total",
+            "ISR expansions this node proposed as a partition leader (a follower caught up).",
+            r.isr_expands,
+        ),
+        (
+            "skiff_leader_elections_total",
+            "Partition leaderships this node took (a partition at a new leader epoch).",
+            r.leaderships,
+        ),
+        (
+            "skiff_replica_fetch_requests_total",
+            "Fetch requests this node's follower fetchers sent.",
+            r.fetch_requests,
+        ),
+        (
+            "skiff_replica_fetch_bytes_total",
+            "Record batch bytes this node's follower fetchers received.",
+            r.fetch_bytes,
+        ),
+        (
+            "skiff_replica_fetch_errors_total",
+            "Follower fetch requests that failed (connection, timeout, undecodable answer).",
+            r.fetch_errors,
+        ),
+    ] {
+        w.single(name, Kind::Counter, help, value);
+    }
+    w.family(
+        "skiff_replica_lag_records",
+        Kind::Gauge,
+        "Per follower of a partition this node leads: records behind the leader's log end.",
+    );
+    for l in &r.lag {
+        let partition = l.tp.partition.to_string();
+        let follower = l.follower.to_string();
+        w.sample(
+            "skiff_replica_lag_records",
+            &[
+                ("topic", &l.tp.topic),
+                ("partition", &partition),
+                ("follower", &follower),
+            ],
+            l.records_behind.max(0),
+        );
+    }
+    w.family(
+        "skiff_replica_lag_seconds",
+        Kind::Gauge,
+        "Per follower of a partition this node leads: time since it last caught up with the leader.",
+    );
+    for l in &r.lag {
+        let partition = l.tp.partition.to_string();
+        let follower = l.follower.to_string();
+        w.sample(
+            "skiff_replica_lag_seconds",
+            &[
+                ("topic", &l.tp.topic),
+                ("partition", &partition),
+                ("follower", &follower),
+            ],
+            l.caught_up_ms_ago as f64 / 1000.0,
+        );
     }
 }
 
@@ -725,6 +799,21 @@ mod tests {
                 }),
                 controller: Some(controller_status(true)),
             },
+            replication: crate::replica::ReplicationSnapshot {
+                isr_shrinks: 2,
+                isr_expands: 1,
+                leaderships: 4,
+                fetch_requests: 100,
+                fetch_bytes: 4096,
+                fetch_errors: 3,
+                lag: vec![crate::replica::FollowerLagSample {
+                    tp: TopicPartition::new("orders", 0),
+                    follower: 2,
+                    records_behind: 17,
+                    caught_up_ms_ago: 1500,
+                    in_isr: true,
+                }],
+            },
             ..Snapshot::default()
         }
     }
@@ -791,6 +880,14 @@ mod tests {
             ("skiff_controller_commit_index", "gauge"),
             ("skiff_controller_applied_offset", "gauge"),
             ("skiff_controller_fenced_nodes", "gauge"),
+            ("skiff_isr_shrinks_total", "counter"),
+            ("skiff_isr_expands_total", "counter"),
+            ("skiff_leader_elections_total", "counter"),
+            ("skiff_replica_fetch_requests_total", "counter"),
+            ("skiff_replica_fetch_bytes_total", "counter"),
+            ("skiff_replica_fetch_errors_total", "counter"),
+            ("skiff_replica_lag_records", "gauge"),
+            ("skiff_replica_lag_seconds", "gauge"),
             ("skiff_controller_node_metadata_lag", "gauge"),
         ] {
             assert_eq!(types.get(name).map(String::as_str), Some(kind), "{name}");
@@ -853,9 +950,18 @@ mod tests {
             ("skiff_controller_commit_index", 43.0),
             ("skiff_controller_applied_offset", 42.0),
             ("skiff_controller_fenced_nodes", 1.0),
+            ("skiff_isr_shrinks_total", 2.0),
+            ("skiff_isr_expands_total", 1.0),
+            ("skiff_leader_elections_total", 4.0),
+            ("skiff_replica_fetch_requests_total", 100.0),
+            ("skiff_replica_fetch_bytes_total", 4096.0),
+            ("skiff_replica_fetch_errors_total", 3.0),
         ] {
             assert_eq!(find(name, &[]), Some(value), "{name}");
         }
+        let follower = [("topic", "orders"), ("partition", "0"), ("follower", "2")];
+        assert_eq!(find("skiff_replica_lag_records", &follower), Some(17.0));
+        assert_eq!(find("skiff_replica_lag_seconds", &follower), Some(1.5));
         // Lag only for the nodes that reported.
         assert_eq!(
             find("skiff_controller_node_metadata_lag", &[("node", "1")]),

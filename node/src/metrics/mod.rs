@@ -349,6 +349,8 @@ pub struct Snapshot {
     pub offline: Vec<(TopicPartition, String)>,
     /// The cluster as this node sees it (taken once per scrape, not merged).
     pub cluster: ClusterSnapshot,
+    /// Replication counters and follower lag (summed / listed over cores).
+    pub replication: crate::replica::ReplicationSnapshot,
 }
 
 /// The cluster as this node sees it at a scrape.
@@ -445,6 +447,7 @@ impl Snapshot {
         self.cache_bytes_max += other.cache_bytes_max;
         self.partitions.extend(other.partitions);
         self.offline.extend(other.offline);
+        self.replication.merge(other.replication);
     }
 }
 
@@ -481,6 +484,7 @@ async fn collect(shard: Rc<Shard>) -> Snapshot {
         partitions,
         offline,
         cluster: ClusterSnapshot::default(),
+        replication: crate::replica::snapshot(&|tp| shard.local(tp)),
     }
 }
 

@@ -156,8 +156,18 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
         };
         correlation = correlation.wrapping_add(1);
         let response = match call(stream, &request, correlation).await {
-            Ok(r) => r,
+            Ok(r) => {
+                let bytes: usize = r
+                    .responses
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .filter_map(|p| p.records.as_ref().map(Bytes::len))
+                    .sum();
+                super::count_fetch(bytes as u64, false);
+                r
+            }
             Err(e) => {
+                super::count_fetch(0, true);
                 tracing::debug!(leader, error = %e, "fetch from the leader failed; reconnecting");
                 conn = None;
                 glommio::timer::sleep(CONNECT_BACKOFF).await;

@@ -95,7 +95,106 @@ pub enum Role {
     Follower(Follower),
 }
 
+/// This core's replication counters (only this core's thread touches them).
+#[derive(Debug, Default)]
+struct Counters {
+    isr_shrinks: std::cell::Cell<u64>,
+    isr_expands: std::cell::Cell<u64>,
+    leaderships: std::cell::Cell<u64>,
+    fetch_requests: std::cell::Cell<u64>,
+    fetch_bytes: std::cell::Cell<u64>,
+    fetch_errors: std::cell::Cell<u64>,
+}
+
+fn bump(cell: &std::cell::Cell<u64>, by: u64) {
+    cell.set(cell.get().wrapping_add(by));
+}
+
+/// One follower of a partition this core leads, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowerLagSample {
+    pub tp: TopicPartition,
+    pub follower: i32,
+    pub records_behind: i64,
+    pub caught_up_ms_ago: u64,
+    pub in_isr: bool,
+}
+
+/// This core's replication figures at a scrape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicationSnapshot {
+    /// ISR shrinks / expansions this node proposed (AlterPartition sent).
+    pub isr_shrinks: u64,
+    pub isr_expands: u64,
+    /// Leaderships this node took (a partition at a new leader epoch).
+    pub leaderships: u64,
+    /// Follower fetch requests sent, record bytes received, failures.
+    pub fetch_requests: u64,
+    pub fetch_bytes: u64,
+    pub fetch_errors: u64,
+    pub lag: Vec<FollowerLagSample>,
+}
+
+impl ReplicationSnapshot {
+    pub fn merge(&mut self, other: ReplicationSnapshot) {
+        self.isr_shrinks += other.isr_shrinks;
+        self.isr_expands += other.isr_expands;
+        self.leaderships += other.leaderships;
+        self.fetch_requests += other.fetch_requests;
+        self.fetch_bytes += other.fetch_bytes;
+        self.fetch_errors += other.fetch_errors;
+        self.lag.extend(other.lag);
+    }
+}
+
+/// This core's figures (runs on the core it describes).
+pub fn snapshot(
+    partitions: &dyn Fn(&TopicPartition) -> Option<Rc<Partition>>,
+) -> ReplicationSnapshot {
+    let now = now_ms();
+    let mut out = COUNTERS.with(|c| ReplicationSnapshot {
+        isr_shrinks: c.isr_shrinks.get(),
+        isr_expands: c.isr_expands.get(),
+        leaderships: c.leaderships.get(),
+        fetch_requests: c.fetch_requests.get(),
+        fetch_bytes: c.fetch_bytes.get(),
+        fetch_errors: c.fetch_errors.get(),
+        lag: Vec::new(),
+    });
+    ROLES.with(|r| {
+        for (tp, role) in r.borrow().iter() {
+            let Role::Leader(l) = role else { continue };
+            if !l.replicated {
+                continue;
+            }
+            let leo = partitions(tp).map_or(0, |p| p.log_end());
+            for f in l.state.follower_lag(leo, now) {
+                out.lag.push(FollowerLagSample {
+                    tp: tp.clone(),
+                    follower: f.node_id,
+                    records_behind: f.records_behind,
+                    caught_up_ms_ago: f.caught_up_ms_ago,
+                    in_isr: f.in_isr,
+                });
+            }
+        }
+    });
+    out
+}
+
+/// The fetcher's accounting (fetcher.rs).
+pub(crate) fn count_fetch(bytes: u64, failed: bool) {
+    COUNTERS.with(|c| {
+        bump(&c.fetch_requests, 1);
+        bump(&c.fetch_bytes, bytes);
+        if failed {
+            bump(&c.fetch_errors, 1);
+        }
+    });
+}
+
 thread_local! {
+    static COUNTERS: Counters = Counters::default();
     static ROLES: RefCell<HashMap<TopicPartition, Role>> = RefCell::new(HashMap::new());
     /// One table applied at a time, in the order they arrive.
     static APPLYING: Rc<Semaphore> = Rc::new(Semaphore::new(1));
@@ -238,6 +337,7 @@ pub fn follower_fetch(
         )),
     })?;
     if let Some(change) = expand {
+        COUNTERS.with(|c| bump(&c.isr_expands, 1));
         send_alter(core.clone(), tp.clone(), change);
     }
     Ok(hw)
@@ -432,6 +532,7 @@ async fn become_leader(
         )
     });
     drop(old); // waiters of an older leadership: their senders drop (NOT_LEADER)
+    COUNTERS.with(|c| bump(&c.leaderships, 1));
     tracing::info!(partition = %tp, leader_epoch = a.leader_epoch, isr = ?a.isr, "leading");
 }
 
@@ -494,6 +595,7 @@ pub fn start_shrink_timer(core: Rc<CoreState>) {
                     .collect()
             });
             for (tp, change) in changes {
+                COUNTERS.with(|c| bump(&c.isr_shrinks, 1));
                 tracing::warn!(partition = %tp, isr = ?change.new_isr, "a follower fell behind: shrinking the ISR");
                 send_alter(core.clone(), tp, change);
             }
