@@ -281,6 +281,7 @@ fn run_steps(
         w.acks = acks;
         w.compression = compression;
         w.duration = plan.produce_s;
+        w.num_records = disk_budget(scratch, 1, plan.record_size);
         let name = format!("produce acks={} {}", w.acks_name(), compression.name());
         step(&name);
         let cluster = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, true)?;
@@ -394,6 +395,11 @@ fn run_steps(
     w.acks = -1;
     w.compression = Compression::None;
     w.duration = plan.replicated_s;
+    w.num_records = disk_budget(
+        scratch,
+        usize::try_from(plan.replication_factor).unwrap_or(1),
+        plan.record_size,
+    );
     let name = format!(
         "produce acks=all none, {} nodes RF={}",
         plan.replicated_nodes, plan.replication_factor
@@ -563,6 +569,38 @@ fn replicated(
     step("stopping the cluster");
     cluster.stop()?;
     Ok(Replicated { outcome, leaders })
+}
+
+/// At most this share of the scratch disk's free space goes to one produce step.
+const DISK_SHARE: f64 = 0.5;
+
+/// Records a closed-loop produce step may write so that its `replicas` copies
+/// fit in `DISK_SHARE` of the free space where the nodes keep their data: a fast
+/// disk can take tens of GB in a 20 s step, and a full disk stalls the node
+/// rather than measuring it. None when the free space is unknown.
+fn disk_budget(dir: &Path, replicas: usize, record_size: usize) -> Option<u64> {
+    let free = free_bytes(dir)?;
+    let records = (free as f64 * DISK_SHARE) as u64 / (replicas.max(1) * record_size.max(1)) as u64;
+    tracing::info!(
+        free_gb = free as f64 / 1e9,
+        replicas,
+        records,
+        "produce step capped to the free disk space"
+    );
+    Some(records.max(1))
+}
+
+/// Free bytes (for unprivileged users) of the file system holding `dir`.
+#[allow(unsafe_code)]
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `st` a valid, writable
+    // statvfs; both outlive the call.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 fn acks_label(acks: i16) -> &'static str {
