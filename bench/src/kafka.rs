@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
@@ -386,12 +386,35 @@ fn create_topic(
     topic: &str,
     partitions: i32,
 ) -> anyhow::Result<()> {
+    create_topic_with(conn, versions, topic, partitions, -1, &[])
+}
+
+/// CreateTopics with a replication factor (-1: the server's default) and topic
+/// configs; an existing topic is fine.
+fn create_topic_with(
+    conn: &mut Connection,
+    versions: Versions,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: &[(&str, &str)],
+) -> anyhow::Result<()> {
     let request = CreateTopicsRequest::default()
         .with_timeout_ms(30_000)
         .with_topics(vec![CreatableTopic::default()
             .with_name(topic_name(topic))
             .with_num_partitions(partitions)
-            .with_replication_factor(-1)]);
+            .with_replication_factor(replication_factor)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(StrBytes::from_string(k.to_string()))
+                            .with_value(Some(StrBytes::from_string(v.to_string())))
+                    })
+                    .collect(),
+            )]);
     let response: CreateTopicsResponse = conn.call(&request, versions.create_topics)?;
     for t in &response.topics {
         // TOPIC_ALREADY_EXISTS (36): another client won the race; fine.
@@ -400,6 +423,100 @@ fn create_topic(
         }
     }
     Ok(())
+}
+
+/// Brokers the metadata lists (a cluster is whole when it lists every node).
+pub fn broker_count(bootstrap: &str) -> anyhow::Result<usize> {
+    let mut conn = Connection::connect_any(bootstrap)?;
+    let versions = conn.negotiate()?;
+    let request = MetadataRequest::default()
+        .with_topics(Some(Vec::new()))
+        .with_allow_auto_topic_creation(false);
+    let response: MetadataResponse = conn.call(&request, versions.metadata)?;
+    Ok(response.brokers.len())
+}
+
+/// Creates a replicated topic (`replication_factor` replicas per partition, with
+/// `configs`) and waits, up to `timeout`, until every partition has a leader and
+/// all its replicas in sync. Returns the number of partitions each broker leads.
+pub fn create_replicated_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: &[(&str, &str)],
+    timeout: Duration,
+) -> anyhow::Result<BTreeMap<i32, usize>> {
+    let mut conn = Connection::connect_any(bootstrap)?;
+    let versions = conn.negotiate()?;
+    create_topic_with(
+        &mut conn,
+        versions,
+        topic,
+        partitions,
+        replication_factor,
+        configs,
+    )?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
+            ]))
+            .with_allow_auto_topic_creation(false);
+        let response: MetadataResponse = conn.call(&request, versions.metadata)?;
+        let t = response
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic));
+        let mut last = format!("topic {topic} not in the metadata yet");
+        if let Some(t) = t {
+            let want = usize::try_from(replication_factor).unwrap_or(0);
+            let lagging: Vec<String> = t
+                .partitions
+                .iter()
+                .filter(|p| {
+                    p.error_code != 0
+                        || p.leader_id.0 < 0
+                        || p.replica_nodes.len() != want
+                        || p.isr_nodes.len() != want
+                })
+                .map(|p| {
+                    format!(
+                        "partition {} (leader {}, replicas {:?}, isr {:?}, {})",
+                        p.partition_index,
+                        p.leader_id.0,
+                        p.replica_nodes.iter().map(|b| b.0).collect::<Vec<_>>(),
+                        p.isr_nodes.iter().map(|b| b.0).collect::<Vec<_>>(),
+                        error_name(p.error_code)
+                    )
+                })
+                .collect();
+            if t.error_code == 0 && t.partitions.len() as i32 == partitions && lagging.is_empty() {
+                let mut leaders = BTreeMap::new();
+                for p in &t.partitions {
+                    *leaders.entry(p.leader_id.0).or_insert(0) += 1;
+                }
+                return Ok(leaders);
+            }
+            last = if t.error_code != 0 {
+                format!("topic error {}", error_name(t.error_code))
+            } else {
+                format!(
+                    "{} of {partitions} partitions listed; not ready: {}",
+                    t.partitions.len(),
+                    lagging.join(", ")
+                )
+            };
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "topic {topic} ({partitions} partitions, replication factor {replication_factor}) \
+                 not fully in sync after {timeout:?}: {last}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Deletes a topic (the suite frees its disk space between workloads).

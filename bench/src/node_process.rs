@@ -1,7 +1,9 @@
-//! A `skiff node` child process for the suite: found next to this executable (or
-//! given), started on a free loopback port with its data in a scratch directory,
+//! `skiff node` child processes for the suite: found next to this executable (or
+//! given), started on free loopback ports with their data in a scratch directory,
 //! and stopped with SIGTERM (then SIGKILL after a timeout), also when the suite
-//! fails half-way (`Drop`).
+//! fails half-way (`Drop`). [`NodeProcess`] is one node alone; [`ClusterProcess`]
+//! is three (or N) nodes sharing one controller quorum, each a broker and a
+//! controller, as README's "A cluster" starts them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::kafka::Connection;
+use crate::kafka::{self, Connection};
 
 /// How long the node may take to accept requests after it starts.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -164,9 +166,229 @@ fn terminate(child: &Child) {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(free_ports(1)?[0])
+}
+
+/// `n` distinct free loopback ports: all bound at once (so none repeats), then
+/// released for the nodes to take.
+fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .context("finding free loopback ports")?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+/// One member of a [`ClusterProcess`].
+struct Member {
+    node_id: i32,
+    child: Option<Child>,
+    bootstrap: String,
+    log: PathBuf,
+}
+
+impl Member {
+    fn describe(&self) -> String {
+        format!(
+            "node {} ({}), log {}:\n{}",
+            self.node_id,
+            self.bootstrap,
+            self.log.display(),
+            log_tail(&self.log)
+        )
+    }
+}
+
+/// N `skiff node` processes forming one cluster on loopback: node ids 1..=N, each
+/// a broker and a controller of one quorum, with its own Kafka port, controller
+/// port (its quorum entry), ephemeral metrics port, data directory
+/// (`data_root/node-ID`) and log file (`log_dir/node-ID.log`).
+pub struct ClusterProcess {
+    members: Vec<Member>,
+    /// Every node's "host:port", comma-separated (a bootstrap list).
+    pub bootstrap: String,
+    /// The controller quorum, `ID@HOST:PORT,...`.
+    pub quorum: String,
+}
+
+impl ClusterProcess {
+    /// Starts the `nodes` processes together (each waits for a controller quorum
+    /// before it serves) and waits until every one answers ApiVersions and the
+    /// metadata lists all of them.
+    pub fn start(
+        skiff: &Path,
+        nodes: usize,
+        data_root: &Path,
+        log_dir: &Path,
+    ) -> anyhow::Result<ClusterProcess> {
+        anyhow::ensure!(nodes >= 1, "a cluster needs at least one node");
+        let ports = free_ports(2 * nodes)?;
+        let (kafka_ports, controller_ports) = ports.split_at(nodes);
+        let quorum = (0..nodes)
+            .map(|i| format!("{}@127.0.0.1:{}", i + 1, controller_ports[i]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = ClusterProcess {
+            members: Vec::with_capacity(nodes),
+            bootstrap: kafka_ports
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            quorum: quorum.clone(),
+        };
+        for i in 0..nodes {
+            let node_id = (i + 1) as i32;
+            let bootstrap = format!("127.0.0.1:{}", kafka_ports[i]);
+            let data_dir = data_root.join(format!("node-{node_id}"));
+            let log = log_dir.join(format!("node-{node_id}.log"));
+            let log_file = std::fs::File::create(&log)
+                .with_context(|| format!("creating the node log {}", log.display()))?;
+            let child = Command::new(skiff)
+                .arg("node")
+                .args(["--node-id", &node_id.to_string()])
+                .args(["--listen", &bootstrap, "--data-dir"])
+                .arg(&data_dir)
+                .args(["--metrics-listen", "127.0.0.1:0"])
+                .args(["--controller-quorum", &quorum])
+                .args([
+                    "--controller-listen",
+                    &format!("127.0.0.1:{}", controller_ports[i]),
+                ])
+                .stdin(Stdio::null())
+                .stdout(log_file.try_clone()?)
+                .stderr(log_file)
+                .spawn()
+                .with_context(|| format!("starting {} (node {node_id})", skiff.display()))?;
+            // Pushed at once: a later failure stops (Drop) what already runs.
+            cluster.members.push(Member {
+                node_id,
+                child: Some(child),
+                bootstrap,
+                log,
+            });
+        }
+        cluster.wait_ready()?;
+        Ok(cluster)
+    }
+
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut ready = vec![false; self.members.len()];
+        loop {
+            for (i, m) in self.members.iter_mut().enumerate() {
+                if let Some(child) = m.child.as_mut() {
+                    if let Some(status) = child.try_wait()? {
+                        m.child = None;
+                        bail!(
+                            "cluster node {} exited at start ({status}); {}",
+                            m.node_id,
+                            m.describe()
+                        );
+                    }
+                }
+                if !ready[i] {
+                    ready[i] = Connection::connect(&m.bootstrap)
+                        .and_then(|mut c| c.negotiate())
+                        .is_ok();
+                }
+            }
+            if ready.iter().all(|r| *r) {
+                match kafka::broker_count(&self.bootstrap) {
+                    Ok(n) if n >= self.members.len() => return Ok(()),
+                    Ok(_) | Err(_) => {}
+                }
+            }
+            if Instant::now() > deadline {
+                let waiting: Vec<String> = self
+                    .members
+                    .iter()
+                    .zip(&ready)
+                    .map(|(m, r)| {
+                        if *r {
+                            format!("node {} answers", m.node_id)
+                        } else {
+                            format!("node {} does not answer", m.node_id)
+                        }
+                    })
+                    .collect();
+                let tails: Vec<String> = self.members.iter().map(Member::describe).collect();
+                bail!(
+                    "the {}-node cluster (quorum {}) was not ready within {START_TIMEOUT:?} ({}; \
+                     ready means every node answers and the metadata lists all of them); \
+                     their logs:\n{}",
+                    self.members.len(),
+                    self.quorum,
+                    waiting.join(", "),
+                    tails.join("\n\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGTERM to every node at once (each first hands its leaderships away,
+    /// bounded by the node), then waits for all; SIGKILL to those still running
+    /// after the timeout. Errors if any node did not exit cleanly.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> anyhow::Result<()> {
+        for m in &self.members {
+            if let Some(child) = &m.child {
+                terminate(child);
+            }
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let mut problems = Vec::new();
+        for m in &mut self.members {
+            let Some(mut child) = m.child.take() else {
+                continue;
+            };
+            loop {
+                if let Some(status) = child.try_wait()? {
+                    if !status.success() {
+                        problems.push(format!(
+                            "exited with {status} after SIGTERM; {}",
+                            m.describe()
+                        ));
+                    }
+                    break;
+                }
+                if Instant::now() > deadline {
+                    tracing::warn!(
+                        node = m.node_id,
+                        "the node did not stop within {STOP_TIMEOUT:?} of SIGTERM: SIGKILL"
+                    );
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    problems.push(format!(
+                        "did not stop within {STOP_TIMEOUT:?} of SIGTERM (killed); {}",
+                        m.describe()
+                    ));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            bail!("stopping the cluster: {}", problems.join("\n\n"))
+        }
+    }
+}
+
+impl Drop for ClusterProcess {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_inner() {
+            tracing::warn!("stopping the cluster: {e:#}");
+        }
+    }
 }
 
 /// The last lines of a log, for error messages.

@@ -601,7 +601,30 @@ mod tests {
             };
             assert!(p.partitions.iter().all(|&i| c.partitions[i].1 == leader));
         }
+        // Exactly the connections asked for: 3 partitions on broker 1 get
+        // 2.4 -> 2, broker 2's 2 get 1.6 -> 2 (the larger remainder).
+        assert_eq!(plans.len(), 4);
+        // 16 partitions over three leaders (6, 5, 5) with 4 connections: 2, 1, 1.
+        c.brokers.insert(3, "127.0.0.3:9092".into());
+        c.partitions = (0..16).map(|p| (p, [1, 2, 3][p as usize % 3])).collect();
+        let plans = workload::plan_connections(&c, 4).unwrap();
+        let per_broker = |prefix: &str| {
+            plans
+                .iter()
+                .filter(|p| p.address.starts_with(prefix))
+                .count()
+        };
+        assert_eq!(
+            (
+                per_broker("127.0.0.1"),
+                per_broker("127.0.0.2"),
+                per_broker("127.0.0.3")
+            ),
+            (2, 1, 1)
+        );
+        // Fewer connections than leaders: still one per leader.
+        assert_eq!(workload::plan_connections(&c, 1).unwrap().len(), 3);
         // More connections than partitions: one partition each at most.
-        assert_eq!(workload::plan_connections(&c, 50).unwrap().len(), 5);
+        assert_eq!(workload::plan_connections(&c, 50).unwrap().len(), 16);
     }
 }

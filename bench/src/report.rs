@@ -71,9 +71,10 @@ pub fn markdown(r: &Value) -> String {
     let p = &r["plan"];
     let _ = writeln!(
         md,
-        "Workloads: {} B records, {} partitions, {} connections x {} in flight, batches of {} KiB (e2e: {} KiB at {} records/s); one node started by the suite, log.durability=flush (fdatasync before every acknowledgement, acks=1 too).\n",
+        "Workloads: {} B records, {} partitions, {} connections x {} in flight, batches of {} KiB (e2e: {} KiB at {} records/s); one node started by the suite, log.durability=flush (fdatasync before every acknowledgement, acks=1 too); the replicated row: {} nodes started by the suite on this machine, replication factor {}, min.insync.replicas={}.\n",
         p["record_size"], p["partitions"], p["connections"], p["max_in_flight"],
-        p["batch_bytes"].as_u64().unwrap_or(0) >> 10, p["e2e_batch_bytes"].as_u64().unwrap_or(0) >> 10, p["e2e_rate_records_s"]
+        p["batch_bytes"].as_u64().unwrap_or(0) >> 10, p["e2e_batch_bytes"].as_u64().unwrap_or(0) >> 10, p["e2e_rate_records_s"],
+        p["replicated_nodes"], p["replication_factor"], p["min_insync_replicas"]
     );
     let _ = writeln!(
         md,
@@ -122,6 +123,10 @@ pub fn markdown(r: &Value) -> String {
                 target_mark(mb_s / lo, 0.7)
             ),
             "consume" => format!("{:.2}x min(disk read, loopback)", mb_s / disk_r.min(lo)),
+            "replicated" => format!(
+                "{:.2}x single-node produce acks=all none",
+                f(r, "ratios.replicated_vs_single")
+            ),
             _ => "end-to-end latency".to_string(),
         };
         let lat = |key: &str| {
@@ -144,7 +149,17 @@ pub fn markdown(r: &Value) -> String {
     }
     let _ = writeln!(
         md,
-        "\nProduce MB/s count record values (Kafka's producer-perf-test convention); consume MB/s count record batch bytes received. Produce latency is per request; e2e latency is per record, from the producer's intended send time to the consumer seeing it (1 ms resolution: Kafka timestamps are milliseconds). Replicated workloads: not built yet."
+        "\nProduce MB/s count record values (Kafka's producer-perf-test convention); consume MB/s count record batch bytes received. Produce latency is per request; e2e latency is per record, from the producer's intended send time to the consumer seeing it (1 ms resolution: Kafka timestamps are milliseconds). The replicated row is acks=all produce against a {}-node cluster on this same machine (every replica shares its disk and cores, and the load generator's), each connection to its partitions' leader ({} connections; partitions led per node: {}); a request is answered once every in-sync replica has the records flushed.",
+        r["replicated"]["nodes"],
+        r["replicated"]["connections"],
+        r["replicated"]["leaders_per_node"]
+            .as_object()
+            .map(|m| m
+                .iter()
+                .map(|(node, n)| format!("node {node}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
     );
     md
 }

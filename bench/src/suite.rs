@@ -3,12 +3,13 @@
 //! Kafka protocol: produce at 1 KiB records x 16 partitions for acks=1/all x
 //! compression none/lz4, a catch-up consume of what the first produce wrote, a hot
 //! consume (a topic that fits the node's batch cache, read over and over), and
-//! end-to-end latency at a fixed rate for acks=1 and acks=all. Writes
+//! end-to-end latency at a fixed rate for acks=1 and acks=all. Then the single
+//! node stops and the replicated workload runs: a 3-node cluster on this machine
+//! (`ClusterProcess`), a topic with replication factor 3 and
+//! `min.insync.replicas=2`, and the acks=all/none produce again with the same
+//! records, batches and connections, routed to each partition's leader; its
+//! figures go to `replicated` with `ratios.replicated_vs_single`. Writes
 //! `results.json`, `results.md` and SVG plots (`report.rs`).
-//!
-//! Replicated workloads (3 nodes, RF=3, acks=all) go here once replication
-//! exists: start three nodes, run the acks=all produce/e2e steps against them, and
-//! fill `Results::replicated` (null until then).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +23,7 @@ use serde::Serialize;
 use skiff_engine::batch::Compression;
 
 use crate::kafka::{self, Cluster};
-use crate::node_process::{self, NodeProcess};
+use crate::node_process::{self, ClusterProcess, NodeProcess};
 use crate::stats::{self, Latency, StopFlag};
 use crate::workload::WorkloadArgs;
 use crate::{baseline, consume, crosscheck, e2e, engine, produce, report};
@@ -32,7 +33,8 @@ pub struct Args {
     /// A short run (at most about a minute): smaller sizes, 3-4 s per workload.
     #[arg(long)]
     pub quick: bool,
-    /// Where results.json, results.md, the SVG plots and node.log go.
+    /// Where results.json, results.md, the SVG plots and the node logs (node.log,
+    /// and node-1.log.. of the replicated cluster) go.
     #[arg(long, default_value = "skiff-bench-results")]
     pub out: PathBuf,
     /// The `skiff` binary (default: $SKIFF_BIN, else next to skiff-bench).
@@ -62,6 +64,12 @@ pub struct Plan {
     pub e2e_batch_bytes: usize,
     pub connections: usize,
     pub max_in_flight: usize,
+    /// The replicated workload: nodes, replication factor, min.insync.replicas
+    /// and seconds of produce.
+    pub replicated_nodes: usize,
+    pub replication_factor: i16,
+    pub min_insync_replicas: i16,
+    pub replicated_s: f64,
 }
 
 impl Plan {
@@ -88,11 +96,15 @@ impl Plan {
             e2e_batch_bytes: 16 << 10,
             connections: 4,
             max_in_flight: 5,
+            replicated_nodes: 3,
+            replication_factor: 3,
+            min_insync_replicas: 2,
+            replicated_s: if quick { 4.0 } else { 20.0 },
         }
     }
 
     /// Estimated seconds per step, for the progress bar.
-    fn estimates(&self) -> [u64; 7] {
+    fn estimates(&self) -> [u64; 8] {
         let disk = (self.disk_mib_per_stream * self.disk_streams as u64 / 500).max(1);
         [
             disk + self.loopback_mib / 2000 + 1,
@@ -102,6 +114,8 @@ impl Plan {
             self.consume_s as u64 + 1,
             self.consume_s as u64 + 2,
             2 * self.e2e_s as u64 + 1,
+            // Cluster start (quorum election), topic creation, produce, stop.
+            self.replicated_s as u64 + 10,
         ]
     }
 }
@@ -154,7 +168,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let md = report::write(&args.out, &results)?;
     println!("{md}");
     println!(
-        "wrote {}/results.json, results.md, throughput.svg, latency.svg (node log: node.log)",
+        "wrote {}/results.json, results.md, throughput.svg, latency.svg (node logs: node.log, node-1.log..)",
         args.out.display()
     );
     Ok(())
@@ -232,12 +246,13 @@ fn run_steps(
     step("starting a skiff node");
     let data_dir = scratch.join("node-data");
     let node = NodeProcess::start(skiff, &data_dir, &args.out.join("node.log"))?;
+    let bootstrap = node.bootstrap.clone();
     progress.inc(est[2]);
 
     let mut workloads = Vec::new();
     let limit = disk.write_mb_s.min(loopback_mb_s);
     let base = |topic: &str| {
-        let mut w = WorkloadArgs::new(&node.bootstrap, topic);
+        let mut w = WorkloadArgs::new(&bootstrap, topic);
         w.partitions = plan.partitions;
         w.record_size = plan.record_size;
         w.batch_bytes = plan.batch_bytes;
@@ -250,6 +265,7 @@ fn run_steps(
     // everything it wrote (then its topic goes, as every topic does after its
     // step, so the disk holds one workload's data at a time).
     let mut headline = None;
+    let mut single_all = None;
     let mut catchup = None;
     for (acks, compression) in [
         (1i16, Compression::None),
@@ -265,6 +281,7 @@ fn run_steps(
         w.acks = acks;
         w.compression = compression;
         w.duration = plan.produce_s;
+        w.num_records = disk_budget(scratch, 1, plan.record_size);
         let name = format!("produce acks={} {}", w.acks_name(), compression.name());
         step(&name);
         let cluster = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, true)?;
@@ -277,6 +294,9 @@ fn run_steps(
         );
         progress.inc(est[3] / 4);
         let r = &outcome.report;
+        if acks == -1 && compression == Compression::None {
+            single_all = Some(r.clone());
+        }
         workloads.push(WorkloadResult {
             name,
             kind: "produce",
@@ -307,9 +327,10 @@ fn run_steps(
             )?);
             catchup = Some(report);
         }
-        kafka::delete_topic(&node.bootstrap, &w.topic)?;
+        kafka::delete_topic(&bootstrap, &w.topic)?;
     }
     let headline = headline.context("no produce workload ran")?;
+    let single_all = single_all.context("no acks=all produce workload ran")?;
     let catchup = catchup.context("no catch-up read ran")?;
 
     // Hot consume: a topic that fits the node's batch cache, read again and again.
@@ -323,7 +344,7 @@ fn run_steps(
     w.duration = plan.consume_s;
     let hot = consume::consume_topic(&cluster, &w, true, Some(stop.clone()))?.report;
     check_stop(stop)?;
-    kafka::delete_topic(&node.bootstrap, &w.topic)?;
+    kafka::delete_topic(&bootstrap, &w.topic)?;
     progress.inc(est[5]);
     workloads.push(consume_result("consume hot (cached, repeated)", &hot)?);
 
@@ -344,7 +365,7 @@ fn run_steps(
         let cluster = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, true)?;
         let outcome = e2e::e2e(&cluster, &w, Some(stop.clone()))?;
         check_stop(stop)?;
-        kafka::delete_topic(&node.bootstrap, &w.topic)?;
+        kafka::delete_topic(&bootstrap, &w.topic)?;
         progress.inc(est[6] / 2);
         let r = &outcome.report;
         anyhow::ensure!(
@@ -367,6 +388,49 @@ fn run_steps(
     }
 
     node.stop()?;
+
+    // Replicated: the same acks=all produce against three nodes, RF=3. The
+    // single node is stopped first so the cluster has the machine to itself.
+    let mut w = base("produce-replicated-acksall-none");
+    w.acks = -1;
+    w.compression = Compression::None;
+    w.duration = plan.replicated_s;
+    w.num_records = disk_budget(
+        scratch,
+        usize::try_from(plan.replication_factor).unwrap_or(1),
+        plan.record_size,
+    );
+    let name = format!(
+        "produce acks=all none, {} nodes RF={}",
+        plan.replicated_nodes, plan.replication_factor
+    );
+    step(&format!("{name}: starting the cluster"));
+    let replicated = replicated(args, plan, skiff, scratch, &mut w, stop, |msg| {
+        step(&format!("{name}: {msg}"))
+    })
+    .with_context(|| {
+        format!(
+            "replicated workload ({} nodes, replication factor {}, acks=all; node logs \
+             node-1.log.. in {})",
+            plan.replicated_nodes,
+            plan.replication_factor,
+            args.out.display()
+        )
+    })?;
+    check_stop(stop)?;
+    progress.inc(est[7]);
+    let rr = &replicated.outcome.report;
+    let rl = rr.latency;
+    workloads.push(WorkloadResult {
+        name: name.clone(),
+        kind: "replicated",
+        mb_s: rr.mb_s,
+        records_s: rr.records_s,
+        latency: Some(rl),
+        latency_curve: stats::percentile_curve(&replicated.outcome.histogram),
+        timeline: rr.timeline.clone(),
+        report: serde_json::to_value(rr)?,
+    });
 
     let l = headline.latency;
     let e2e1 = e2e_runs.first().copied().unwrap_or_default();
@@ -420,6 +484,7 @@ fn run_steps(
             "produce_vs_limit": headline.mb_s / limit,
             "consume_vs_loopback": hot.mb_s / loopback_mb_s,
             "catchup_vs_limit": catchup.mb_s / disk.read_mb_s.min(loopback_mb_s),
+            "replicated_vs_single": rr.mb_s / single_all.mb_s,
         },
         "targets": {
             "engine_vs_disk": 0.9,
@@ -427,8 +492,115 @@ fn run_steps(
             "consume_vs_loopback": 0.7,
         },
         "workloads": workloads,
-        "replicated": serde_json::Value::Null,
+        "replicated": {
+            "workload": name,
+            "nodes": plan.replicated_nodes,
+            "replication_factor": plan.replication_factor,
+            "min_insync_replicas": plan.min_insync_replicas,
+            "acks": "all",
+            "compression": "none",
+            "produce_mb_s": rr.mb_s,
+            "wire_mb_s": rr.wire_mb_s,
+            "records_s": rr.records_s,
+            "p50_ms": rl.p50_ms,
+            "p90_ms": rl.p90_ms,
+            "p99_ms": rl.p99_ms,
+            "p999_ms": rl.p999_ms,
+            "max_ms": rl.max_ms,
+            "connections": rr.connections,
+            "leaders_per_node": replicated
+                .leaders
+                .iter()
+                .map(|(node, n)| (node.to_string(), serde_json::Value::from(*n)))
+                .collect::<serde_json::Map<_, _>>(),
+            "single_node_mb_s": single_all.mb_s,
+            "single_node_p99_ms": single_all.latency.p99_ms,
+        },
     }))
+}
+
+struct Replicated {
+    outcome: produce::ProduceOutcome,
+    /// Partitions led by each node id.
+    leaders: std::collections::BTreeMap<i32, usize>,
+}
+
+/// Starts the cluster, creates the replicated topic (waiting until every replica
+/// is in sync), produces `w` against it (bootstrapping from every node; each
+/// connection goes to its partitions' leader) and stops the cluster. Every
+/// failure is an error: the suite has no figure to leave out.
+fn replicated(
+    args: &Args,
+    plan: &Plan,
+    skiff: &Path,
+    scratch: &Path,
+    w: &mut WorkloadArgs,
+    stop: &StopFlag,
+    step: impl Fn(&str),
+) -> anyhow::Result<Replicated> {
+    let cluster = ClusterProcess::start(
+        skiff,
+        plan.replicated_nodes,
+        &scratch.join("cluster-data"),
+        &args.out,
+    )?;
+    check_stop(stop)?;
+    w.bootstrap = cluster.bootstrap.clone();
+    step("creating the topic");
+    let min_isr = plan.min_insync_replicas.to_string();
+    let leaders = kafka::create_replicated_topic(
+        &w.bootstrap,
+        &w.topic,
+        w.partitions,
+        plan.replication_factor,
+        &[("min.insync.replicas", &min_isr)],
+        Duration::from_secs(60),
+    )?;
+    step("producing");
+    let topology = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, false)?;
+    let outcome = produce::produce(&topology, w, Some(stop.clone()))?;
+    check_stop(stop)?;
+    anyhow::ensure!(
+        outcome.report.errors == 0,
+        "{} produce errors (see the warnings above and the node logs)",
+        outcome.report.errors
+    );
+    anyhow::ensure!(outcome.report.records > 0, "no record was acknowledged");
+    step("stopping the cluster");
+    cluster.stop()?;
+    Ok(Replicated { outcome, leaders })
+}
+
+/// At most this share of the scratch disk's free space goes to one produce step.
+const DISK_SHARE: f64 = 0.5;
+
+/// Records a closed-loop produce step may write so that its `replicas` copies
+/// fit in `DISK_SHARE` of the free space where the nodes keep their data: a fast
+/// disk can take tens of GB in a 20 s step, and a full disk stalls the node
+/// rather than measuring it. None when the free space is unknown.
+fn disk_budget(dir: &Path, replicas: usize, record_size: usize) -> Option<u64> {
+    let free = free_bytes(dir)?;
+    let records = (free as f64 * DISK_SHARE) as u64 / (replicas.max(1) * record_size.max(1)) as u64;
+    tracing::info!(
+        free_gb = free as f64 / 1e9,
+        replicas,
+        records,
+        "produce step capped to the free disk space"
+    );
+    Some(records.max(1))
+}
+
+/// Free bytes (for unprivileged users) of the file system holding `dir`.
+#[allow(unsafe_code)]
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `st` a valid, writable
+    // statvfs; both outlive the call.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 fn acks_label(acks: i16) -> &'static str {

@@ -196,8 +196,10 @@ pub struct ConnectionPlan {
 }
 
 /// Spreads `connections` over the partition leaders in proportion to their
-/// partitions (at least one per leader, at most one per partition), and the
-/// partitions of each leader round-robin over its connections.
+/// partitions (largest remainder, so the total is `connections` when that is at
+/// least the number of leaders; at least one per leader, at most one per
+/// partition), and the partitions of each leader round-robin over its
+/// connections.
 pub fn plan_connections(
     cluster: &Cluster,
     connections: usize,
@@ -207,12 +209,34 @@ pub fn plan_connections(
         by_leader.entry(*leader).or_default().push(i);
     }
     let total = cluster.partitions.len().max(1);
+    // Each leader's share: the floor of its quota, then one more each for the
+    // largest remainders while connections are left.
+    let mut shares: Vec<(usize, usize)> = by_leader
+        .values()
+        .map(|parts| {
+            let quota = connections * parts.len();
+            ((quota / total).clamp(1, parts.len()), quota % total)
+        })
+        .collect();
+    let mut left = connections.saturating_sub(shares.iter().map(|s| s.0).sum());
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(shares[i].1));
+    let counts: Vec<usize> = by_leader.values().map(Vec::len).collect();
+    while left > 0 {
+        let before = left;
+        for &i in &order {
+            if left > 0 && shares[i].0 < counts[i] {
+                shares[i].0 += 1;
+                left -= 1;
+            }
+        }
+        if left == before {
+            break;
+        }
+    }
     let mut plans = Vec::new();
-    for (leader, parts) in by_leader {
+    for ((leader, parts), (share, _)) in by_leader.into_iter().zip(shares) {
         let address = cluster.address(leader)?.to_string();
-        let share = (connections * parts.len())
-            .div_ceil(total)
-            .clamp(1, parts.len());
         let mut mine: Vec<ConnectionPlan> = (0..share)
             .map(|_| ConnectionPlan {
                 address: address.clone(),
