@@ -153,6 +153,13 @@ pub struct Config {
     pub value: Option<String>,
 }
 
+/// The cluster's id (Kafka's 22-character URL-safe base64), chosen once by
+/// the first active controller; every broker answers Metadata with it.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ClusterIdentity {
+    pub cluster_id: String,
+}
+
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum MetadataRecord {
     RegisterNode(RegisterNode),
@@ -162,6 +169,7 @@ pub enum MetadataRecord {
     Partition(Partition),
     PartitionChange(PartitionChange),
     Config(Config),
+    ClusterId(ClusterIdentity),
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -597,6 +597,13 @@ impl Core {
                     return self.propose(&records, None);
                 }
             }
+            // The first active controller names the cluster.
+            if self.node.state().cluster_id().is_none() {
+                let record = MetadataRecord::ClusterId(records::ClusterIdentity {
+                    cluster_id: new_cluster_id(),
+                });
+                return self.propose(&[record], None);
+            }
             let Some(p) = self.queue.pop_front() else {
                 return false;
             };
@@ -875,6 +882,16 @@ impl Core {
         let status = self.build_status();
         *lock(&self.status) = status;
     }
+}
+
+/// 16 random bytes as 22 characters of URL-safe base64, the form Kafka's
+/// cluster ids take.
+fn new_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits = (u128::from(fastrand::u64(..)) << 64) | u128::from(fastrand::u64(..));
+    (0..22)
+        .map(|i| ALPHABET[((bits >> (6 * i)) & 63) as usize] as char)
+        .collect()
 }
 
 /// A random, unused topic id (a UUID v4, never the all-zero id).

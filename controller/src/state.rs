@@ -104,6 +104,8 @@ impl TopicState {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ApplyError {
+    #[error("the cluster id is already {0}")]
+    ClusterIdSet(String),
     #[error("node {0} is not registered")]
     UnknownNode(NodeId),
     #[error("node {node}: broker epoch {got} is stale (current {current})")]
@@ -148,6 +150,8 @@ pub struct ClusterState {
     broker_epoch_max: i64,
     /// The offset of the last applied record batch (Raft index).
     offset_last: u64,
+    /// Set by the first `ClusterId` record; later ones are refused.
+    cluster_id: Option<String>,
 }
 
 /// The snapshot form of `ClusterState` (plain vectors: simple to archive).
@@ -158,6 +162,7 @@ struct StateImage {
     configs: Vec<(ConfigResource, Vec<(String, String)>)>,
     broker_epoch_max: i64,
     offset_last: u64,
+    cluster_id: Option<String>,
 }
 
 impl ClusterState {
@@ -330,7 +335,19 @@ impl ClusterState {
                 }
                 Ok(())
             }
+            MetadataRecord::ClusterId(c) => match &self.cluster_id {
+                Some(id) if *id != c.cluster_id => Err(ApplyError::ClusterIdSet(id.clone())),
+                _ => {
+                    self.cluster_id = Some(c.cluster_id.clone());
+                    Ok(())
+                }
+            },
         }
+    }
+
+    /// The cluster's id, once the first active controller has chosen it.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
     }
 
     fn apply_register(&mut self, offset: u64, r: &RegisterNode) -> Result<(), ApplyError> {
@@ -444,6 +461,7 @@ impl ClusterState {
                 .collect(),
             broker_epoch_max: self.broker_epoch_max,
             offset_last: self.offset_last,
+            cluster_id: self.cluster_id.clone(),
         };
         records::encode_versioned(&image)
     }
@@ -453,6 +471,7 @@ impl ClusterState {
         let mut state = ClusterState {
             broker_epoch_max: image.broker_epoch_max,
             offset_last: image.offset_last,
+            cluster_id: image.cluster_id,
             ..Default::default()
         };
         for n in image.nodes {
@@ -536,6 +555,26 @@ mod tests {
                 partition_epoch: 0,
             }),
         ]
+    }
+
+    #[test]
+    fn cluster_id_is_set_once_and_kept_by_snapshots() {
+        let id = |s: &str| {
+            MetadataRecord::ClusterId(crate::records::ClusterIdentity {
+                cluster_id: s.into(),
+            })
+        };
+        let mut state = ClusterState::new();
+        assert_eq!(state.cluster_id(), None);
+        state.apply(1, &id("AAAAAAAAAAAAAAAAAAAAAA")).unwrap();
+        // The same id again is harmless; another is refused, the first stays.
+        state.apply(2, &id("AAAAAAAAAAAAAAAAAAAAAA")).unwrap();
+        assert_eq!(
+            state.apply(3, &id("BBBBBBBBBBBBBBBBBBBBBB")),
+            Err(ApplyError::ClusterIdSet("AAAAAAAAAAAAAAAAAAAAAA".into()))
+        );
+        let restored = ClusterState::from_snapshot(&state.to_snapshot()).unwrap();
+        assert_eq!(restored.cluster_id(), Some("AAAAAAAAAAAAAAAAAAAAAA"));
     }
 
     #[test]

@@ -479,6 +479,7 @@ fn derive_table(broker: &Broker) -> TopicTable {
         brokers,
         node_id: broker.node_id,
         metadata_offset: broker.applied.get(),
+        cluster_id: state.cluster_id().map(str::to_string),
     }
 }
 

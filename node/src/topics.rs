@@ -82,6 +82,9 @@ pub struct TopicTable {
     pub node_id: i32,
     /// The metadata log offset it reflects.
     pub metadata_offset: u64,
+    /// The cluster's id, from the metadata (None until the first active
+    /// controller has chosen it).
+    pub cluster_id: Option<String>,
 }
 
 impl TopicTable {

@@ -23,6 +23,9 @@ def test_three_nodes_serve_one_cluster(cluster_factory, topic_name):
 
     md = ck.admin(c.bootstrap).list_topics(timeout=10)
     assert sorted(md.brokers) == [1, 2, 3], md.brokers
+    # One cluster, one id, whichever node answers (librdkafka warns otherwise).
+    ids = {ck.admin(n.bootstrap).list_topics(timeout=10).cluster_id for n in c.nodes}
+    assert len(ids) == 1 and len(next(iter(ids))) == 22, ids
 
     ck.create_topic(c.node(1).bootstrap, topic_name, 6)
     got, md = leaders(c.bootstrap, topic_name)

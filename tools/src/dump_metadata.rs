@@ -557,6 +557,7 @@ impl Dump<'_> {
                     ("value", json!(c.value)),
                 ],
             ),
+            MetadataRecord::ClusterId(c) => ("ClusterId", vec![("clusterId", json!(c.cluster_id))]),
         }
     }
 }

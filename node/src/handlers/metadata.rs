@@ -51,7 +51,13 @@ pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) ->
         response.controller_id = node_id;
     }
     if version >= 2 {
-        response.cluster_id = Some(str_bytes(core.node.cluster_id.clone()));
+        // The cluster's, from the metadata; this data dir's own before the
+        // first controller has named the cluster.
+        let id = table
+            .cluster_id
+            .clone()
+            .unwrap_or_else(|| core.node.cluster_id.clone());
+        response.cluster_id = Some(str_bytes(id));
     }
 
     // v0: an empty list means all topics; v1+: null means all.

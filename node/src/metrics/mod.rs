@@ -684,6 +684,7 @@ mod tests {
             brokers: vec![broker(1, false), broker(2, false), broker(3, true)],
             node_id: 1,
             metadata_offset: 9,
+            cluster_id: None,
         };
         let mut config = NodeConfig::defaults().unwrap();
         let s = BrokerSnapshot::from_table(&table, &config, false, 12);
@@ -714,6 +715,7 @@ mod tests {
             brokers: vec![broker(1, false)],
             node_id: 1,
             metadata_offset: 3,
+            cluster_id: None,
         };
         let s = BrokerSnapshot::from_table(&single, &NodeConfig::defaults().unwrap(), false, 3);
         assert_eq!(
