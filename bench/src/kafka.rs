@@ -266,12 +266,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut created = false;
         loop {
-            let request = MetadataRequest::default()
-                .with_topics(Some(vec![
-                    MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
-                ]))
-                .with_allow_auto_topic_creation(false);
-            let response: MetadataResponse = conn.call(&request, versions.metadata)?;
+            let response = topic_metadata(&mut conn, versions, topic)?;
             let brokers: BTreeMap<i32, String> = response
                 .brokers
                 .iter()
@@ -389,6 +384,20 @@ fn create_topic(
     create_topic_with(conn, versions, topic, partitions, -1, &[])
 }
 
+/// Metadata for one topic, without creating it.
+fn topic_metadata(
+    conn: &mut Connection,
+    versions: Versions,
+    topic: &str,
+) -> anyhow::Result<MetadataResponse> {
+    let request = MetadataRequest::default()
+        .with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
+        ]))
+        .with_allow_auto_topic_creation(false);
+    conn.call(&request, versions.metadata)
+}
+
 /// CreateTopics with a replication factor (-1: the server's default) and topic
 /// configs; an existing topic is fine.
 fn create_topic_with(
@@ -459,12 +468,7 @@ pub fn create_replicated_topic(
     )?;
     let deadline = Instant::now() + timeout;
     loop {
-        let request = MetadataRequest::default()
-            .with_topics(Some(vec![
-                MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
-            ]))
-            .with_allow_auto_topic_creation(false);
-        let response: MetadataResponse = conn.call(&request, versions.metadata)?;
+        let response = topic_metadata(&mut conn, versions, topic)?;
         let t = response
             .topics
             .iter()

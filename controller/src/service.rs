@@ -108,6 +108,10 @@ pub struct ServiceConfig {
     pub tick: Duration,
     /// Pin the executor to this CPU; `None`: unbound.
     pub cpu: Option<usize>,
+    /// The id the first active controller names the cluster with (the node
+    /// passes its data directory's cluster id); later controllers keep the
+    /// committed one.
+    pub cluster_id: String,
 }
 
 impl ServiceConfig {
@@ -117,6 +121,7 @@ impl ServiceConfig {
         quorum: QuorumConfig,
         peers: Vec<(u64, SocketAddr)>,
         listener: std::net::TcpListener,
+        cluster_id: String,
     ) -> Self {
         Self {
             data_dir,
@@ -126,6 +131,7 @@ impl ServiceConfig {
             controller: ControllerConfig::default(),
             tick: Duration::from_millis(100),
             cpu: None,
+            cluster_id,
         }
     }
 }
@@ -294,6 +300,7 @@ async fn run(
     let shared = Rc::new(Shared {
         core: RefCell::new(Core {
             id: config.quorum.id,
+            cluster_id: config.cluster_id.clone(),
             node,
             peers: peers.clone(),
             config: config.controller,
@@ -434,6 +441,8 @@ struct InFlight {
 
 struct Core {
     id: u64,
+    /// Proposed as the cluster's id while the metadata has none.
+    cluster_id: String,
     node: QuorumNode,
     peers: BTreeMap<u64, SocketAddr>,
     config: ControllerConfig,
@@ -600,7 +609,7 @@ impl Core {
             // The first active controller names the cluster.
             if self.node.state().cluster_id().is_none() {
                 let record = MetadataRecord::ClusterId(records::ClusterIdentity {
-                    cluster_id: new_cluster_id(),
+                    cluster_id: self.cluster_id.clone(),
                 });
                 return self.propose(&[record], None);
             }
@@ -882,16 +891,6 @@ impl Core {
         let status = self.build_status();
         *lock(&self.status) = status;
     }
-}
-
-/// 16 random bytes as 22 characters of URL-safe base64, the form Kafka's
-/// cluster ids take.
-fn new_cluster_id() -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bits = (u128::from(fastrand::u64(..)) << 64) | u128::from(fastrand::u64(..));
-    (0..22)
-        .map(|i| ALPHABET[((bits >> (6 * i)) & 63) as usize] as char)
-        .collect()
 }
 
 /// A random, unused topic id (a UUID v4, never the all-zero id).

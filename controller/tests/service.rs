@@ -62,6 +62,7 @@ fn config(
         QuorumConfig::new(id, voters),
         peers.to_vec(),
         listener,
+        "skiff-controller-tests".to_string(),
     )
 }
 

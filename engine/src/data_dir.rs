@@ -122,9 +122,9 @@ pub fn load_or_create(data_dir: &Path, node_id: i32) -> Result<MetaProperties, D
     }
 }
 
-/// 16 random bytes as 22 characters of URL-safe base64, like Kafka's cluster ids.
-fn new_cluster_id() -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+/// 16 random bytes from /dev/urandom (time and pid where it cannot be read):
+/// ids that must differ between processes and nodes.
+pub fn random_id_bytes() -> [u8; 16] {
     let mut bytes = [0u8; 16];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
         use std::io::Read;
@@ -137,6 +137,13 @@ fn new_cluster_id() -> String {
             .map_or(0, |d| d.as_nanos());
         bytes = (now ^ (u128::from(std::process::id()) << 64)).to_le_bytes();
     }
+    bytes
+}
+
+/// 16 random bytes as 22 characters of URL-safe base64, like Kafka's cluster ids.
+fn new_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = random_id_bytes();
     let bits = u128::from_be_bytes(bytes);
     (0..22u32)
         .map(|i| ALPHABET[((bits >> (126 - 6 * i)) & 63) as usize] as char)

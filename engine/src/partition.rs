@@ -227,22 +227,8 @@ impl Partition {
     /// poll of a follower's fetch (followers read to the log end, not the
     /// high watermark).
     pub async fn wait_for_end(&self, seen: i64, timeout: std::time::Duration) {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let changed = self.changed.wait();
-            if self.log_end_offset.get() > seen {
-                return;
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            futures_util::future::select(
-                std::pin::pin!(changed),
-                std::pin::pin!(glommio::timer::sleep(left)),
-            )
-            .await;
-        }
+        self.wait_until(|p| p.log_end_offset.get() > seen, timeout)
+            .await
     }
 
     /// OffsetsForLeaderEpoch: the largest epoch <= `epoch` this log knows and
@@ -272,15 +258,22 @@ impl Partition {
         Ok(self.shared().await?.leader_epochs().latest_epoch())
     }
 
-    /// Waits until the stable offset passes `seen` or `timeout` elapses: the long
-    /// poll of a fetch that saw `seen` as its high watermark. The check and the
-    /// registration for a wake-up happen with no await between them, so an append
-    /// that lands in between is not missed.
+    /// Waits until the high watermark passes `seen` or `timeout` elapses: the
+    /// long poll of a consumer's fetch that saw `seen` as its high watermark.
     pub async fn wait_for_data(&self, seen: i64, timeout: std::time::Duration) {
+        self.wait_until(|p| p.high_watermark() > seen, timeout)
+            .await
+    }
+
+    /// Waits until `passed` holds or `timeout` elapses, re-checking after
+    /// every append, flush and high watermark change. The check and the
+    /// registration for a wake-up happen with no await between them, so a
+    /// change that lands in between is not missed.
+    async fn wait_until(&self, passed: impl Fn(&Self) -> bool, timeout: std::time::Duration) {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let changed = self.changed.wait();
-            if self.high_watermark() > seen {
+            if passed(self) {
                 return;
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());

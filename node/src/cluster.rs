@@ -125,22 +125,6 @@ impl Broker {
     }
 }
 
-fn incarnation() -> [u8; 16] {
-    let mut bytes = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut bytes);
-    }
-    if bytes == [0u8; 16] {
-        // No /dev/urandom: the time is unique enough per process start.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos());
-        bytes = now.to_le_bytes();
-    }
-    bytes
-}
-
 /// Registers this node, catches up with the metadata log, opens the local
 /// partitions it is a replica of, and waits until the controller unfences it.
 /// Then the follower and heartbeat tasks keep it current.
@@ -156,7 +140,7 @@ pub async fn start(
         heartbeats: link(),
         metadata: link(),
         node_id: config.node_id,
-        incarnation: incarnation(),
+        incarnation: skiff_engine::data_dir::random_id_bytes(),
         broker_epoch: Cell::new(-1),
         state: RefCell::new(ClusterState::new()),
         applied: Cell::new(0),

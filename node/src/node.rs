@@ -62,7 +62,12 @@ impl Node {
         };
         config.check_roles()?;
         // The controller first: a broker needs a quorum to join.
-        let (controller, quorum_addrs) = start_controller(&config, &data_dir)?;
+        // The data dir's identity first: its cluster id is what a first
+        // active controller names the cluster with.
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?;
+        let meta = data_dir::load_or_create(&data_dir, config.node_id)?;
+        let (controller, quorum_addrs) = start_controller(&config, &data_dir, &meta.cluster_id)?;
         let controller_addr = controller.as_ref().map(ControllerHandle::listen_addr);
         if !config.roles.broker {
             return Ok(Node {
@@ -96,7 +101,6 @@ impl Node {
         };
         let runtime = Runtime::start(shard_config)
             .with_context(|| format!("starting the engine in {}", data_dir.display()))?;
-        let meta = data_dir::load_or_create(&data_dir, config.node_id)?;
         let producer_ids = ProducerIdAllocator::open(&data_dir, config.node_id)
             .context("opening the producer id block")?;
         let node = Arc::new(NodeContext {
@@ -222,6 +226,7 @@ fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
 fn start_controller(
     config: &NodeConfig,
     data_dir: &std::path::Path,
+    cluster_id: &str,
 ) -> anyhow::Result<(Option<ControllerHandle>, Quorum)> {
     let node_id = u64::try_from(config.node_id)
         .ok()
@@ -261,6 +266,7 @@ fn start_controller(
         },
         tick: CONTROLLER_TICK,
         cpu: config.controller_cpu,
+        cluster_id: cluster_id.to_string(),
     })
     .with_context(|| format!("starting the controller in {}", data_dir.display()))?;
     tracing::info!(node_id, addr = %bound, voters = peers.len(), "controller listening");

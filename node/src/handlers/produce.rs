@@ -41,11 +41,9 @@ struct Appended {
     log_start_offset: i64,
 }
 
-#[derive(Debug, Clone)]
-struct Refused {
-    error: ResponseError,
-    message: String,
-}
+/// Why a partition's produce was refused: the error code and its message
+/// (the same pair replication refuses with).
+type Refused = crate::replica::Refusal;
 
 /// A produce whose batches are appended, waiting to be durable and answered.
 pub struct ProducePending {
@@ -316,12 +314,7 @@ async fn produce_partition(
                     Ok(()) => {
                         crate::replica::local_durable(&tp3, &waiter);
                         if acks == -1 {
-                            crate::replica::await_replicated(&tp3, last_offset + 1, timeout)
-                                .await
-                                .map_err(|r| Refused {
-                                    error: r.error,
-                                    message: r.message,
-                                })
+                            crate::replica::await_replicated(&tp3, last_offset + 1, timeout).await
                         } else {
                             Ok(())
                         }

@@ -270,57 +270,37 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         s.engine.fsync_errors,
     );
 
-    w.family(
-        "skiff_log_segments",
-        Kind::Gauge,
-        "Segments of a partition log.",
-    );
-    for p in &s.partitions {
-        let partition = p.tp.partition.to_string();
-        w.sample(
-            "skiff_log_segments",
-            &[("topic", &p.tp.topic), ("partition", &partition)],
-            p.log.segments,
-        );
-    }
-    w.family(
-        "skiff_log_size_bytes",
-        Kind::Gauge,
-        "Bytes of a partition log's segments.",
-    );
-    for p in &s.partitions {
-        let partition = p.tp.partition.to_string();
-        w.sample(
+    type LogField = fn(&skiff_engine::LogStats) -> i64;
+    let log_families: [(&str, &str, LogField); 4] = [
+        ("skiff_log_segments", "Segments of a partition log.", |l| {
+            l.segments as i64
+        }),
+        (
             "skiff_log_size_bytes",
-            &[("topic", &p.tp.topic), ("partition", &partition)],
-            p.log.size_bytes,
-        );
-    }
-    w.family(
-        "skiff_log_start_offset",
-        Kind::Gauge,
-        "A partition's log start offset.",
-    );
-    for p in &s.partitions {
-        let partition = p.tp.partition.to_string();
-        w.sample(
+            "Bytes of a partition log's segments.",
+            |l| l.size_bytes as i64,
+        ),
+        (
             "skiff_log_start_offset",
-            &[("topic", &p.tp.topic), ("partition", &partition)],
-            p.log.log_start_offset,
-        );
-    }
-    w.family(
-        "skiff_log_end_offset",
-        Kind::Gauge,
-        "A partition's log end offset.",
-    );
-    for p in &s.partitions {
-        let partition = p.tp.partition.to_string();
-        w.sample(
+            "A partition's log start offset.",
+            |l| l.log_start_offset,
+        ),
+        (
             "skiff_log_end_offset",
-            &[("topic", &p.tp.topic), ("partition", &partition)],
-            p.log.log_end_offset,
-        );
+            "A partition's log end offset.",
+            |l| l.log_end_offset,
+        ),
+    ];
+    for (name, help, field) in log_families {
+        w.family(name, Kind::Gauge, help);
+        for p in &s.partitions {
+            let partition = p.tp.partition.to_string();
+            w.sample(
+                name,
+                &[("topic", &p.tp.topic), ("partition", &partition)],
+                field(&p.log),
+            );
+        }
     }
 
     w.single(
@@ -519,41 +499,34 @@ fn render_replication(w: &mut Writer, r: &crate::replica::ReplicationSnapshot) {
     ] {
         w.single(name, Kind::Counter, help, value);
     }
-    w.family(
-        "skiff_replica_lag_records",
-        Kind::Gauge,
-        "Per follower of a partition this node leads: records behind the leader's log end.",
-    );
-    for l in &r.lag {
-        let partition = l.tp.partition.to_string();
-        let follower = l.follower.to_string();
-        w.sample(
+    type LagField = fn(&crate::replica::FollowerLagSample) -> f64;
+    let lag_families: [(&str, &str, LagField); 2] = [
+        (
             "skiff_replica_lag_records",
-            &[
-                ("topic", &l.tp.topic),
-                ("partition", &partition),
-                ("follower", &follower),
-            ],
-            l.records_behind.max(0),
-        );
-    }
-    w.family(
-        "skiff_replica_lag_seconds",
-        Kind::Gauge,
-        "Per follower of a partition this node leads: time since it last caught up with the leader.",
-    );
-    for l in &r.lag {
-        let partition = l.tp.partition.to_string();
-        let follower = l.follower.to_string();
-        w.sample(
+            "Per follower of a partition this node leads: records behind the leader's log end.",
+            |l| l.records_behind.max(0) as f64,
+        ),
+        (
             "skiff_replica_lag_seconds",
-            &[
-                ("topic", &l.tp.topic),
-                ("partition", &partition),
-                ("follower", &follower),
-            ],
-            l.caught_up_ms_ago as f64 / 1000.0,
-        );
+            "Per follower of a partition this node leads: time since it last caught up with the leader.",
+            |l| l.caught_up_ms_ago as f64 / 1000.0,
+        ),
+    ];
+    for (name, help, field) in lag_families {
+        w.family(name, Kind::Gauge, help);
+        for l in &r.lag {
+            let partition = l.tp.partition.to_string();
+            let follower = l.follower.to_string();
+            w.sample(
+                name,
+                &[
+                    ("topic", &l.tp.topic),
+                    ("partition", &partition),
+                    ("follower", &follower),
+                ],
+                field(l),
+            );
+        }
     }
 }
 

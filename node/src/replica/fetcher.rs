@@ -106,23 +106,21 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
     let mut correlation = 0i32;
     loop {
         if partitions.borrow().is_empty() || core.stopping.get() {
+            // The next `add` for this leader starts a new fetcher.
             FETCHERS.with(|f| {
                 let mut f = f.borrow_mut();
-                if f.get(&leader)
-                    .is_some_and(|p| Rc::ptr_eq(p, &partitions) && p.borrow().is_empty())
-                {
+                if f.get(&leader).is_some_and(|p| Rc::ptr_eq(p, &partitions)) {
                     f.remove(&leader);
                 }
             });
-            if partitions.borrow().is_empty() || core.stopping.get() {
-                return;
-            }
+            return;
         }
-        let Some(addr) = leader_addr(&core, leader) else {
-            glommio::timer::sleep(CONNECT_BACKOFF).await;
-            continue;
-        };
         if conn.is_none() {
+            // The leader's address is looked up only to (re)connect.
+            let Some(addr) = leader_addr(&core, leader) else {
+                glommio::timer::sleep(CONNECT_BACKOFF).await;
+                continue;
+            };
             let connected = super::within(IO_TIMEOUT, TcpStream::connect(addr))
                 .await
                 .unwrap_or_else(|| {
