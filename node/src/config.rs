@@ -76,6 +76,9 @@ pub struct NodeConfig {
     /// `offsets.topic.replication.factor`, capped at the live brokers when
     /// the topic is created.
     pub offsets_topic_replication_factor: i16,
+    /// `offsets.commit.timeout.ms`: how long a group coordinator's write waits
+    /// for the offsets partition's in-sync replicas.
+    pub offsets_commit_timeout_ms: u64,
     pub durability_flush: bool,
     pub flush_interval_ms: u64,
     pub checkpoint_interval_ms: u64,
@@ -135,7 +138,8 @@ impl NodeConfig {
             cleaner_backoff_ms: 15_000,
             min_insync_replicas: 1,
             replica_lag_time_max_ms: 30_000,
-            offsets_topic_replication_factor: 1,
+            offsets_topic_replication_factor: 3,
+            offsets_commit_timeout_ms: 5000,
             durability_flush: true,
             flush_interval_ms: 1000,
             checkpoint_interval_ms: 60_000,
@@ -272,6 +276,7 @@ impl NodeConfig {
                     .filter(|n| *n >= 1)
                     .ok_or_else(|| bad("a number >= 1"))?
             }
+            "offsets.commit.timeout.ms" => self.offsets_commit_timeout_ms = num!(),
             "log.durability" => {
                 self.durability_flush = match value {
                     "flush" => true,

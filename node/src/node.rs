@@ -15,10 +15,7 @@ use std::time::Duration;
 
 use crate::cluster;
 use crate::config::NodeConfig;
-use crate::group::{
-    self,
-    coordinator::{self, Coordinator},
-};
+use crate::group::coordinator::{self, Coordinator};
 use crate::metrics::{self, Phase};
 use crate::server;
 use crate::state::{CoreState, NodeContext, ProducerIdAllocator};
@@ -129,32 +126,33 @@ impl Node {
         // log up to it, the local partitions it assigns here, unfencing.
         let quorum = quorum_addrs;
         let timeout = Duration::from_millis(config.broker_session_timeout_ms.max(1000));
-        let offsets_partitions = runtime.block_on(0, move |_| async move {
+        runtime.block_on(0, move |_| async move {
             let Some(core) = CoreState::current() else {
                 return Err(anyhow::anyhow!("core state missing"));
             };
             cluster::start(core.clone(), quorum, timeout)
                 .await
-                .context("joining the cluster")?;
-            Ok(group::ensure_offsets_topic(&core).await?)
+                .context("joining the cluster")
         })??;
-        // Each core loads the groups of the offsets partitions it owns before
-        // any listener opens, then applies their timeouts.
+        // Each core takes the roles the table gives it (the broadcast applies
+        // them in the background; applying the same table again waits for
+        // that) and loads the groups of the offsets partitions it leads
+        // before any listener opens; then applies their timeouts.
+        // `__consumer_offsets` itself is created when a client first looks
+        // for a coordinator, once the cluster's brokers are up.
         let mut groups = 0;
         for core in 0..runtime.shards() {
-            groups += runtime.block_on(core, move |shard| async move {
+            groups += runtime.block_on(core, move |_| async move {
                 let core =
                     CoreState::current().ok_or_else(|| anyhow::anyhow!("core state missing"))?;
-                let limits = coordinator::limits(&core);
-                let loaded = Coordinator::current()
-                    .load(&shard, offsets_partitions, limits)
-                    .await?;
+                crate::replica::apply_table(core.clone(), core.topics()).await;
+                let loaded = Coordinator::current().wait_loaded().await;
                 crate::replica::start_shrink_timer(core.clone());
                 coordinator::start_ticker(core);
                 anyhow::Ok(loaded)
             })??;
         }
-        tracing::info!(groups, offsets_partitions, "loaded consumer groups");
+        tracing::info!(groups, "loaded consumer groups");
 
         // Core 0 binds first, so a port of 0 resolves to one port for all cores.
         let addr = runtime.block_on(0, move |_| async move { listen(config.listen) })??;

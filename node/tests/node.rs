@@ -564,7 +564,16 @@ mod groups {
                 .with_metadata(Bytes::from_static(b"sub"))])
     }
 
+    /// JoinGroup after FindCoordinator, as clients do: the first lookup
+    /// creates `__consumer_offsets`, and this node leads all of it.
     fn join(c: &mut AdminClient, request: &JoinGroupRequest) -> JoinGroupResponse {
+        let find: FindCoordinatorResponse = c
+            .call(
+                &FindCoordinatorRequest::default().with_key(request.group_id.0.clone()),
+                1,
+            )
+            .unwrap();
+        assert_eq!(find.error_code, NONE, "{:?}", find.error_message);
         c.call(request, 5).unwrap()
     }
 
@@ -1237,6 +1246,15 @@ fn metrics_show_the_cluster_and_the_controller_of_a_single_node() {
     create_topic(&mut c, "led", 5);
     // One replica can never satisfy min.insync.replicas=2.
     create_topic_with(&mut c, "strict", 2, &[("min.insync.replicas", "2")]);
+    // The first group lookup creates __consumer_offsets (3 partitions).
+    let find: kafka_protocol::messages::FindCoordinatorResponse = c
+        .call(
+            &kafka_protocol::messages::FindCoordinatorRequest::default()
+                .with_key(StrBytes::from_static_str("g")),
+            1,
+        )
+        .unwrap();
+    assert_eq!(find.error_code, 0);
 
     // The controller's status is refreshed every tick (100 ms): poll.
     let deadline = Instant::now() + Duration::from_secs(10);

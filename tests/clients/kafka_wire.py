@@ -568,6 +568,7 @@ def all_batches(bootstrap, topic, partition, timeout_s=30.0):
 # JoinGroup v1, SyncGroup v1, Heartbeat v1, LeaveGroup v1: enough for a member
 # that joins, takes an assignment and then goes silent.
 
+API_FIND_COORDINATOR = 10
 API_JOIN_GROUP = 11
 API_HEARTBEAT = 12
 API_LEAVE_GROUP = 13
@@ -590,6 +591,14 @@ def consumer_assignment(assignment):
         out += string(topic) + struct.pack(">i", len(partitions))
         out += b"".join(struct.pack(">i", p) for p in partitions)
     return out + nbytes(None)
+
+
+def find_coordinator(conn, group):
+    """FindCoordinator v0 for a group; returns (error, node id). A client asks
+    before its first group request (the first lookup creates __consumer_offsets)."""
+    r = Reader(conn.request(API_FIND_COORDINATOR, 0, string(group)))
+    error, node_id = r.i16(), r.i32()
+    return error, node_id
 
 
 def join_group(conn, group, member_id, topics, session_timeout_ms, rebalance_timeout_ms=10000, protocol="range"):

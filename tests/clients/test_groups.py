@@ -204,6 +204,7 @@ def test_silent_raw_member_is_removed_and_the_others_rebalance(node_factory, top
     ck.create_topic(node.bootstrap, topic_name, PARTITIONS)
     group = "silent"
     with kw.Conn(node.bootstrap) as raw:
+        assert kw.find_coordinator(raw, group) == (0, 1)
         err, gen, proto, leader, member, members = kw.join_group(raw, group, "", [topic_name], session_timeout_ms=2000)
         assert (err, gen, leader) == (0, 1, member) and members == [member]
         err, assignment = kw.sync_group(raw, group, gen, member, {member: {topic_name: [0, 1, 2, 3]}})

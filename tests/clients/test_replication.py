@@ -326,3 +326,116 @@ def test_unclean_leader_election(cluster_factory, topic_name, unclean):
         values = [v for _, v in read_all(c.node(follower).bootstrap, topic_name)]
         # What unclean election costs: the acknowledged "leader-only" record.
         assert values == [b"both"], values
+
+
+def offsets_partition_of(group, partitions):
+    """Kafka's rule: abs(java hashCode(group)) % partitions."""
+    units = group.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (h * 31 + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return 0 if h == -(1 << 31) else abs(h) % partitions
+
+
+def test_group_coordinator_fails_over(cluster_factory, topic_name):
+    """__consumer_offsets is replicated (RF 3 by default): SIGKILL the group's
+    coordinator and the leader of its offsets partition moves; the new leader
+    loads the group, a live member keeps consuming and committing through it,
+    and a kafka-python consumer in the same group resumes from the commits."""
+    from confluent_kafka import Consumer, TopicPartition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+
+    c = cluster_factory(size=3, settings=REPLICATED)
+    group = f"{topic_name}-group"
+    ck.create_topic(c.node(1).bootstrap, topic_name, 3, replication_factor=3)
+    wait_partition(c.bootstrap, topic_name, lambda d: all(len(p[2]) == 3 for p in d.values()), "ISRs of 3")
+
+    def produce_part(tag, n):
+        p = ck.producer(alive_bootstrap(c), {"acks": "all"})
+        for part in range(3):
+            for i in range(n):
+                ck.produce_bounded(p, topic=topic_name, partition=part, value=f"{tag}-{part}-{i}".encode())
+        ck.flush(p)
+
+    member = Consumer({
+        "bootstrap.servers": c.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "session.timeout.ms": 10000, "heartbeat.interval.ms": 500,
+    })
+
+    def consume(n):
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            for m in member.consume(num_messages=500, timeout=0.5):
+                if m.error() is None:
+                    got.append((m.partition(), m.value()))
+                elif m.error().code() != KafkaError._PARTITION_EOF:
+                    raise AssertionError(m.error())
+        assert len(got) == n, f"consumed {len(got)} of {n}"
+        return got
+
+    def commit():
+        done = member.commit(asynchronous=False)
+        assert all(tp.error is None for tp in done), done
+        return {tp.partition: tp.offset for tp in done}
+
+    try:
+        produce_part("a", 40)
+        member.subscribe([topic_name])
+        consume(120)
+        assert commit() == {0: 40, 1: 40, 2: 40}
+
+        # The group's offsets partition: three replicas, all in sync.
+        offsets_part = offsets_partition_of(group, 3)
+        d = wait_partition(c.bootstrap, "__consumer_offsets",
+                           lambda d: len(d[offsets_part][2]) == 3, "an offsets ISR of 3")
+        coordinator = d[offsets_part][0]
+        admin = ck.admin(c.bootstrap)  # alive until the result is in
+        found = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        assert found.coordinator.id == coordinator, (found.coordinator, d)
+
+        c.node(coordinator).kill()
+        wait_partition(alive_bootstrap(c), "__consumer_offsets",
+                       lambda d: d[offsets_part][0] not in (-1, coordinator),
+                       f"a new offsets leader after killing node {coordinator}")
+        # The member goes on: new records, then commits through the new coordinator.
+        produce_part("b", 20)
+        consume(60)
+        assert commit() == {0: 60, 1: 60, 2: 60}
+        admin = ck.admin(alive_bootstrap(c))
+        found = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        assert found.coordinator.id not in (-1, coordinator), found.coordinator
+        assert len(found.members) == 1, found
+    finally:
+        member.close()
+
+    # Another client in the same group resumes from the commits.
+    produce_part("c", 5)
+    kp = KafkaConsumer(bootstrap_servers=alive_bootstrap(c).split(","), group_id=group,
+                       enable_auto_commit=False, auto_offset_reset="earliest", consumer_timeout_ms=1000)
+    try:
+        tps = [KpTopicPartition(topic_name, p) for p in range(3)]
+        assert [kp.committed(tp) for tp in tps] == [60, 60, 60]
+        kp.subscribe([topic_name])
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 15 and time.monotonic() < deadline:
+            for records in kp.poll(timeout_ms=500).values():
+                got += [(r.partition, r.value) for r in records]
+        assert sorted(got) == sorted((p, f"c-{p}-{i}".encode()) for p in range(3) for i in range(5)), got
+    finally:
+        kp.close()
+
+    # The old coordinator returns as a follower of the offsets partition; the
+    # commits are still there, whichever node answers.
+    c.node(coordinator).start()
+    wait_partition(c.bootstrap, "__consumer_offsets", lambda d: len(d[offsets_part][2]) == 3,
+                   f"node {coordinator} back in the offsets ISR", timeout_s=60)
+    check = Consumer({"bootstrap.servers": c.node(coordinator).bootstrap, "group.id": group})
+    try:
+        got = check.committed([TopicPartition(topic_name, p) for p in range(3)], timeout=20)
+        assert [tp.offset for tp in got] == [60, 60, 60], got
+    finally:
+        check.close()

@@ -10,8 +10,16 @@
 //! after its records are durable, and the in-memory offsets follow the log
 //! (a newer log offset wins, so racing commits settle as the log orders them).
 //!
-//! `load` rebuilds everything at start by reading each owned partition from
-//! its start: the latest value per key wins and a tombstone deletes.
+//! Leadership (Kafka's `onElection` / `onResignation`): when this node
+//! becomes the leader of an offsets partition (`replica::become_leader`, at
+//! start or at runtime after a failover), `on_leader` reads the partition
+//! from its start (the latest value per key wins, a tombstone deletes) and
+//! only then serves its groups; meanwhile they are answered
+//! COORDINATOR_LOAD_IN_PROGRESS. When it stops leading, `on_resign` drops
+//! those groups and answers their waiting members NOT_COORDINATOR, so clients
+//! look for the new coordinator. Every write goes through the replication
+//! path as an acks=all produce does (`append`): at the current leader epoch,
+//! acknowledged once the in-sync replicas have it.
 //! A ticker per core (`TICK_INTERVAL`) applies session and rebalance timeouts,
 //! and every `offsets.retention.check.interval.ms` expires offsets and forgets
 //! idle groups (`cleanup`).
@@ -29,7 +37,6 @@ use skiff_engine::{AppendMode, LogError, Shard, TopicPartition};
 
 use super::records::{self, OffsetValue, RecordKey};
 use super::state::{Effects, Group, JoinRequest, JoinResult, Limits, Reply, SyncResult};
-use super::OFFSETS_TOPIC;
 use crate::handlers::{error_code, now_ms};
 use crate::state::CoreState;
 
@@ -42,8 +49,6 @@ pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 const LOAD_READ_BYTES: usize = 8 << 20;
 /// Bound on a stored record's decompressed size while loading.
 const LOAD_RECORD_BYTES_MAX: usize = 64 << 20;
-/// Appends to `__consumer_offsets`: this node leads it at epoch 0.
-const AS_LEADER: AppendMode = AppendMode::Leader { leader_epoch: 0 };
 
 thread_local! {
     static COORDINATOR: Rc<Coordinator> = Rc::new(Coordinator::default());
@@ -113,9 +118,25 @@ pub struct Listed {
     pub state: &'static str,
 }
 
+/// An offsets partition this core leads: its groups are being read from the
+/// log, or served. Keyed by the leader epoch that started the load, so a load
+/// finishing after a newer election (or a resignation) is discarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Led {
+    Loading(i32),
+    Loaded(i32),
+}
+
 #[derive(Default)]
 pub struct Coordinator {
     groups: RefCell<BTreeMap<String, Entry>>,
+    /// The offsets partitions this core leads; a group is served only when
+    /// its partition is `Loaded` here.
+    led: RefCell<HashMap<TopicPartition, Led>>,
+    /// Woken when no load is in progress (the node's start waits for them).
+    load_waiters: RefCell<Vec<oneshot::Sender<()>>>,
+    /// `offsets.commit.timeout.ms` (set when the core starts its ticker).
+    write_timeout: std::cell::Cell<Option<Duration>>,
     /// Set when the node stops: calls are answered NOT_COORDINATOR, as a Kafka
     /// coordinator that resigns answers, so clients never wait on a dead node.
     closed: std::cell::Cell<bool>,
@@ -330,9 +351,7 @@ impl Coordinator {
                 )
             })
             .collect();
-        let base_offset = append(shard, &tp, &records)
-            .await
-            .map_err(|e| storage_error(&group_id, &e))?;
+        let base_offset = append(shard, &tp, &records, &group_id, self.write_timeout()).await?;
         let mut groups = self.groups.borrow_mut();
         let entry = Self::entry_or_new(&mut groups, &group_id, &tp, limits, now);
         for (i, (topic, partition, value)) in offsets.into_iter().enumerate() {
@@ -470,9 +489,16 @@ impl Coordinator {
                 None,
             ));
         }
-        if let Err(e) = append(shard, &entry.tp, &tombstones).await {
+        if let Err(error) = append(
+            shard,
+            &entry.tp,
+            &tombstones,
+            &group_id,
+            self.write_timeout(),
+        )
+        .await
+        {
             // Not deleted after all: put it back unless the id is in use again.
-            let error = storage_error(&group_id, &e);
             self.groups.borrow_mut().entry(group_id).or_insert(entry);
             return Err(error);
         }
@@ -496,14 +522,13 @@ impl Coordinator {
                     }),
                     Some(records::encode_group_value(&stored)),
                 );
-                let appended = append(shard, &tp, &[record]).await;
+                let appended = append(shard, &tp, &[record], group_id, self.write_timeout()).await;
                 if appended.is_ok() {
                     if let Some(e) = self.groups.borrow_mut().get_mut(group_id) {
                         e.stored = true;
                     }
                 }
-                if let Err(e) = appended {
-                    let error = storage_error(group_id, &e);
+                if let Err(error) = appended {
                     for (_, sync) in &mut effects.syncs {
                         *sync = SyncResult::error(error);
                     }
@@ -549,82 +574,204 @@ impl Coordinator {
         }
     }
 
-    /// Loads the groups and offsets stored in the `__consumer_offsets`
-    /// partitions this core owns (at start, before the listeners open).
-    pub async fn load(
-        &self,
+    fn write_timeout(&self) -> Duration {
+        self.write_timeout.get().unwrap_or(Duration::from_secs(5))
+    }
+
+    /// Whether this core serves the groups of offsets partition `tp` now:
+    /// NOT_COORDINATOR unless it leads it, COORDINATOR_LOAD_IN_PROGRESS while
+    /// its groups are being read.
+    pub fn check(&self, tp: &TopicPartition) -> Result<(), ResponseError> {
+        if self.closed.get() {
+            return Err(ResponseError::NotCoordinator);
+        }
+        match self.led.borrow().get(tp) {
+            Some(Led::Loaded(_)) => Ok(()),
+            Some(Led::Loading(_)) => Err(ResponseError::CoordinatorLoadInProgress),
+            None => Err(ResponseError::NotCoordinator),
+        }
+    }
+
+    /// This node became the leader of offsets partition `tp` at
+    /// `leader_epoch`: its groups are loaded in the background and served
+    /// once loaded (Kafka's `onElection`).
+    pub fn on_leader(
+        self: &Rc<Self>,
         shard: &Rc<Shard>,
-        partitions: i32,
+        tp: TopicPartition,
+        leader_epoch: i32,
         limits: Limits,
-    ) -> Result<usize, LogError> {
-        let now = now_ms();
-        let mut loaded = 0;
-        for p in 0..partitions {
-            let tp = TopicPartition::new(OFFSETS_TOPIC, p);
-            if shard.table().shard_of(&tp) != shard.id() {
-                continue;
-            }
-            let Some(partition) = shard.local(&tp) else {
-                continue;
-            };
-            let mut groups: BTreeMap<String, Option<super::state::StoredGroup>> = BTreeMap::new();
-            let mut offsets: BTreeMap<String, BTreeMap<(String, i32), Option<Committed>>> =
-                BTreeMap::new();
-            let end = partition.log_end_offset().await?;
-            let mut offset = partition.log_start_offset().await?;
-            while offset < end {
-                let read = partition.read(offset, LOAD_READ_BYTES, end).await?;
-                if read.batches.is_empty() {
-                    break;
-                }
-                for batch in &read.batches {
-                    let records = match decode_records(batch, LOAD_RECORD_BYTES_MAX) {
-                        Ok(r) => r,
-                        Err(e) => {
-                            tracing::warn!(partition = %tp, error = %e, "skipping an undecodable batch");
-                            continue;
+    ) {
+        if self.led.borrow().get(&tp) == Some(&Led::Loaded(leader_epoch)) {
+            return;
+        }
+        // Anything left of an earlier leadership goes first.
+        self.drop_groups_of(&tp);
+        self.led
+            .borrow_mut()
+            .insert(tp.clone(), Led::Loading(leader_epoch));
+        let this = self.clone();
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            let started = std::time::Instant::now();
+            let loaded = load_partition(&shard, &tp, limits).await;
+            let current = this.led.borrow().get(&tp).copied();
+            if current != Some(Led::Loading(leader_epoch)) {
+                tracing::info!(partition = %tp, leader_epoch, "discarding a load: leadership changed meanwhile");
+            } else {
+                match loaded {
+                    Ok(entries) => {
+                        let count = entries.len();
+                        let mut groups = this.groups.borrow_mut();
+                        for (id, entry) in entries {
+                            groups.insert(id, entry);
                         }
-                    };
-                    for r in records {
-                        apply_record(
-                            &tp,
-                            r.offset,
-                            r.key.as_deref(),
-                            r.value.as_deref(),
-                            &mut groups,
-                            &mut offsets,
-                        );
+                        drop(groups);
+                        this.led.borrow_mut().insert(tp.clone(), Led::Loaded(leader_epoch));
+                        tracing::info!(partition = %tp, leader_epoch, groups = count, elapsed_ms = started.elapsed().as_millis() as u64, "loaded consumer groups");
+                    }
+                    Err(e) => {
+                        // Not served: clients get NOT_COORDINATOR and look again
+                        // (the partition is offline or the node stopping).
+                        this.led.borrow_mut().remove(&tp);
+                        tracing::error!(partition = %tp, leader_epoch, error = %e, "loading consumer groups failed");
                     }
                 }
-                offset = read.next_offset;
             }
-            let mut map = self.groups.borrow_mut();
-            let ids: std::collections::BTreeSet<String> =
-                groups.keys().chain(offsets.keys()).cloned().collect();
-            for id in ids {
-                let stored = groups.remove(&id).flatten();
-                let stored_present = stored.is_some();
-                let committed: BTreeMap<(String, i32), Committed> = offsets
-                    .remove(&id)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|(k, v)| v.map(|v| (k, v)))
-                    .collect();
-                if stored.is_none() && committed.is_empty() {
-                    continue;
-                }
-                let group = match stored {
-                    Some(s) => Group::loaded(id.clone(), limits, s, now),
-                    None => Group::new(id.clone(), limits, now),
-                };
-                let mut entry = Entry::new(group, tp.clone());
-                entry.stored = stored_present;
-                entry.offsets = committed;
-                map.insert(id, entry);
-                loaded += 1;
+            this.wake_load_waiters();
+        })
+        .detach();
+    }
+
+    /// This node no longer leads offsets partition `tp` (Kafka's
+    /// `onResignation`): its groups are dropped, their waiting members
+    /// answered NOT_COORDINATOR.
+    pub fn on_resign(&self, tp: &TopicPartition) {
+        if self.led.borrow_mut().remove(tp).is_some() {
+            let dropped = self.drop_groups_of(tp);
+            tracing::info!(partition = %tp, groups = dropped, "no longer the coordinator of its groups");
+            self.wake_load_waiters();
+        }
+    }
+
+    fn drop_groups_of(&self, tp: &TopicPartition) -> usize {
+        let mut groups = self.groups.borrow_mut();
+        let ids: Vec<String> = groups
+            .iter()
+            .filter(|(_, e)| &e.tp == tp)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &ids {
+            if let Some(mut entry) = groups.remove(id) {
+                answer_waiters(&mut entry, ResponseError::NotCoordinator);
             }
         }
-        Ok(loaded)
+        ids.len()
+    }
+
+    fn wake_load_waiters(&self) {
+        if self.loading() == 0 {
+            for tx in self.load_waiters.borrow_mut().drain(..) {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    fn loading(&self) -> usize {
+        self.led
+            .borrow()
+            .values()
+            .filter(|l| matches!(l, Led::Loading(_)))
+            .count()
+    }
+
+    /// Waits until no load is in progress on this core; returns how many
+    /// groups it serves.
+    pub async fn wait_loaded(&self) -> usize {
+        if self.loading() > 0 {
+            let (tx, rx) = oneshot::channel();
+            self.load_waiters.borrow_mut().push(tx);
+            let _ = rx.await;
+        }
+        self.groups.borrow().len()
+    }
+}
+
+/// Reads the groups and offsets stored in offsets partition `tp`, from its
+/// start to its end: the latest value per key wins, a tombstone deletes.
+async fn load_partition(
+    shard: &Rc<Shard>,
+    tp: &TopicPartition,
+    limits: Limits,
+) -> Result<Vec<(String, Entry)>, LogError> {
+    let now = now_ms();
+    let partition = shard
+        .local(tp)
+        .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+    let mut groups: BTreeMap<String, Option<super::state::StoredGroup>> = BTreeMap::new();
+    let mut offsets: BTreeMap<String, BTreeMap<(String, i32), Option<Committed>>> = BTreeMap::new();
+    let end = partition.log_end_offset().await?;
+    let mut offset = partition.log_start_offset().await?;
+    while offset < end {
+        let read = partition.read(offset, LOAD_READ_BYTES, end).await?;
+        if read.batches.is_empty() {
+            break;
+        }
+        for batch in &read.batches {
+            let records = match decode_records(batch, LOAD_RECORD_BYTES_MAX) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(partition = %tp, error = %e, "skipping an undecodable batch");
+                    continue;
+                }
+            };
+            for r in records {
+                apply_record(
+                    tp,
+                    r.offset,
+                    r.key.as_deref(),
+                    r.value.as_deref(),
+                    &mut groups,
+                    &mut offsets,
+                );
+            }
+        }
+        offset = read.next_offset;
+    }
+    let ids: std::collections::BTreeSet<String> =
+        groups.keys().chain(offsets.keys()).cloned().collect();
+    let mut out = Vec::new();
+    for id in ids {
+        let stored = groups.remove(&id).flatten();
+        let stored_present = stored.is_some();
+        let committed: BTreeMap<(String, i32), Committed> = offsets
+            .remove(&id)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        if stored.is_none() && committed.is_empty() {
+            continue;
+        }
+        let group = match stored {
+            Some(s) => Group::loaded(id.clone(), limits, s, now),
+            None => Group::new(id.clone(), limits, now),
+        };
+        let mut entry = Entry::new(group, tp.clone());
+        entry.stored = stored_present;
+        entry.offsets = committed;
+        out.push((id, entry));
+    }
+    Ok(out)
+}
+
+/// Answers every member waiting in JoinGroup or SyncGroup with `error`.
+fn answer_waiters(entry: &mut Entry, error: ResponseError) {
+    for (member_id, tx) in entry.join_waiters.drain() {
+        let _ = tx.send(JoinResult::error(error, &member_id));
+    }
+    for (_, tx) in entry.sync_waiters.drain() {
+        let _ = tx.send(SyncResult::error(error));
     }
 }
 
@@ -672,8 +819,10 @@ impl Coordinator {
                     (records::encode_key(&key), None)
                 })
                 .collect();
-            if let Err(e) = append(shard, &tp, &tombstones).await {
-                storage_error(&group_id, &e);
+            if append(shard, &tp, &tombstones, &group_id, self.write_timeout())
+                .await
+                .is_err()
+            {
                 continue;
             }
             let mut groups = self.groups.borrow_mut();
@@ -711,8 +860,10 @@ impl Coordinator {
                 let key = records::encode_key(&RecordKey::Group {
                     group: group_id.clone(),
                 });
-                if let Err(e) = append(shard, &tp, &[(key, None)]).await {
-                    storage_error(&group_id, &e);
+                if append(shard, &tp, &[(key, None)], &group_id, self.write_timeout())
+                    .await
+                    .is_err()
+                {
                     continue;
                 }
             }
@@ -733,12 +884,7 @@ impl Coordinator {
     pub fn close(&self) {
         self.closed.set(true);
         for entry in self.groups.borrow_mut().values_mut() {
-            for (member_id, tx) in entry.join_waiters.drain() {
-                let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, &member_id));
-            }
-            for (_, tx) in entry.sync_waiters.drain() {
-                let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
-            }
+            answer_waiters(entry, ResponseError::NotCoordinator);
         }
     }
 }
@@ -796,39 +942,78 @@ fn apply_record(
     }
 }
 
+/// Why a coordinator's write failed, before it becomes a Kafka error.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("{}", .0.message)]
+    Replication(crate::replica::Refusal),
+}
+
+impl WriteError {
+    /// Kafka's mapping of a failed coordinator write (GroupMetadataManager):
+    /// retriable coordinator errors, so clients look for the coordinator
+    /// again; a write too large is the commit's fault.
+    fn code(&self) -> ResponseError {
+        let code = match self {
+            WriteError::Log(e) => error_code(e),
+            WriteError::Replication(r) => r.error,
+        };
+        match code {
+            ResponseError::UnknownTopicOrPartition
+            | ResponseError::NotEnoughReplicas
+            | ResponseError::NotEnoughReplicasAfterAppend
+            | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
+            ResponseError::NotLeaderOrFollower | ResponseError::KafkaStorageError => {
+                ResponseError::NotCoordinator
+            }
+            ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => {
+                ResponseError::InvalidCommitOffsetSize
+            }
+            other => other,
+        }
+    }
+}
+
 /// Appends records (key, value or tombstone) as one batch to an offsets
-/// partition of this core and waits until they are durable; returns the
-/// first record's offset.
+/// partition this core leads, as an acks=all produce does: at the current
+/// leader epoch, then durable here, then on the in-sync replicas (at most
+/// `timeout`). Returns the first record's offset.
 async fn append(
     shard: &Rc<Shard>,
     tp: &TopicPartition,
     records: &[(Vec<u8>, Option<Vec<u8>>)],
-) -> Result<i64, LogError> {
-    let partition = shard
-        .local(tp)
-        .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
-    let mut builder = BatchBuilder::new();
-    let now = now_ms();
-    for (key, value) in records {
-        builder.push(now, Some(key), value.as_deref(), &[]);
-    }
-    let batch = builder.build().map_err(LogError::InvalidBatch)?;
-    let info = partition
-        .append(BytesMut::from(&batch[..]), AS_LEADER)
-        .await?;
-    Ok(info.base_offset)
-}
-
-fn storage_error(group_id: &str, e: &LogError) -> ResponseError {
-    tracing::warn!(group = %group_id, error = %e, "writing to __consumer_offsets failed");
-    match error_code(e) {
-        // Kafka's coordinator answers a failed write with a retriable
-        // coordinator error, so clients look for the coordinator again.
-        ResponseError::KafkaStorageError | ResponseError::NotLeaderOrFollower => {
-            ResponseError::CoordinatorNotAvailable
+    group_id: &str,
+    timeout: Duration,
+) -> Result<i64, ResponseError> {
+    let write = async {
+        let partition = shard
+            .local(tp)
+            .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+        let leader_epoch = crate::replica::admit_append(tp, -1).map_err(WriteError::Replication)?;
+        let mut builder = BatchBuilder::new();
+        let now = now_ms();
+        for (key, value) in records {
+            builder.push(now, Some(key), value.as_deref(), &[]);
         }
-        other => other,
-    }
+        let batch = builder.build().map_err(LogError::InvalidBatch)?;
+        let info = partition
+            .append(
+                BytesMut::from(&batch[..]),
+                AppendMode::Leader { leader_epoch },
+            )
+            .await?;
+        crate::replica::local_durable(tp, &partition);
+        crate::replica::await_replicated(tp, info.last_offset + 1, timeout)
+            .await
+            .map_err(WriteError::Replication)?;
+        Ok::<_, WriteError>(info.base_offset)
+    };
+    write.await.map_err(|e| {
+        tracing::warn!(group = %group_id, partition = %tp, error = %e, "writing to __consumer_offsets failed");
+        e.code()
+    })
 }
 
 /// Starts this core's ticker (stops with the core).
@@ -836,6 +1021,9 @@ pub fn start_ticker(core: Rc<CoreState>) {
     glommio::spawn_local(async move {
         let coordinator = Coordinator::current();
         let config = &core.node.config;
+        coordinator.write_timeout.set(Some(Duration::from_millis(
+            config.offsets_commit_timeout_ms,
+        )));
         let cleanup_interval =
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(100));
         let retention_ms = config.offsets_retention_minutes.saturating_mul(60_000);

@@ -2,6 +2,8 @@
 //! `__consumer_offsets` partition (Kafka's rule); on that node the group's
 //! state lives on the core that owns the partition, reached internally.
 //! COORDINATOR_NOT_AVAILABLE (retriable) while the partition has no leader.
+//! The first group lookup creates `__consumer_offsets` (as Kafka does), so its
+//! replication factor counts the brokers up by then, not at a node's start.
 //! Transactions are not built: key type 1 gets COORDINATOR_NOT_AVAILABLE
 //! (retriable, as a Kafka cluster answers while a coordinator loads). Listed
 //! from v0 also because librdkafka only enables lz4 when a broker lists
@@ -18,6 +20,9 @@ use crate::state::CoreState;
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
+
+/// How long a lookup waits for `__consumer_offsets` to be created.
+const OFFSETS_TOPIC_CREATE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One key's answer: (error, message, node id, host, port).
 fn find(
@@ -71,11 +76,21 @@ fn find(
     }
 }
 
-pub fn handle(
+pub async fn handle(
     core: &CoreState,
     request: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
+    if request.key_type == KEY_TYPE_GROUP && core.topics().get(group::OFFSETS_TOPIC).is_none() {
+        // A failure leaves the keys unanswerable below: COORDINATOR_NOT_AVAILABLE.
+        match crate::replica::within(OFFSETS_TOPIC_CREATE_WAIT, group::ensure_offsets_topic(core))
+            .await
+        {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => tracing::warn!(error = %e, "creating {} failed", group::OFFSETS_TOPIC),
+            None => tracing::warn!("creating {} timed out", group::OFFSETS_TOPIC),
+        }
+    }
     let response = FindCoordinatorResponse::default();
     if version >= 4 {
         return response.with_coordinators(

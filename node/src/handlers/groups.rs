@@ -68,9 +68,14 @@ where
     }
     let limits = coordinator::limits(core);
     core.shard
-        .invoke_on(owner, move |shard| f(shard, tp, limits))
+        .invoke_on(owner, move |shard| async move {
+            // Led and loaded on the owner core (the table above can be ahead
+            // of, or behind, the replica's role there).
+            Coordinator::current().check(&tp)?;
+            Ok(f(shard, tp, limits).await)
+        })
         .await
-        .map_err(|_| ResponseError::CoordinatorNotAvailable)
+        .map_err(|_| ResponseError::CoordinatorNotAvailable)?
 }
 
 thread_local! {

@@ -185,7 +185,7 @@ async fn handle(
             ResponseKind::DeleteRecords(delete_records::handle(&core, r).await)
         }
         Some(RequestKind::FindCoordinator(r)) => {
-            ResponseKind::FindCoordinator(find_coordinator::handle(&core, r, version))
+            ResponseKind::FindCoordinator(find_coordinator::handle(&core, r, version).await)
         }
         Some(RequestKind::JoinGroup(r)) => {
             let client_id = header.client_id.as_deref().unwrap_or_default().to_string();

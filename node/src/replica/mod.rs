@@ -41,6 +41,8 @@ use skiff_replication::{
     check_leader_epoch, AckWaiters, IsrChange, LeaderConfig, LeaderReplica, ReplicationError,
 };
 
+use crate::group::coordinator::Coordinator;
+use crate::group::OFFSETS_TOPIC;
 use crate::state::CoreState;
 use crate::topics::{TopicTable, NO_LEADER};
 
@@ -534,6 +536,15 @@ async fn become_leader(
     drop(old); // waiters of an older leadership: their senders drop (NOT_LEADER)
     COUNTERS.with(|c| bump(&c.leaderships, 1));
     tracing::info!(partition = %tp, leader_epoch = a.leader_epoch, isr = ?a.isr, "leading");
+    if tp.topic == OFFSETS_TOPIC {
+        // The groups of this partition are coordinated here from now on.
+        Coordinator::current().on_leader(
+            &core.shard,
+            tp.clone(),
+            a.leader_epoch,
+            crate::group::coordinator::limits(core),
+        );
+    }
 }
 
 async fn become_follower(
@@ -568,12 +579,14 @@ async fn become_follower(
         )
     });
     fetcher::add(core, tp.clone(), leader, leader_epoch);
+    Coordinator::current().on_resign(tp);
     tracing::info!(partition = %tp, leader, leader_epoch, "following");
 }
 
 fn stop_replicating(tp: &TopicPartition) {
     fetcher::remove(tp);
     ROLES.with(|r| r.borrow_mut().remove(tp));
+    Coordinator::current().on_resign(tp);
 }
 
 /// Leaders drop followers that fell behind from the ISR (per core, forever).
