@@ -85,6 +85,37 @@ impl LeaderEpochCache {
         Some((found.epoch, end))
     }
 
+    /// OffsetsForLeaderEpoch's answer for `requested`, exactly as Kafka's
+    /// `LeaderEpochFileCache.endOffsetFor`: the latest epoch ends at the log
+    /// end; an older one at the start of the next larger epoch, reported with
+    /// the largest known epoch `<= requested` (or `requested` itself when it is
+    /// older than every known epoch); an unknown or newer-than-latest epoch is
+    /// (-1, -1).
+    pub fn kafka_end_offset_for(&self, requested: i32, log_end_offset: i64) -> (i32, i64) {
+        const UNDEFINED: (i32, i64) = (-1, -1);
+        if requested < 0 {
+            return UNDEFINED;
+        }
+        if self.latest_epoch() == Some(requested) {
+            return (requested, log_end_offset);
+        }
+        let higher = self.entries.partition_point(|e| e.epoch <= requested);
+        let Some(next) = self.entries.get(higher) else {
+            return UNDEFINED;
+        };
+        match higher.checked_sub(1).and_then(|i| self.entries.get(i)) {
+            Some(floor) => (floor.epoch, next.start_offset),
+            None => (requested, next.start_offset),
+        }
+    }
+
+    /// The epoch the record at `offset` was written in (the entry in force
+    /// there), if the history reaches back that far.
+    pub fn epoch_at(&self, offset: i64) -> Option<i32> {
+        let i = self.entries.partition_point(|e| e.start_offset <= offset);
+        Some(self.entries.get(i.checked_sub(1)?)?.epoch)
+    }
+
     /// Forgets epochs that start at or after `offset` (the log was cut there).
     pub fn truncate_from_end(&mut self, offset: i64) -> bool {
         let before = self.entries.len();
@@ -145,6 +176,34 @@ mod tests {
         assert!(c.truncate_from_end(30));
         assert_eq!(c.latest_epoch(), Some(2));
         assert_eq!(c.end_offset_for(-1, 50), None);
+    }
+
+    #[test]
+    fn kafka_end_offsets_and_epoch_at() {
+        let mut c = cache();
+        assert_eq!(c.kafka_end_offset_for(0, 0), (-1, -1));
+        c.assign(1, 5);
+        c.assign(3, 10);
+        c.assign(6, 30);
+        // The latest: the log end.
+        assert_eq!(c.kafka_end_offset_for(6, 50), (6, 50));
+        // Older ones: the start of the next larger epoch, reported with the
+        // largest known epoch at or below the requested one.
+        assert_eq!(c.kafka_end_offset_for(3, 50), (3, 30));
+        assert_eq!(c.kafka_end_offset_for(4, 50), (3, 30));
+        assert_eq!(c.kafka_end_offset_for(1, 50), (1, 10));
+        // Older than every known epoch: the requested epoch, ending where the
+        // history starts.
+        assert_eq!(c.kafka_end_offset_for(0, 50), (0, 5));
+        // Newer than the latest, or undefined: unknown.
+        assert_eq!(c.kafka_end_offset_for(7, 50), (-1, -1));
+        assert_eq!(c.kafka_end_offset_for(-1, 50), (-1, -1));
+
+        assert_eq!(c.epoch_at(4), None);
+        assert_eq!(c.epoch_at(5), Some(1));
+        assert_eq!(c.epoch_at(29), Some(3));
+        assert_eq!(c.epoch_at(30), Some(6));
+        assert_eq!(c.epoch_at(1000), Some(6));
     }
 
     #[test]

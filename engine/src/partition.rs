@@ -241,6 +241,25 @@ impl Partition {
             .end_offset_for(epoch, log.log_end_offset()))
     }
 
+    /// OffsetsForLeaderEpoch for `epoch` (Kafka's rules, see
+    /// `LeaderEpochCache::kafka_end_offset_for`): (epoch, end offset).
+    pub async fn epoch_end_offset(&self, epoch: i32) -> Result<(i32, i64)> {
+        let log = self.shared().await?;
+        Ok(log
+            .leader_epochs()
+            .kafka_end_offset_for(epoch, log.log_end_offset()))
+    }
+
+    /// The leader epoch the record at `offset` was written in (-1: unknown).
+    pub async fn epoch_at(&self, offset: i64) -> Result<i32> {
+        Ok(self
+            .shared()
+            .await?
+            .leader_epochs()
+            .epoch_at(offset)
+            .unwrap_or(-1))
+    }
+
     /// The leader-epoch history: (epoch, start offset), ascending.
     pub async fn epoch_entries(&self) -> Result<Vec<(i32, i64)>> {
         Ok(self

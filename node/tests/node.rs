@@ -1300,3 +1300,130 @@ fn metrics_show_the_cluster_and_the_controller_of_a_single_node() {
     assert_eq!(metric(&samples, "skiff_partitions_under_min_isr"), 0.0);
     node.terminate();
 }
+
+/// KIP-320 on one node: OffsetForLeaderEpoch answers the end offset of each
+/// leader epoch (Kafka's rules), ListOffsets names the epoch of what it
+/// returns, and a client's `current_leader_epoch` is checked on Fetch,
+/// ListOffsets and OffsetForLeaderEpoch (older: FENCED_LEADER_EPOCH, newer:
+/// UNKNOWN_LEADER_EPOCH). A restart moves the leadership to a new epoch.
+#[test]
+fn leader_epochs_offsets_for_leader_epoch_and_fencing() {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::{
+        ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
+        OffsetForLeaderEpochResponse,
+    };
+    const FENCED_LEADER_EPOCH: i16 = 74;
+    const UNKNOWN_LEADER_EPOCH: i16 = 75;
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+    fn leader_epoch(c: &mut AdminClient) -> i32 {
+        let md = c.metadata(Some(vec!["epochs".to_string()])).unwrap();
+        md.topics[0].partitions[0].leader_epoch
+    }
+    /// (error, epoch, end offset) for `requested`, believing in `current`.
+    fn end_offset(
+        c: &mut AdminClient,
+        topic: &str,
+        current: i32,
+        requested: i32,
+    ) -> (i16, i32, i64) {
+        let request = OffsetForLeaderEpochRequest::default().with_topics(vec![
+            OffsetForLeaderTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![OffsetForLeaderPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(current)
+                    .with_leader_epoch(requested)]),
+        ]);
+        let response: OffsetForLeaderEpochResponse = c.call(&request, 4).unwrap();
+        let p = &response.topics[0].partitions[0];
+        (p.error_code, p.leader_epoch, p.end_offset)
+    }
+    /// (error, offset, leader epoch) of ListOffsets v7 at `timestamp`.
+    fn list(c: &mut AdminClient, timestamp: i64, current: i32) -> (i16, i64, i32) {
+        let request = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("epochs")))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_current_leader_epoch(current)
+                .with_timestamp(timestamp)])]);
+        let response: ListOffsetsResponse = c.call(&request, 7).unwrap();
+        let p = &response.topics[0].partitions[0];
+        (p.error_code, p.offset, p.leader_epoch)
+    }
+    fn fetch_error(c: &mut AdminClient, current: i32) -> i16 {
+        let mut request = fetch_request("epochs", 0, 0);
+        request.topics[0].partitions[0].current_leader_epoch = current;
+        let response: FetchResponse = c.call(&request, 12).unwrap();
+        response.responses[0].partitions[0].error_code
+    }
+
+    let tmp = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(tmp.path(), free_port(), &[]);
+    let mut c = node.client();
+    create_topic(&mut c, "epochs", 1);
+    let first = leader_epoch(&mut c);
+    assert!(first >= 0);
+    assert_eq!(
+        produce(&mut c, "epochs", 0, batch(&["a", "b", "c"], None)),
+        (0, 0)
+    );
+    assert_eq!(end_offset(&mut c, "epochs", first, first), (0, first, 3));
+    assert_eq!(end_offset(&mut c, "epochs", -1, first + 1), (0, -1, -1));
+    assert_eq!(
+        end_offset(&mut c, "epochs", first + 1, first).0,
+        UNKNOWN_LEADER_EPOCH
+    );
+    assert_eq!(fetch_error(&mut c, first + 1), UNKNOWN_LEADER_EPOCH);
+    assert_eq!(fetch_error(&mut c, first), 0);
+    assert_eq!(fetch_error(&mut c, -1), 0);
+    assert_eq!(list(&mut c, -2, first + 1).0, UNKNOWN_LEADER_EPOCH);
+    assert_eq!(
+        end_offset(&mut c, "nowhere", -1, 0).0,
+        UNKNOWN_TOPIC_OR_PARTITION
+    );
+    drop(c);
+
+    // After a restart the node leads at a newer epoch; records written since
+    // belong to it.
+    let node = node.restart(false);
+    let mut c = node.client();
+    let second = leader_epoch(&mut c);
+    assert!(
+        second > first,
+        "leader epoch {first} -> {second} across a restart"
+    );
+    let started = produce(&mut c, "epochs", 0, batch(&["d", "e"], None));
+    assert_eq!(started, (0, 3));
+    assert_eq!(end_offset(&mut c, "epochs", second, first), (0, first, 3));
+    assert_eq!(end_offset(&mut c, "epochs", second, second), (0, second, 5));
+    // An epoch between the two that wrote nothing ends where the next began.
+    if second > first + 1 {
+        assert_eq!(
+            end_offset(&mut c, "epochs", second, first + 1),
+            (0, first, 3)
+        );
+    }
+    // Older than any epoch of the log: the requested one, ending where the history starts.
+    if first > 0 {
+        assert_eq!(
+            end_offset(&mut c, "epochs", -1, first - 1),
+            (0, first - 1, 0)
+        );
+    }
+    assert_eq!(
+        end_offset(&mut c, "epochs", first, second).0,
+        FENCED_LEADER_EPOCH
+    );
+    assert_eq!(fetch_error(&mut c, first), FENCED_LEADER_EPOCH);
+    assert_eq!(fetch_error(&mut c, second), 0);
+    assert_eq!(list(&mut c, -2, first).0, FENCED_LEADER_EPOCH);
+    // ListOffsets: earliest in the first epoch, latest at the current one.
+    assert_eq!(list(&mut c, -2, second), (0, 0, first));
+    assert_eq!(list(&mut c, -1, second), (0, 5, second));
+    node.terminate();
+}

@@ -273,6 +273,22 @@ pub(crate) static FIND_COORDINATOR: Schema = Schema {
     flexible_since: 3,
 };
 
+// OffsetForLeaderEpoch (offset_for_leader_epoch_request.rs), decoded from v2:
+// a replica id (v3+), then topics of (name, partitions of (index, current
+// leader epoch, leader epoch)).
+static OFFSET_FOR_LEADER_EPOCH_PARTITION: Struct = Struct {
+    fields: &[f(I32), f(I32), f(I32)],
+};
+static OFFSET_FOR_LEADER_EPOCH_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(Array(&OFFSET_FOR_LEADER_EPOCH_PARTITION))],
+};
+pub(crate) static OFFSET_FOR_LEADER_EPOCH: Schema = Schema {
+    body: Struct {
+        fields: &[since(3, I32), f(Array(&OFFSET_FOR_LEADER_EPOCH_TOPIC))],
+    },
+    flexible_since: 4,
+};
+
 // DeleteRecords (delete_records_request.rs): topics of (name, partitions of
 // (index, offset)), then a timeout.
 static DELETE_RECORDS_PARTITION: Struct = Struct {

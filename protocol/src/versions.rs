@@ -85,6 +85,9 @@ pub const SERVED_APIS: &[ServedApi] = &[
         .guarded(&guard::INCREMENTAL_ALTER_CONFIGS),
     ServedApi::new(ApiKey::InitProducerId, 0, 5),
     ServedApi::new(ApiKey::DeleteRecords, 0, 2).guarded(&guard::DELETE_RECORDS),
+    // KIP-320: clients check their position after a leader change (v2 is
+    // the first with a current leader epoch; kafka-protocol decodes from it).
+    ServedApi::new(ApiKey::OffsetForLeaderEpoch, 2, 4).guarded(&guard::OFFSET_FOR_LEADER_EPOCH),
     // Groups: this node; transactions: COORDINATOR_NOT_AVAILABLE. Listed from v0
     // also because librdkafka only enables lz4 when it sees FindCoordinator v0.
     ServedApi::new(ApiKey::FindCoordinator, 0, 4).guarded(&guard::FIND_COORDINATOR),

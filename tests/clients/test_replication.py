@@ -304,6 +304,8 @@ def test_unclean_leader_election(cluster_factory, topic_name, unclean):
     d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 2, "an ISR of 2")
     leader = d[0][0]
     follower = next(n.node_id for n in c.brokers if n.node_id != leader)
+    # The leader itself may apply the new topic after the node that answered.
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: len(d[0][2]) == 2, "an ISR of 2 on the leader")
     with kw.Conn(c.node(leader).bootstrap) as conn:
         assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"both")]), acks=-1)[0] == 0
     c.node(follower).kill()

@@ -203,7 +203,18 @@ async fn read_all(
 ) -> Vec<Result<PartitionRead, ResponseError>> {
     let topics = core.topics();
     join_all(wanted.iter().map(|w| {
-        let serves = super::check_leader(&topics, &w.tp.topic, w.tp.partition);
+        let serves = super::check_leader(&topics, &w.tp.topic, w.tp.partition).and_then(|()| {
+            // A follower's epoch is checked by its leader role (replica::follower_fetch).
+            match reader {
+                Reader::Consumer => super::check_current_leader_epoch(
+                    &topics,
+                    &w.tp.topic,
+                    w.tp.partition,
+                    w.current_leader_epoch,
+                ),
+                Reader::Follower { .. } => Ok(()),
+            }
+        });
         read_one(&core.shard, w.clone(), reader, serves)
     }))
     .await

@@ -1,5 +1,8 @@
 //! ListOffsets: earliest (-2), latest (-1, the high watermark), and by timestamp
-//! (the first offset whose record timestamp is at or after it).
+//! (the first offset whose record timestamp is at or after it). From v4 each
+//! answer carries a leader epoch (Kafka's: the current one for latest, the
+//! epoch the record was written in otherwise) and the client's
+//! `current_leader_epoch` is checked (KIP-320).
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -25,7 +28,8 @@ pub async fn handle(
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             let tp = TopicPartition::new(name.clone(), p.partition_index);
-            partitions.push(partition(core, &tp, p.timestamp, version).await);
+            partitions
+                .push(partition(core, &tp, p.timestamp, p.current_leader_epoch, version).await);
         }
         topics.push(
             ListOffsetsTopicResponse::default()
@@ -40,15 +44,24 @@ async fn partition(
     core: &CoreState,
     tp: &TopicPartition,
     timestamp: i64,
+    current_leader_epoch: i32,
     version: i16,
 ) -> ListOffsetsPartitionResponse {
     let response = ListOffsetsPartitionResponse::default()
         .with_partition_index(tp.partition)
         .with_timestamp(-1)
         .with_offset(-1);
-    if let Err(e) = super::check_leader(&core.topics(), &tp.topic, tp.partition) {
+    let table = core.topics();
+    let checked = super::check_leader(&table, &tp.topic, tp.partition).and_then(|()| {
+        super::check_current_leader_epoch(&table, &tp.topic, tp.partition, current_leader_epoch)
+    });
+    if let Err(e) = checked {
         return response.with_error_code(e.code());
     }
+    let leader_epoch = table
+        .get(&tp.topic)
+        .and_then(|t| t.partition(tp.partition))
+        .map_or(-1, |a| a.leader_epoch);
     let query = match timestamp {
         LATEST => None,
         EARLIEST => Some(OffsetQuery::Earliest),
@@ -64,25 +77,29 @@ async fn partition(
                 .local(&tp2)
                 .ok_or_else(|| skiff_engine::LogError::UnknownPartition(tp2.to_string()))?;
             let stable = p.high_watermark();
-            match query {
-                None => Ok(Some((stable, -1))),
+            let found = match query {
+                None => return Ok(Some((stable, -1, leader_epoch))),
                 Some(OffsetQuery::Timestamp(ts)) => {
                     // Only records below the high watermark are visible.
-                    Ok(p.list_offset(OffsetQuery::Timestamp(ts))
+                    p.list_offset(OffsetQuery::Timestamp(ts))
                         .await?
-                        .filter(|(offset, _)| *offset < stable))
+                        .filter(|(offset, _)| *offset < stable)
                 }
-                Some(q) => p.list_offset(q).await,
+                Some(q) => p.list_offset(q).await?,
+            };
+            match found {
+                Some((offset, ts)) => Ok(Some((offset, ts, p.epoch_at(offset).await?))),
+                None => Ok(None),
             }
         })
         .await
         .and_then(|r| r);
     match result {
-        Ok(Some((offset, ts))) => {
+        Ok(Some((offset, ts, epoch))) => {
             let r = response.with_offset(offset).with_timestamp(ts);
             // The leader epoch field exists from v4 on.
             if version >= 4 {
-                r.with_leader_epoch(0)
+                r.with_leader_epoch(epoch)
             } else {
                 r
             }

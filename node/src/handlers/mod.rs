@@ -11,6 +11,7 @@ mod groups;
 mod init_producer_id;
 mod list_offsets;
 mod metadata;
+mod offsets_for_leader_epoch;
 mod produce;
 
 use std::future::Future;
@@ -184,6 +185,9 @@ async fn handle(
         Some(RequestKind::DeleteRecords(r)) => {
             ResponseKind::DeleteRecords(delete_records::handle(&core, r).await)
         }
+        Some(RequestKind::OffsetForLeaderEpoch(r)) => {
+            ResponseKind::OffsetForLeaderEpoch(offsets_for_leader_epoch::handle(&core, r).await)
+        }
         Some(RequestKind::FindCoordinator(r)) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(&core, r, version).await)
         }
@@ -232,6 +236,29 @@ async fn handle(
     }
     core.metrics.response(api_key, &response);
     encode(header.correlation_id, api_key, version, &response, &splices)
+}
+
+/// KIP-320: the leader epoch a client believes in (`current_leader_epoch`)
+/// against the metadata's. -1 skips the check; an older one is
+/// FENCED_LEADER_EPOCH (the client refreshes its metadata), a newer one
+/// UNKNOWN_LEADER_EPOCH (this node has not seen the election yet).
+pub fn check_current_leader_epoch(
+    table: &crate::topics::TopicTable,
+    topic: &str,
+    partition: i32,
+    current: i32,
+) -> Result<(), ResponseError> {
+    if current < 0 {
+        return Ok(());
+    }
+    let Some(a) = table.get(topic).and_then(|t| t.partition(partition)) else {
+        return Err(ResponseError::UnknownTopicOrPartition);
+    };
+    match current.cmp(&a.leader_epoch) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Less => Err(ResponseError::FencedLeaderEpoch),
+        std::cmp::Ordering::Greater => Err(ResponseError::UnknownLeaderEpoch),
+    }
 }
 
 /// The Kafka error code for an engine error.

@@ -25,6 +25,9 @@ use kafka_protocol::messages::offset_commit_request::{
 use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
@@ -33,8 +36,8 @@ use kafka_protocol::messages::{
     FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, ProduceRequest, ProducerId, RequestKind, SyncGroupRequest, TopicName,
-    TransactionalId,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind,
+    SyncGroupRequest, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -247,6 +250,21 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                         .with_offset(-1),
                 ])])
             .with_timeout_ms(1000)
+            .into(),
+        // replica_id (v3+) keeps its default, -2 (a debugging client).
+        ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::default()
+            .with_topics(vec![OffsetForLeaderTopic::default()
+                .with_topic(topic("orders"))
+                .with_partitions(vec![
+                    OffsetForLeaderPartition::default()
+                        .with_partition(0)
+                        .with_current_leader_epoch(3)
+                        .with_leader_epoch(2),
+                    OffsetForLeaderPartition::default()
+                        .with_partition(1)
+                        .with_current_leader_epoch(-1)
+                        .with_leader_epoch(0),
+                ])])
             .into(),
         ApiKey::FindCoordinator => {
             let request = FindCoordinatorRequest::default();
