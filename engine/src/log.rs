@@ -13,6 +13,14 @@
 //!
 //! Ownership: a log is owned by one core and used through `&mut self`; it is
 //! neither `Send` nor shared.
+//!
+//! Failures: any I/O error on the write path (an append, a roll, a write-out,
+//! an fdatasync, a truncation) takes the log offline (`offline_reason`). What
+//! the file holds past the flushed offset is then unknown, so from that moment
+//! nothing more is written, flushed or checkpointed: appends and flushes fail
+//! with `LogError::Offline`, reads stop at the flushed offset, and a close
+//! leaves the files to recovery at the next open. Only reopening the log
+//! (recovery) brings it back.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -100,6 +108,8 @@ pub struct PartitionLog {
     tombstone_horizon: Option<i64>,
     /// Set by `shutdown`: background work (the cleaner) leaves the log alone.
     closed: bool,
+    /// Why the log went offline (see the module docs); None while it serves.
+    offline: Option<String>,
     /// The replicated high watermark last written to `HIGH_WATERMARK_FILE`
     /// (None: never; a partition nobody replicates).
     high_watermark_checkpoint: Option<i64>,
@@ -150,6 +160,7 @@ impl PartitionLog {
             first_dirty_offset,
             tombstone_horizon: None,
             closed: false,
+            offline: None,
             high_watermark_checkpoint,
         };
         // Recovery flushed the active segment: everything left is durable.
@@ -203,13 +214,43 @@ impl PartitionLog {
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }
-    /// Why the log is offline (a failed write or fdatasync poisoned its active
-    /// segment), or None while it serves.
+    /// Why the log is offline (a write, roll or fdatasync failed), or None
+    /// while it serves.
     pub fn offline_reason(&self) -> Option<&str> {
-        self.segments
-            .values()
-            .next_back()
-            .and_then(Segment::failure)
+        self.offline.as_deref().or_else(|| {
+            self.segments
+                .values()
+                .next_back()
+                .and_then(Segment::failure)
+        })
+    }
+
+    /// `LogError::Offline` once the log is offline.
+    fn check_online(&self) -> Result<()> {
+        match self.offline_reason() {
+            Some(reason) => Err(LogError::Offline(reason.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Passes `result` through; an error takes the log offline (the first
+    /// reason is kept). For results of the write path only, where any error is
+    /// an I/O failure that leaves the file's tail unknown.
+    fn offline_on_error<T>(&mut self, result: Result<T>) -> Result<T> {
+        if let Err(e) = &result {
+            if self.offline.is_none() {
+                let reason = match e {
+                    LogError::Offline(reason) => reason.clone(),
+                    other => other.to_string(),
+                };
+                tracing::error!(
+                    dir = %self.dir.display(), %reason,
+                    "partition log goes offline: nothing more is written until it is reopened"
+                );
+                self.offline = Some(reason);
+            }
+        }
+        result
     }
 
     fn active(&mut self) -> &mut Segment {
@@ -224,6 +265,13 @@ impl PartitionLog {
     /// Appends one batch. The batch is validated first (CRC, lengths, record
     /// count); an invalid batch is rejected with nothing written.
     pub async fn append(&mut self, mut batch: BytesMut, mode: AppendMode) -> Result<AppendInfo> {
+        self.check_online()?;
+        if self.closed {
+            return Err(LogError::Offline(format!(
+                "{} is closed",
+                self.dir.display()
+            )));
+        }
         if batch.len() > self.config.max_batch_bytes {
             return Err(LogError::BatchTooLarge {
                 size: batch.len(),
@@ -246,6 +294,13 @@ impl PartitionLog {
                 }
             }
         }
+        let result = self.write_batch(batch, header).await;
+        self.offline_on_error(result)
+    }
+
+    /// The I/O half of `append` (the batch is valid and stamped): every error
+    /// from here on is a write-path failure.
+    async fn write_batch(&mut self, batch: BytesMut, header: BatchHeader) -> Result<AppendInfo> {
         if self
             .epochs
             .assign(header.partition_leader_epoch, header.base_offset)
@@ -301,8 +356,10 @@ impl PartitionLog {
     /// Writes out and fdatasyncs everything appended: `flushed_offset` becomes the
     /// log end offset.
     pub async fn flush(&mut self) -> Result<()> {
+        self.check_online()?;
         let end = self.log_end_offset;
-        self.active().flush().await?;
+        let result = self.active().flush().await;
+        self.offline_on_error(result)?;
         self.flushed_offset = end;
         Ok(())
     }
@@ -310,8 +367,13 @@ impl PartitionLog {
     /// First half of a group-committed flush: everything appended is written out
     /// (no sync). Returns the offset a sync of the active file makes durable.
     pub async fn write_out(&mut self) -> Result<i64> {
+        // Checked here, not only by the appender: after a failed fdatasync
+        // everything may be written out, and a second fdatasync succeeds
+        // without making anything durable.
+        self.check_online()?;
         let end = self.log_end_offset;
-        self.active().write_out().await?;
+        let result = self.active().write_out().await;
+        self.offline_on_error(result)?;
         Ok(end)
     }
 
@@ -320,14 +382,19 @@ impl PartitionLog {
         self.active().file().clone()
     }
 
-    /// Second half of a group-committed flush.
-    pub fn mark_flushed(&mut self, offset: i64) {
+    /// Second half of a group-committed flush, after the fdatasync succeeded.
+    /// Refused when the log went offline meanwhile (a roll's write or sync
+    /// failed while this sync ran): a sync racing a failure proves nothing.
+    pub fn mark_flushed(&mut self, offset: i64) -> Result<()> {
+        self.check_online()?;
         self.flushed_offset = self.flushed_offset.max(offset.min(self.log_end_offset));
+        Ok(())
     }
 
     /// A sync done outside failed: the log goes offline.
     pub fn poison(&mut self, reason: &str) {
         self.active().poison(reason);
+        let _ = self.offline_on_error::<()>(Err(LogError::Offline(reason.to_string())));
     }
 
     /// The high watermark checkpointed by replication (None: never written).
@@ -336,9 +403,10 @@ impl PartitionLog {
     }
 
     /// Persists the replicated high watermark (when it changed).
+    /// Nothing is written once the log is offline.
     pub async fn checkpoint_high_watermark(&mut self, hw: i64) -> Result<()> {
         let hw = hw.min(self.log_end_offset);
-        if self.high_watermark_checkpoint == Some(hw) {
+        if self.high_watermark_checkpoint == Some(hw) || self.offline.is_some() {
             return Ok(());
         }
         recovery::write_offset_checkpoint(
@@ -352,9 +420,13 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Persists `flushed_offset` as the recovery point.
+    /// Persists `flushed_offset` as the recovery point (not once the log is
+    /// offline: the checkpoint on disk stays as it was, which recovery treats
+    /// as safe, and a full disk is not asked for more).
     pub async fn checkpoint_recovery_point(&mut self) -> Result<()> {
-        if self.recovery_point == self.flushed_offset && self.recovery_point != 0 {
+        if self.recovery_point == self.flushed_offset && self.recovery_point != 0
+            || self.offline_reason().is_some()
+        {
             return Ok(());
         }
         write_recovery_point(&self.dir, &self.topic, self.partition, self.flushed_offset).await?;
@@ -372,7 +444,7 @@ impl PartitionLog {
         upper_bound: i64,
     ) -> Result<ReadBatches> {
         self.check_offset(offset)?;
-        let upper = upper_bound.min(self.log_end_offset);
+        let upper = self.readable_end(upper_bound);
         if offset >= upper {
             return Ok(ReadBatches {
                 batches: Vec::new(),
@@ -386,6 +458,18 @@ impl PartitionLog {
             });
         }
         self.read_from_disk(offset, max_bytes, upper).await
+    }
+
+    /// Where reads stop: `upper_bound`, within the log; once the log is
+    /// offline, within what was flushed (the rest may never have reached the
+    /// file, and nothing more is written out).
+    fn readable_end(&self, upper_bound: i64) -> i64 {
+        let end = upper_bound.min(self.log_end_offset);
+        if self.offline_reason().is_some() {
+            end.min(self.flushed_offset)
+        } else {
+            end
+        }
     }
 
     pub fn check_offset(&self, offset: i64) -> Result<()> {
@@ -406,7 +490,7 @@ impl PartitionLog {
         max_bytes: usize,
         upper_bound: i64,
     ) -> Option<ReadBatches> {
-        let upper = upper_bound.min(self.log_end_offset);
+        let upper = self.readable_end(upper_bound);
         if offset < self.log_start_offset || offset >= upper {
             return None;
         }
@@ -439,10 +523,14 @@ impl PartitionLog {
         else {
             return Ok(empty);
         };
+        let offline = self.offline_reason().is_some();
         let Some(segment) = self.segments.get_mut(&base) else {
             return Ok(empty);
         };
-        segment.write_out().await?;
+        if !offline {
+            // Offline, reads stop at the flushed offset: that much is written.
+            segment.write_out().await?;
+        }
         let rel = (offset - base).clamp(0, i64::from(u32::MAX)) as u32;
         let mut start = segment
             .offset_index()
@@ -499,6 +587,7 @@ impl PartitionLog {
     /// The first offset whose record timestamp is `>= timestamp`, with that
     /// timestamp (ListOffsets by time). `None` when every record is older.
     pub async fn offset_for_timestamp(&mut self, timestamp: i64) -> Result<Option<(i64, i64)>> {
+        self.check_online()?;
         let Some(base) = self
             .segments
             .values()
@@ -549,9 +638,15 @@ impl PartitionLog {
     /// afterwards the log ends at that batch's base offset. Replication uses it when
     /// a follower's log diverges from its new leader's.
     pub async fn truncate_to(&mut self, offset: i64) -> Result<()> {
+        self.check_online()?;
         if offset >= self.log_end_offset {
             return Ok(());
         }
+        let result = self.truncate_inner(offset).await;
+        self.offline_on_error(result)
+    }
+
+    async fn truncate_inner(&mut self, offset: i64) -> Result<()> {
         let offset = offset.max(self.log_start_offset);
         // Segments wholly at or past the cut go, keeping the first as the new home.
         let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
@@ -628,7 +723,7 @@ impl PartitionLog {
             log_start_offset: self.log_start_offset,
             ..RetentionOutcome::default()
         };
-        if !self.config.retention_delete {
+        if !self.config.retention_delete || self.offline_reason().is_some() {
             return Ok(outcome);
         }
         let retention_ms = self.config.retention_ms.map(|d| d.as_millis() as i64);
@@ -680,6 +775,7 @@ impl PartitionLog {
     /// DeleteRecords: the log starts at `offset` (at most `high_watermark`), and
     /// segments wholly below it are removed. Returns the new log start offset.
     pub async fn delete_records(&mut self, offset: i64, high_watermark: i64) -> Result<i64> {
+        self.check_online()?;
         if offset < 0 || offset > high_watermark {
             return Err(LogError::OffsetOutOfRange {
                 offset,
@@ -737,7 +833,7 @@ impl PartitionLog {
     /// segments wholly below the high watermark, the active segment, and the first
     /// segment holding a record younger than `min.compaction.lag.ms`.
     pub fn clean_plan(&self, now_ms: i64, high_watermark: i64) -> Option<CleanPlan> {
-        if !self.config.compact || self.closed {
+        if !self.config.compact || self.closed || self.offline_reason().is_some() {
             return None;
         }
         let lag_ms = self.config.min_compaction_lag.as_millis() as i64;
@@ -807,6 +903,7 @@ impl PartitionLog {
         new: Option<CleanedSegment>,
     ) -> Result<bool> {
         let unchanged = !self.closed
+            && self.offline_reason().is_none()
             && old.iter().all(|&(base, size)| {
                 self.segments
                     .get(&base)
@@ -869,7 +966,7 @@ impl PartitionLog {
         tombstone_horizon: Option<i64>,
     ) -> Result<()> {
         self.tombstone_horizon = tombstone_horizon;
-        if first_dirty > self.first_dirty_offset {
+        if first_dirty > self.first_dirty_offset && self.offline_reason().is_none() {
             write_offset_checkpoint(
                 &self.dir.join(CLEANER_CHECKPOINT_FILE),
                 &self.topic,
@@ -890,9 +987,21 @@ impl PartitionLog {
 
     /// `close` for a log still reachable through shared handles: afterwards the
     /// active segment is closed and appends fail; reads still work.
+    ///
+    /// An offline log is left as it is (nothing can be flushed; its files are
+    /// for recovery to settle at the next open): a quick stop, not an error.
     pub async fn shutdown(&mut self) -> Result<()> {
         self.closed = true;
-        self.active().close_active().await?;
+        if let Some(reason) = self.offline_reason() {
+            tracing::warn!(
+                dir = %self.dir.display(), %reason,
+                "closing an offline partition log: nothing flushed, recovery checks its tail at the next open"
+            );
+            self.cache.remove_log(self.cache_id);
+            return Ok(());
+        }
+        let result = self.active().close_active().await;
+        self.offline_on_error(result)?;
         self.flushed_offset = self.log_end_offset;
         self.checkpoint_recovery_point().await?;
         self.cache.remove_log(self.cache_id);

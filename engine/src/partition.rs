@@ -333,11 +333,11 @@ impl Partition {
                 self.flush_done.wait().await;
                 continue;
             }
-            self.flushing.set(true);
+            // Whatever ends this flush (done, failed, or this future dropped
+            // half-way) ends it for the waiters too: they retry or see the error.
+            let flushing = FlushRunning::start(self);
             let result = self.flush_once().await;
-            self.flushing.set(false);
-            self.flush_done.notify_all();
-            self.changed.notify_all();
+            drop(flushing);
             result?;
         }
     }
@@ -355,7 +355,7 @@ impl Partition {
         match synced {
             Ok(()) => {
                 let mut log = self.write().await?;
-                log.mark_flushed(target);
+                log.mark_flushed(target)?;
                 self.flushed_offset.set(log.flushed_offset());
                 Ok(())
             }
@@ -445,6 +445,26 @@ impl Partition {
             .into_inner()
             .map_err(|_| LogError::RuntimeStopped)?;
         log.delete().await
+    }
+}
+
+/// The running group commit of a partition: `flushing` is set while it lives;
+/// dropping it (after the flush, or with a flush future cancelled mid-way)
+/// clears it and wakes every waiter, so none waits on a flush nobody runs.
+struct FlushRunning<'a>(&'a Partition);
+
+impl<'a> FlushRunning<'a> {
+    fn start(partition: &'a Partition) -> Self {
+        partition.flushing.set(true);
+        FlushRunning(partition)
+    }
+}
+
+impl Drop for FlushRunning<'_> {
+    fn drop(&mut self) {
+        self.0.flushing.set(false);
+        self.0.flush_done.notify_all();
+        self.0.changed.notify_all();
     }
 }
 

@@ -649,6 +649,10 @@ async fn background_loop(shard: Rc<Shard>) {
         let retention = since_retention >= retention_every;
         let now_ms = now_ms();
         for p in shard.snapshot() {
+            if matches!(p.offline_reason().await, Ok(Some(_))) {
+                // Logged when it went offline; nothing is written to it now.
+                continue;
+            }
             if flush_every.is_some() {
                 let end = p.log_end_offset().await.unwrap_or(0);
                 if let Err(e) = p.flush_to(end).await {

@@ -11,10 +11,14 @@
 //! (`prlimit --fsize`, SIGXFSZ ignored), so a segment write fails with EFBIG the
 //! way it would with ENOSPC. The append must fail with a typed error, every later
 //! append must fail too (the partition is offline, not half-written), and a
-//! reopen without the limit must find every acknowledged batch.
+//! reopen without the limit must find every acknowledged batch. A third makes
+//! the failing write a segment roll's (batches appended but not yet written
+//! out when the roll writes them): the roll fails, none of those batches is
+//! acknowledged, the partition stays offline instead of rolling on, and a
+//! reopen finds every acknowledged batch.
 //!
 //! `harness = false`: the same binary is the parent (no arguments) and the child
-//! (`--child DIR START` or `--child-fill DIR`).
+//! (`--child DIR START`, `--child-fill DIR` or `--child-roll DIR`).
 
 mod common;
 
@@ -93,6 +97,64 @@ fn child_fill(dir: PathBuf) {
     });
 }
 
+/// The file-size limit of `full_disk_at_roll`: a multiple of the append chunk,
+/// so the chunk that holds the roll starts exactly at the limit.
+const ROLL_LIMIT: u64 = 3 << 20;
+/// Batches appended and acknowledged one by one before the buffered ones.
+const ROLL_DURABLE_FIRST: u64 = 40;
+
+/// Acknowledged appends first, then appends left in the segment buffer (no
+/// flush) until the roll that must write them out crosses the limit; then
+/// waits for the buffered ones to be durable, and appends once more.
+fn child_roll(dir: PathBuf) {
+    run(move || async move {
+        let config = LogConfig {
+            segment_bytes: ROLL_LIMIT + (512 << 10),
+            append_chunk_bytes: 1 << 20,
+            ..config()
+        };
+        let log = PartitionLog::open(&dir, "crash", 0, config, BatchCache::new(8 << 20))
+            .await
+            .expect("child: open");
+        let partition = Partition::new(log);
+        let leader = AppendMode::Leader { leader_epoch: 0 };
+        let mut buffered = Vec::new();
+        for n in 0.. {
+            let batch = mutable(&writer_batch(9, n));
+            if n < ROLL_DURABLE_FIRST {
+                let info = partition
+                    .append(batch, leader)
+                    .await
+                    .expect("child: durable append");
+                println!("ACK 9 {n} {} {}", info.base_offset, info.last_offset);
+                continue;
+            }
+            match partition.append_buffered(batch, leader).await {
+                Ok(info) => buffered.push((n, info)),
+                Err(e) => {
+                    println!("ERR {e}");
+                    break;
+                }
+            }
+        }
+        println!("BUFFERED {}", buffered.len());
+        for (n, info) in buffered {
+            match partition.await_durable(&info).await {
+                Ok(()) => println!("ACK 9 {n} {} {}", info.base_offset, info.last_offset),
+                Err(e) => println!("NACK {n} {e}"),
+            }
+        }
+        match partition
+            .append(mutable(&writer_batch(9, 1 << 20)), leader)
+            .await
+        {
+            Err(e) => println!("ERR2 {e}"),
+            Ok(_) => println!("ERR2 none: an append after a failed roll succeeded"),
+        }
+        std::process::exit(3);
+    });
+}
+
 fn child(dir: PathBuf, start: u64) {
     run(move || async move {
         let log = PartitionLog::open(&dir, "crash", 0, config(), BatchCache::new(8 << 20))
@@ -133,6 +195,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--child-fill") {
         child_fill(PathBuf::from(&args[i + 1]));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--child-roll") {
+        child_roll(PathBuf::from(&args[i + 1]));
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--child") {
@@ -221,7 +287,8 @@ fn main() {
         "the children acknowledged too few batches to prove anything"
     );
     full_disk();
-    println!("2 passed, 0 failed");
+    full_disk_at_roll();
+    println!("3 passed, 0 failed");
 }
 
 /// See the module docs: a write failure mid-append loses no acknowledged batch.
@@ -286,6 +353,71 @@ fn full_disk() {
     check(&dir, &acked, 0, acked.len());
     println!(
         "full disk: {} acknowledged batches survived the failed write; error was: {err}",
+        acked.len()
+    );
+}
+
+/// See the module docs: a roll that cannot write what it closes takes the
+/// partition offline, acknowledges none of it, and loses nothing acknowledged.
+fn full_disk_at_roll() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("roll-0");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; exec prlimit --fsize={ROLL_LIMIT} -- \"$0\" --child-roll \"$1\""
+        ))
+        .arg(std::env::current_exe().unwrap())
+        .arg(&dir)
+        .output()
+        .expect("run sh/prlimit");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "child must stop on the error it reported: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |prefix: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line: {stdout}"))
+            .to_string()
+    };
+    let err = line("ERR ");
+    assert!(
+        err.contains("offline") && err.contains("File too large"),
+        "typed, explained error: {err}"
+    );
+    let buffered: usize = line("BUFFERED ").parse().unwrap();
+    assert!(buffered > 0, "batches were waiting in the buffer");
+    let nacked = stdout.lines().filter(|l| l.starts_with("NACK ")).count();
+    assert_eq!(
+        nacked, buffered,
+        "no batch the failed roll did not write is acknowledged: {stdout}"
+    );
+    let err2 = line("ERR2 ");
+    assert!(
+        err2.contains("offline"),
+        "the partition stays offline: {err2}"
+    );
+    let mut acked = BTreeMap::new();
+    for line in stdout.lines().filter(|l| l.starts_with("ACK ")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        acked.insert(
+            f[3].parse::<i64>().unwrap(),
+            Acked {
+                writer: 9,
+                n: f[2].parse().unwrap(),
+                last_offset: f[4].parse().unwrap(),
+            },
+        );
+    }
+    assert_eq!(acked.len() as u64, ROLL_DURABLE_FIRST);
+    check(&dir, &acked, 0, acked.len());
+    println!(
+        "full disk at a roll: {} acknowledged batches survived, {buffered} buffered ones refused; error was: {err}",
         acked.len()
     );
 }

@@ -451,3 +451,83 @@ fn delete_records_moves_the_start_inside_a_segment() {
         log.close().await.unwrap();
     });
 }
+
+/// After an fdatasync fails, the state of the file is unknown: even with
+/// every byte written out, nothing more may count as flushed. The log stays
+/// offline (appends, write-outs, flushes, truncation refused), reads stop at
+/// what was flushed, a close is quick and clean, and a reopen finds every
+/// flushed batch.
+#[test]
+fn a_failed_sync_takes_the_log_offline_until_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open_uncached(&path, small_config()).await.unwrap();
+        let mut flushed = Vec::new();
+        for i in 0..5u64 {
+            let b = batch(i, 2, 300, 1000 + i as i64);
+            log.append(mutable(&b), LEADER).await.unwrap();
+            flushed.push(b);
+        }
+        log.flush().await.unwrap();
+        let flushed_end = log.log_end_offset();
+        for i in 5..8u64 {
+            log.append(mutable(&batch(i, 2, 300, 1000)), LEADER)
+                .await
+                .unwrap();
+        }
+        // Written out (the group commit's first half), then the sync fails.
+        log.write_out().await.unwrap();
+        log.poison("fdatasync failed: injected");
+        assert!(log.offline_reason().unwrap().contains("injected"));
+
+        let offline = |r: skiff_engine::Result<()>, what: &str| match r {
+            Err(LogError::Offline(reason)) => assert!(reason.contains("injected"), "{what}"),
+            other => panic!("{what}: {other:?}"),
+        };
+        offline(log.write_out().await.map(|_| ()), "write_out");
+        offline(log.flush().await, "flush");
+        offline(
+            log.append(mutable(&batch(9, 1, 10, 1000)), LEADER)
+                .await
+                .map(|_| ()),
+            "append",
+        );
+        offline(log.truncate_to(1).await, "truncate_to");
+        assert_eq!(log.flushed_offset(), flushed_end);
+
+        // Reads stop at the flushed offset, whatever the caller's bound.
+        let mut got = Vec::new();
+        let mut offset = 0;
+        loop {
+            let r = log.read(offset, 256 * 1024, i64::MAX).await.unwrap();
+            if r.batches.is_empty() {
+                break;
+            }
+            offset = r.next_offset;
+            got.extend(r.batches);
+        }
+        let ends: Vec<i64> = got
+            .iter()
+            .map(|b| BatchHeader::parse(b).unwrap().next_offset())
+            .collect();
+        assert_eq!(ends.last(), Some(&flushed_end));
+        assert_eq!(got.len(), flushed.len());
+        for (g, s) in got.iter().zip(&flushed) {
+            assert_eq!(&g[61..], &s[61..]);
+        }
+        log.close().await.unwrap();
+
+        let mut log = open_uncached(&path, small_config()).await.unwrap();
+        assert!(log.offline_reason().is_none(), "a reopen brings it back");
+        assert!(log.log_end_offset() >= flushed_end);
+        let again = read_all(&mut log, 0).await;
+        for (g, s) in again.iter().zip(&flushed) {
+            assert_eq!(&g[61..], &s[61..]);
+        }
+        log.append(mutable(&batch(10, 1, 10, 1000)), LEADER)
+            .await
+            .unwrap();
+        log.close().await.unwrap();
+    });
+}

@@ -57,6 +57,13 @@ impl AdminClient {
             .context("connecting to the cluster")
     }
 
+    /// How long a response may take before `receive` gives up (60 s unless set).
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.stream
+            .set_read_timeout(Some(timeout))
+            .context("setting the read timeout")
+    }
+
     /// Sends one request at `version` and decodes its response.
     pub fn call<Req, Resp>(&mut self, request: &Req, version: i16) -> anyhow::Result<Resp>
     where

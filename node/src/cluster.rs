@@ -392,16 +392,29 @@ pub async fn shut_down() {
             want_fence: false,
             want_shutdown: true,
         };
-        match broker.heartbeats.heartbeat(beat).await {
-            Ok(reply) if reply.should_shut_down => {
+        // The client retries an unreachable controller for a whole request
+        // timeout (the session timeout); the stop waits no longer than its
+        // own deadline (a controller whose disk is full is gone for good).
+        let left = deadline.saturating_duration_since(Instant::now());
+        let answer = futures_lite::future::or(
+            async { Some(broker.heartbeats.heartbeat(beat).await) },
+            async {
+                sleep(left).await;
+                None
+            },
+        )
+        .await;
+        match answer {
+            Some(Ok(reply)) if reply.should_shut_down => {
                 tracing::info!("controlled shutdown done: this node leads nothing");
                 return;
             }
-            Ok(_) => {}
-            Err(e) => {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
                 tracing::info!(error = %e, "controlled shutdown: no controller; stopping anyway");
                 return;
             }
+            None => break,
         }
         sleep(Duration::from_millis(50)).await;
     }

@@ -30,6 +30,9 @@ use crate::state::CoreState;
 pub const MAX_INFLIGHT_REQUESTS: usize = 64;
 /// How often an idle connection checks whether the node is stopping.
 const STOP_POLL: Duration = Duration::from_millis(100);
+/// How long a stopping core waits, in all, for its open connections to finish
+/// their in-flight requests.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accepts connections until the core is told to stop, then waits (bounded) for
 /// open connections to finish their in-flight requests.
@@ -73,12 +76,28 @@ pub async fn serve(
     }
     core.stopping.set(true);
     drop(listener);
+    // One deadline for all of them (not one each: N stuck connections must
+    // not hold a stop for N times the timeout).
+    let deadline = std::time::Instant::now() + DRAIN_TIMEOUT;
     for (_, c) in connections {
-        let _ = futures_lite::future::or(c, async {
-            glommio::timer::sleep(Duration::from_secs(10)).await;
-            None
-        })
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let finished = futures_lite::future::or(
+            async {
+                let _ = c.await;
+                true
+            },
+            async {
+                glommio::timer::sleep(left).await;
+                false
+            },
+        )
         .await;
+        if !finished {
+            tracing::warn!(
+                "connections still busy after {DRAIN_TIMEOUT:?} of stopping; stopping anyway"
+            );
+            break;
+        }
     }
 }
 

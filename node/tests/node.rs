@@ -27,7 +27,11 @@ struct NodeProcess {
     /// The HTTP port of /metrics and /health.
     metrics_port: u16,
     dir: PathBuf,
+    /// The last `LOG_TAIL_LINES` lines of the node's stderr.
+    log: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
+
+const LOG_TAIL_LINES: usize = 200;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -39,8 +43,29 @@ fn free_port() -> u16 {
 
 impl NodeProcess {
     fn start(dir: &Path, port: u16, extra: &[&str]) -> NodeProcess {
+        NodeProcess::start_with(dir, port, extra, None)
+    }
+
+    /// `start`, optionally under a file-size limit (`prlimit --fsize`, SIGXFSZ
+    /// ignored): a write past `fsize_limit` bytes of any file fails with EFBIG,
+    /// as a write to a full disk fails with ENOSPC.
+    fn start_with(dir: &Path, port: u16, extra: &[&str], fsize_limit: Option<u64>) -> NodeProcess {
         let metrics_port = free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
+        let mut command = match fsize_limit {
+            None => Command::new(env!("CARGO_BIN_EXE_skiff")),
+            Some(limit) => {
+                // sh ignores SIGXFSZ and execs prlimit, which execs the node:
+                // the child's pid is the node's.
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!(
+                        "trap '' XFSZ; exec prlimit --fsize={limit} -- \"$0\" \"$@\""
+                    ))
+                    .arg(env!("CARGO_BIN_EXE_skiff"));
+                c
+            }
+        };
+        let mut child = command
             .args([
                 "node",
                 "--listen",
@@ -60,27 +85,42 @@ impl NodeProcess {
             .spawn()
             .unwrap();
         let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
         let (tx, rx) = std::sync::mpsc::channel();
+        let lines = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 if line.contains("listening on") {
                     let _ = tx.send(());
                 }
+                let mut lines = lines.lock().unwrap();
+                if lines.len() == LOG_TAIL_LINES {
+                    lines.pop_front();
+                }
+                lines.push_back(line);
             }
         });
         if let Err(e) = rx.recv_timeout(Duration::from_secs(30)) {
             // Do not leave a hung node behind.
             let _ = child.kill();
             let _ = child.wait();
-            panic!("node did not start listening: {e}");
+            let tail: Vec<String> = log.lock().unwrap().iter().cloned().collect();
+            panic!("node did not start listening: {e}\n{}", tail.join("\n"));
         }
         NodeProcess {
             child,
             port,
             metrics_port,
             dir: dir.to_path_buf(),
+            log,
         }
+    }
+
+    /// The last lines the node logged (for failure messages).
+    fn log_tail(&self) -> String {
+        let lines = self.log.lock().unwrap();
+        lines.iter().cloned().collect::<Vec<_>>().join("\n")
     }
 
     fn bootstrap(&self) -> String {
@@ -92,16 +132,30 @@ impl NodeProcess {
     }
 
     /// SIGTERM and wait: the node must exit 0 within the deadline.
-    fn terminate(mut self) {
+    fn terminate(self) {
+        let (status, _, log) = self.terminate_within(Duration::from_secs(30));
+        assert!(status.success(), "SIGTERM exit status {status}\n{log}");
+    }
+
+    /// SIGTERM, then wait at most `limit` for the exit (the process is killed
+    /// and the test fails beyond it): the exit status, how long it took and
+    /// the last lines the node logged.
+    fn terminate_within(mut self, limit: Duration) -> (std::process::ExitStatus, Duration, String) {
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "SIGTERM exit status {status}");
-                return;
+                let took = started.elapsed();
+                // The reader thread sees the end of stderr soon after the exit.
+                std::thread::sleep(Duration::from_millis(100));
+                return (status, took, self.log_tail());
             }
-            assert!(Instant::now() < deadline, "node did not stop after SIGTERM");
+            assert!(
+                started.elapsed() < limit,
+                "node did not stop within {limit:?} after SIGTERM\n{}",
+                self.log_tail()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -511,6 +565,176 @@ fn pipelined_produces_keep_their_order() {
         .collect();
     let expected: Vec<String> = (0..REQUESTS).map(|i| format!("{i:06}")).collect();
     assert_eq!(values, expected);
+    drop(c);
+    node.terminate();
+}
+
+/// The file-size limit of the full-disk tests: room for the node's own files
+/// (meta.properties, the metadata log, checkpoints) and a few MiB of the
+/// partition that fills.
+const FULL_DISK_LIMIT: u64 = 4 << 20;
+
+/// A full disk: the node runs under a file-size limit, so the write that
+/// takes a segment past it fails (EFBIG, as ENOSPC on a full disk). Pipelined
+/// produce requests to that partition are all answered within a bound: every
+/// one acknowledged before the failure, KAFKA_STORAGE_ERROR from the failed
+/// write on (the partition goes offline, later produces are refused at once).
+/// Another partition of the node keeps taking writes, every acknowledged
+/// record can be fetched before and after a restart without the limit, and
+/// SIGTERM stops the node within seconds.
+#[test]
+fn full_disk_answers_produce_and_stops() {
+    full_disk_case(&[]);
+}
+
+/// `full_disk_answers_produce_and_stops` with segments a little larger than
+/// the limit, so the failing write can be the roll's (which once left the
+/// partition rolling on, acknowledging batches that never reached the disk,
+/// and the node unable to restart: "corrupt batch below the recovery point").
+#[test]
+fn full_disk_at_a_segment_roll_answers_produce_and_stops() {
+    let segment_bytes = format!("log.segment.bytes={}", FULL_DISK_LIMIT + 100_000);
+    full_disk_case(&[&segment_bytes]);
+}
+
+fn full_disk_case(settings: &[&str]) {
+    const VALUE_BYTES: usize = 60 << 10;
+    /// Produce requests in flight on the connection.
+    const WINDOW: usize = 8;
+    /// A produce answered later than this counts as never answered.
+    const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+    const STOP_WITHIN: Duration = Duration::from_secs(10);
+    const KAFKA_STORAGE_ERROR: i16 = 56;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut all_settings = vec!["auto.create.topics.enable=false"];
+    all_settings.extend_from_slice(settings);
+    let node = NodeProcess::start_with(tmp.path(), port, &all_settings, Some(FULL_DISK_LIMIT));
+    let mut admin = node.client();
+    create_topic(&mut admin, "full", 1);
+    create_topic(&mut admin, "other", 1);
+    assert_eq!(
+        produce(&mut admin, "other", 0, batch(&["before"], None)),
+        (0, 0)
+    );
+
+    let value = |n: usize| format!("{n:06}:{}", "v".repeat(VALUE_BYTES));
+    let request = |n: usize| {
+        ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("full")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch(&[&value(n)], None)))])])
+    };
+    let mut producer = node.client();
+    producer.set_read_timeout(ANSWER_WITHIN).unwrap();
+    // Far more than the limit leaves room for: some write must fail.
+    let most = 4 * FULL_DISK_LIMIT as usize / VALUE_BYTES;
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut acked: Vec<(i64, String)> = Vec::new();
+    let mut failed: Vec<(usize, i16, String)> = Vec::new();
+    let mut next = 0;
+    loop {
+        while failed.is_empty() && in_flight.len() < WINDOW && next < most {
+            in_flight.push_back((producer.send(&request(next), 9).unwrap(), next));
+            next += 1;
+        }
+        let Some((correlation_id, n)) = in_flight.pop_front() else {
+            break;
+        };
+        let response: ProduceResponse = producer
+            .receive::<ProduceRequest, _>(correlation_id, 9)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "produce {n} not answered within {ANSWER_WITHIN:?}: {e:#}\n{}",
+                    node.log_tail()
+                )
+            });
+        let p = &response.responses[0].partition_responses[0];
+        if p.error_code == 0 {
+            assert!(
+                failed.is_empty(),
+                "produce {n} acknowledged after a failed write: {failed:?}"
+            );
+            acked.push((p.base_offset, value(n)));
+        } else {
+            let message = p.error_message.as_ref().map(|m| m.to_string());
+            failed.push((n, p.error_code, message.unwrap_or_default()));
+        }
+    }
+    assert!(
+        !failed.is_empty(),
+        "no write failed in {most} batches of {VALUE_BYTES} bytes"
+    );
+    assert!(
+        acked.len() * VALUE_BYTES > FULL_DISK_LIMIT as usize / 2,
+        "the limit left room for more than {} batches",
+        acked.len()
+    );
+    for (n, code, message) in &failed {
+        assert_eq!(
+            *code, KAFKA_STORAGE_ERROR,
+            "produce {n} refused with {code}: {message}"
+        );
+    }
+    assert!(
+        failed[0].2.contains("offline") && failed[0].2.contains("File too large"),
+        "the error says why: {:?}",
+        failed[0]
+    );
+
+    // The partition stays offline: a new produce is refused at once.
+    producer.set_read_timeout(Duration::from_secs(30)).unwrap();
+    let started = Instant::now();
+    let (code, _) = produce(&mut producer, "full", 0, batch(&["after"], None));
+    assert_eq!(code, KAFKA_STORAGE_ERROR);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused in {:?}",
+        started.elapsed()
+    );
+    // The other partition's writes still succeed.
+    assert_eq!(
+        produce(&mut admin, "other", 0, batch(&["during"], None)),
+        (0, 1)
+    );
+    // Everything acknowledged is readable, nothing else.
+    assert_eq!(fetch_values(&mut admin, "full", 0), acked);
+    drop(admin);
+    drop(producer);
+
+    let (status, took, log) = node.terminate_within(STOP_WITHIN);
+    assert!(status.success(), "SIGTERM exit status {status}\n{log}");
+    eprintln!(
+        "full disk: {} produces acknowledged, {} refused (first: {}), stopped in {took:?}",
+        acked.len(),
+        failed.len(),
+        failed[0].2
+    );
+
+    // Without the limit: every acknowledged record is there (records whose
+    // produce failed may follow them: their fate was never promised), the
+    // partition takes writes again, the other one kept its records.
+    let node = NodeProcess::start(tmp.path(), port, settings);
+    let mut c = node.client();
+    let fetched = fetch_values(&mut c, "full", 0);
+    assert!(
+        fetched.len() >= acked.len() && fetched[..acked.len()] == acked[..],
+        "acknowledged records lost: {} acknowledged, {} read back",
+        acked.len(),
+        fetched.len()
+    );
+    let (code, offset) = produce(&mut c, "full", 0, batch(&["again"], None));
+    assert_eq!((code, offset), (0, fetched.len() as i64));
+    let other: Vec<String> = fetch_values(&mut c, "other", 0)
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(other, ["before", "during"]);
     drop(c);
     node.terminate();
 }

@@ -120,7 +120,8 @@ impl Appender {
 
     fn fail(&mut self, op: &'static str, e: impl std::fmt::Display) -> LogError {
         let reason = format!("{op} {}: {e}", self.path.display());
-        tracing::error!(%reason, "segment write failed; partition goes offline");
+        // The owner (the partition log, the cleaner) reports it, once.
+        tracing::debug!(%reason, "segment write failed; the appender is poisoned");
         self.failed = Some(reason.clone());
         LogError::Offline(reason)
     }

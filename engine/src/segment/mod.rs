@@ -286,12 +286,16 @@ impl Segment {
     }
 
     /// Turns the active segment into a closed one: data flushed and trimmed, the
-    /// final time index entry added, both indexes written.
+    /// final time index entry added, both indexes written. When that fails the
+    /// segment stays active with its failed appender, so the failure is not
+    /// forgotten (a later call must not find a "closed" segment whose data
+    /// never reached the file).
     pub async fn close_active(&mut self) -> Result<()> {
-        let Some(mut appender) = self.appender.take() else {
+        let Some(appender) = self.appender.as_mut() else {
             return Ok(());
         };
         appender.finish().await?;
+        self.appender = None;
         self.state.seal(self.base_offset);
         self.write_indexes().await
     }
