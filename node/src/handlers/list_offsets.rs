@@ -1,5 +1,6 @@
-//! ListOffsets: earliest (-2), latest (-1, the high watermark), and by timestamp
-//! (the first offset whose record timestamp is at or after it).
+//! ListOffsets: earliest (-2), latest (-1, the high watermark; the log end for
+//! a replica id, which is how a follower asks the leader for its log end), and
+//! by timestamp (the first offset whose record timestamp is at or after it).
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -19,13 +20,15 @@ pub async fn handle(
     request: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
+    // A follower (replica id >= 0) reads to the log end, as Kafka answers it.
+    let replica = request.replica_id.0 >= 0;
     let mut topics = Vec::with_capacity(request.topics.len());
     for t in request.topics {
         let name = t.name.0.to_string();
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             let tp = TopicPartition::new(name.clone(), p.partition_index);
-            partitions.push(partition(core, &tp, p.timestamp, version).await);
+            partitions.push(partition(core, &tp, p.timestamp, version, replica).await);
         }
         topics.push(
             ListOffsetsTopicResponse::default()
@@ -41,6 +44,7 @@ async fn partition(
     tp: &TopicPartition,
     timestamp: i64,
     version: i16,
+    replica: bool,
 ) -> ListOffsetsPartitionResponse {
     let response = ListOffsetsPartitionResponse::default()
         .with_partition_index(tp.partition)
@@ -65,6 +69,7 @@ async fn partition(
                 .ok_or_else(|| skiff_engine::LogError::UnknownPartition(tp2.to_string()))?;
             let stable = p.high_watermark();
             match query {
+                None if replica => Ok(Some((p.log_end(), -1))),
                 None => Ok(Some((stable, -1))),
                 Some(OffsetQuery::Timestamp(ts)) => {
                     // Only records below the high watermark are visible.
