@@ -598,7 +598,7 @@ fn full_disk_at_roll() {
         );
     }
     assert_eq!(acked.len() as u64, ROLL_DURABLE_FIRST);
-    check(&dir, &acked, 0, acked.len());
+    check(&dir, &acked, 0, acked.len(), true);
     println!(
         "full disk at a roll: {} acknowledged batches survived, {buffered} buffered ones refused; error was: {err}",
         acked.len()
