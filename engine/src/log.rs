@@ -38,6 +38,7 @@ use crate::fsutil;
 use crate::leader_epoch::LeaderEpochCache;
 use crate::recovery::{self, scan_segment, write_offset_checkpoint, write_recovery_point};
 use crate::segment::scan::scan;
+use crate::snapshot;
 use crate::segment::{
     remove_segment_files, segment_path, swap_path, Segment, INDEX_SUFFIX, LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -129,6 +130,10 @@ impl PartitionLog {
         if recovered.truncated_bytes > 0 {
             tracing::warn!(dir = %dir.display(), bytes = recovered.truncated_bytes, "recovery cut an invalid tail");
         }
+        // Producer snapshots above the recovered end describe records the
+        // crash took away.
+        snapshot::remove_temporaries(dir).await?;
+        snapshot::delete_above(dir, recovered.log_end_offset).await?;
         let mut epochs = LeaderEpochCache::load(dir).await?;
         if epochs.truncate_from_end(recovered.log_end_offset) {
             epochs.persist().await?;
@@ -648,6 +653,9 @@ impl PartitionLog {
 
     async fn truncate_inner(&mut self, offset: i64) -> Result<()> {
         let offset = offset.max(self.log_start_offset);
+        // Snapshots of what is cut go first, durably: a crash half-way must not
+        // leave one describing records the log no longer (or differently) has.
+        snapshot::delete_above(&self.dir, offset).await?;
         // Segments wholly at or past the cut go, keeping the first as the new home.
         let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
         let keep_first = self.segments.range(..offset).next_back().is_none();
@@ -701,11 +709,34 @@ impl PartitionLog {
         if self.epochs.truncate_from_end(self.log_end_offset) {
             self.epochs.persist().await?;
         }
+        // The cut may land below `offset` (the start of the batch holding it).
+        snapshot::delete_above(&self.dir, self.log_end_offset).await?;
         self.flushed_offset = self.flushed_offset.min(self.log_end_offset);
         self.checkpoint_recovery_point().await?;
         self.active().flush().await?;
         self.flushed_offset = self.log_end_offset;
         Ok(())
+    }
+
+    /// Stores an opaque producer-state snapshot describing the log below
+    /// `offset` (see `snapshot`): only for flushed offsets, so a crash cannot
+    /// take away what it describes. Keeps the newest `snapshot::SNAPSHOTS_KEPT`.
+    /// Not on the append path; nothing is written once the log is offline.
+    pub async fn write_producer_snapshot(&mut self, offset: i64, body: &[u8]) -> Result<()> {
+        self.check_online()?;
+        if offset > self.flushed_offset || offset < 0 {
+            return Err(LogError::SnapshotNotFlushed {
+                offset,
+                flushed_offset: self.flushed_offset,
+            });
+        }
+        snapshot::write(&self.dir, offset, body).await
+    }
+
+    /// The newest producer snapshot at or below the log end whose frame
+    /// checks (corrupt ones are logged and skipped): its offset and body.
+    pub async fn latest_producer_snapshot(&self) -> Result<Option<(i64, Bytes)>> {
+        snapshot::latest(&self.dir, self.log_end_offset).await
     }
 
     /// Deletes closed segments by `retention.ms` (their newest batch is older than

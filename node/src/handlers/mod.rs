@@ -275,7 +275,9 @@ pub fn error_code(e: &LogError) -> ResponseError {
         | LogError::Recovery(_)
         | LogError::Checkpoint { .. }
         | LogError::DataDir(_) => ResponseError::KafkaStorageError,
-        LogError::BadPartitionDir(_) => ResponseError::KafkaStorageError,
+        LogError::BadPartitionDir(_) | LogError::SnapshotNotFlushed { .. } => {
+            ResponseError::KafkaStorageError
+        }
         LogError::RuntimeStopped => ResponseError::NotLeaderOrFollower,
     }
 }
