@@ -12,7 +12,7 @@ mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod offsets_for_leader_epoch;
-mod produce;
+pub mod produce;
 
 use std::future::Future;
 use std::pin::Pin;
