@@ -38,11 +38,11 @@ use crate::fsutil;
 use crate::leader_epoch::LeaderEpochCache;
 use crate::recovery::{self, scan_segment, write_offset_checkpoint, write_recovery_point};
 use crate::segment::scan::scan;
-use crate::snapshot;
 use crate::segment::{
     remove_segment_files, segment_path, swap_path, Segment, INDEX_SUFFIX, LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
 };
+use crate::snapshot;
 
 /// How an append gets its offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

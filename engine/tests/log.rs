@@ -566,7 +566,11 @@ fn producer_snapshots_written_read_back_and_only_two_kept() {
         let (offset, body) = log.latest_producer_snapshot().await.unwrap().unwrap();
         assert_eq!((offset, &body[..]), (5, &b"five"[..]));
         log.write_producer_snapshot(10, b"").await.unwrap();
-        assert_eq!(snapshot_files(&path), vec![5, 10], "only the newest two stay");
+        assert_eq!(
+            snapshot_files(&path),
+            vec![5, 10],
+            "only the newest two stay"
+        );
         let (offset, body) = log.latest_producer_snapshot().await.unwrap().unwrap();
         assert_eq!((offset, body.len()), (10, 0));
         assert!(path.join("00000000000000000010.snapshot").exists());

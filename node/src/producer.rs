@@ -193,7 +193,10 @@ impl ProducerStates {
         }
         let count = u32::from_be_bytes(r.take()?) as usize;
         if count > r.left() / ENTRY_LEN {
-            return Err(format!("{count} producers cannot fit in {} bytes", r.left()));
+            return Err(format!(
+                "{count} producers cannot fit in {} bytes",
+                r.left()
+            ));
         }
         let mut producers = HashMap::with_capacity(count);
         for _ in 0..count {
@@ -201,7 +204,9 @@ impl ProducerStates {
             let epoch = i16::from_be_bytes(r.take()?);
             let n = r.take::<1>()?[0] as usize;
             if n > BATCHES_KEPT {
-                return Err(format!("producer {id}: {n} batches, at most {BATCHES_KEPT}"));
+                return Err(format!(
+                    "producer {id}: {n} batches, at most {BATCHES_KEPT}"
+                ));
             }
             let mut batches = VecDeque::with_capacity(n);
             for _ in 0..n {
@@ -242,11 +247,18 @@ mod tests {
     fn snapshot_encoding_round_trips_and_refuses_garbage() {
         let empty = ProducerStates::default();
         assert_eq!(empty.encode(), vec![1, 0, 0, 0, 0]);
-        assert!(ProducerStates::decode(&empty.encode()).unwrap().producers.is_empty());
+        assert!(ProducerStates::decode(&empty.encode())
+            .unwrap()
+            .producers
+            .is_empty());
         let mut s = ProducerStates::default();
         for id in 0..20i64 {
             for i in 0..(id as i32 % 8) {
-                s.record(id << 32, (id % 3) as i16, meta(i * 2, i * 2 + 1, id * 1000 + i64::from(i) * 2));
+                s.record(
+                    id << 32,
+                    (id % 3) as i16,
+                    meta(i * 2, i * 2 + 1, id * 1000 + i64::from(i) * 2),
+                );
             }
         }
         let bytes = s.encode();
@@ -256,7 +268,10 @@ mod tests {
         // Every cut, every flipped byte, anything appended: an error or a
         // state, never a panic; a cut or an extra byte is always an error.
         for cut in 0..bytes.len() {
-            assert!(ProducerStates::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                ProducerStates::decode(&bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
         }
         let mut longer = bytes.clone();
         longer.push(0);
@@ -267,8 +282,14 @@ mod tests {
             let _ = ProducerStates::decode(&b);
         }
         assert!(ProducerStates::decode(&[]).is_err());
-        assert!(ProducerStates::decode(&[2, 0, 0, 0, 0]).is_err(), "unknown version");
-        assert!(ProducerStates::decode(&[1, 0xff, 0xff, 0xff, 0xff]).is_err(), "huge count");
+        assert!(
+            ProducerStates::decode(&[2, 0, 0, 0, 0]).is_err(),
+            "unknown version"
+        );
+        assert!(
+            ProducerStates::decode(&[1, 0xff, 0xff, 0xff, 0xff]).is_err(),
+            "huge count"
+        );
         // Too many batches for one producer.
         let mut b = vec![1, 0, 0, 0, 1];
         b.extend_from_slice(&[0; 10]);
@@ -360,8 +381,20 @@ mod tests {
         s.record(9, 3, meta(0, 0, 300));
         let back = ProducerStates::decode(&s.encode()).unwrap();
         assert_eq!(back.encode(), s.encode());
-        for (id, epoch, first, last) in [(7, 1, 0, 0), (7, 1, 1, 1), (7, 0, 35, 35), (9, 3, 0, 0), (9, 3, 1, 1), (9, 2, 1, 1), (5, 0, 0, 0), (5, 0, 3, 3)] {
-            assert_eq!(back.check(id, epoch, first, last), s.check(id, epoch, first, last));
+        for (id, epoch, first, last) in [
+            (7, 1, 0, 0),
+            (7, 1, 1, 1),
+            (7, 0, 35, 35),
+            (9, 3, 0, 0),
+            (9, 3, 1, 1),
+            (9, 2, 1, 1),
+            (5, 0, 0, 0),
+            (5, 0, 3, 3),
+        ] {
+            assert_eq!(
+                back.check(id, epoch, first, last),
+                s.check(id, epoch, first, last)
+            );
         }
         s.truncate(200);
         assert_eq!(s.check(7, 1, 1, 1), SequenceCheck::UnknownProducer);
