@@ -131,8 +131,8 @@ impl PartitionLog {
             tracing::warn!(dir = %dir.display(), bytes = recovered.truncated_bytes, "recovery cut an invalid tail");
         }
         // Producer snapshots above the recovered end describe records the
-        // crash took away.
-        snapshot::remove_temporaries(dir).await?;
+        // crash took away (a `.snapshot.tmp` went with recovery's other
+        // temporaries).
         snapshot::delete_above(dir, recovered.log_end_offset).await?;
         let mut epochs = LeaderEpochCache::load(dir).await?;
         if epochs.truncate_from_end(recovered.log_end_offset) {

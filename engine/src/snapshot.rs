@@ -133,25 +133,8 @@ pub async fn delete_above(dir: &Path, offset: i64) -> Result<()> {
     Ok(())
 }
 
-/// Leftover `<offset>.snapshot.tmp` files (a crash mid-write) go.
-pub async fn remove_temporaries(dir: &Path) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
-    let mut doomed = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
-        if let Some(name) = entry.file_name().to_str() {
-            if name.ends_with(".snapshot.tmp") {
-                doomed.push(entry.path());
-            }
-        }
-    }
-    for path in doomed {
-        fsutil::remove(&path).await?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

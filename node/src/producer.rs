@@ -240,6 +240,7 @@ impl ProducerStates {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
