@@ -141,6 +141,14 @@ impl LeaderEpochCache {
         changed
     }
 
+    /// Forgets every epoch (the log starts over empty: Kafka's clearAndFlush
+    /// after truncateFullyAndStartAt). Returns whether the cache changed.
+    pub fn clear(&mut self) -> bool {
+        let changed = !self.entries.is_empty();
+        self.entries.clear();
+        changed
+    }
+
     pub async fn persist(&self) -> Result<()> {
         let rows: Vec<Vec<String>> = self
             .entries

@@ -134,8 +134,14 @@ impl PartitionLog {
         // crash took away (a `.snapshot.tmp` went with recovery's other
         // temporaries).
         snapshot::delete_above(dir, recovered.log_end_offset).await?;
+        // The epoch cache agrees with the recovered log: the epoch in force at
+        // the log start starts there (a crash may have come between moving the
+        // start and cutting the cache), and epochs from the log end on go. An
+        // empty log keeps none (an interrupted truncate_fully_and_start_at).
         let mut epochs = LeaderEpochCache::load(dir).await?;
-        if epochs.truncate_from_end(recovered.log_end_offset) {
+        let from_start = epochs.truncate_from_start(recovered.log_start_offset);
+        let from_end = epochs.truncate_from_end(recovered.log_end_offset);
+        if from_start || from_end {
             epochs.persist().await?;
         }
         let cache_id = cache.register();
@@ -737,6 +743,153 @@ impl PartitionLog {
     /// checks (corrupt ones are logged and skipped): its offset and body.
     pub async fn latest_producer_snapshot(&self) -> Result<Option<(i64, Bytes)>> {
         snapshot::latest(&self.dir, self.log_end_offset).await
+    }
+
+    /// Kafka's `truncateFullyAndStartAt`: every segment goes and the log starts
+    /// over, empty, at `offset` (log start = log end = flushed = `offset`), with
+    /// an empty leader-epoch cache. A follower does this when the leader's log
+    /// starts past this log's end (retention or DeleteRecords ran on the leader
+    /// while this replica was away), and when the first batch fetched into an
+    /// empty log begins before its start (the leader's log start is inside that
+    /// batch: the log starts over at the batch's base offset).
+    ///
+    /// `offset` must be at or past the log end, or the log must be empty with no
+    /// batch in any segment; anything else is `OffsetOutOfRange` (cutting a log
+    /// with records is `truncate_to`'s job). A poisoned log stays offline.
+    ///
+    /// Crash-safe (SIGKILL at any point comes back as the old log or as the
+    /// empty log at `offset`, nothing in between). On disk, in order:
+    /// 1. checkpoints that must not exceed the new log are lowered to `offset`
+    ///    (recovery point, cleaner, replicated high watermark), and when
+    ///    `offset` is below the log start the current start is checkpointed:
+    ///    all of it is as true of the old log as of the new one;
+    /// 2. the empty segment `<offset>.log` is created, directory synced (an
+    ///    empty segment already starting at `offset` is kept instead);
+    /// 3. `log-start-offset-checkpoint` = `offset`: the commit point;
+    /// 4. the leader-epoch cache is emptied;
+    /// 5. the old segments' files go;
+    /// 6. the recovery point (and the high watermark, if one was checkpointed)
+    ///    move to `offset`.
+    ///
+    /// Recovery before 3 finds the old log: the new segment is empty and either
+    /// continues the old log's offsets (a harmless empty last segment) or does
+    /// not (recovery removes it), or it lies wholly below the checkpointed
+    /// start (removed). From 3 on, every old segment is wholly below the
+    /// checkpointed start and recovery removes it; `open` cuts the epoch cache
+    /// to the recovered log, which leaves an empty log with no epochs.
+    pub async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
+        let empty = self.log_start_offset == self.log_end_offset
+            && self.segments.values().all(Segment::is_empty);
+        if offset < 0 || (offset < self.log_end_offset && !empty) {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset,
+            });
+        }
+        if let Some(reason) = self.offline_reason() {
+            return Err(LogError::Offline(reason.to_string()));
+        }
+        if self.closed {
+            return Err(LogError::Offline(format!(
+                "{} is closed",
+                self.dir.display()
+            )));
+        }
+        let (old_start, old_end) = (self.log_start_offset, self.log_end_offset);
+        // 0. Producer snapshots all go, durably, before anything else: they
+        // describe the old log (Kafka's truncateFullyAndStartAt clears the
+        // producer state too). A crash after this finds the old log without
+        // them: slower to load, never wrong.
+        snapshot::delete_above(&self.dir, -1).await?;
+        // 1. Checkpoints lowered where they would claim more than the new log holds.
+        if self.recovery_point > offset {
+            write_recovery_point(&self.dir, &self.topic, self.partition, offset).await?;
+            self.recovery_point = offset;
+        }
+        if self.first_dirty_offset > offset {
+            write_offset_checkpoint(
+                &self.dir.join(CLEANER_CHECKPOINT_FILE),
+                &self.topic,
+                self.partition,
+                offset,
+            )
+            .await?;
+            self.first_dirty_offset = offset;
+        }
+        self.tombstone_horizon = None;
+        if self.high_watermark_checkpoint.is_some_and(|hw| hw > offset) {
+            self.checkpoint_high_watermark(offset).await?;
+        }
+        if offset < self.log_start_offset {
+            // A crash before the commit must still find the old start, above the
+            // new segment made next (which recovery then drops as wholly below it).
+            write_offset_checkpoint(
+                &self.dir.join(LOG_START_OFFSET_FILE),
+                &self.topic,
+                self.partition,
+                self.log_start_offset,
+            )
+            .await?;
+        }
+        // 2. The new, empty active segment (or the empty one already there: by
+        // the precondition a segment starting at or past the log end is empty).
+        let reuse = match self.segments.get(&offset) {
+            Some(segment) if !segment.is_empty() => {
+                return Err(LogError::OffsetOutOfRange {
+                    offset,
+                    log_start_offset: self.log_start_offset,
+                    log_end_offset: self.log_end_offset,
+                })
+            }
+            Some(_) => true,
+            None => false,
+        };
+        let created = if reuse {
+            None
+        } else {
+            Some(Segment::create(&self.dir, offset, &self.config).await?)
+        };
+        // 3. The commit point.
+        write_offset_checkpoint(
+            &self.dir.join(LOG_START_OFFSET_FILE),
+            &self.topic,
+            self.partition,
+            offset,
+        )
+        .await?;
+        let mut old = std::mem::take(&mut self.segments);
+        let mut segment = match created.or_else(|| old.remove(&offset)) {
+            Some(segment) => segment,
+            None => Segment::create(&self.dir, offset, &self.config).await?,
+        };
+        if !segment.is_active() {
+            segment.activate(&self.config).await?;
+        }
+        self.segments.insert(offset, segment);
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.flushed_offset = offset;
+        self.cache.truncate_front(self.cache_id, i64::MAX);
+        // 4. No epochs: the next batch appended brings its own.
+        if self.epochs.clear() {
+            self.epochs.persist().await?;
+        }
+        // 5. The old segments.
+        let deleted = old.len();
+        for (_, segment) in old {
+            segment.delete().await?;
+        }
+        // 6.
+        self.checkpoint_recovery_point().await?;
+        if self.high_watermark_checkpoint.is_some() {
+            self.checkpoint_high_watermark(offset).await?;
+        }
+        tracing::info!(
+            dir = %self.dir.display(), old_start, old_end, new_start = offset,
+            deleted_segments = deleted, "log truncated fully and started over"
+        );
+        Ok(())
     }
 
     /// Deletes closed segments by `retention.ms` (their newest batch is older than

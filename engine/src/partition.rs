@@ -327,6 +327,23 @@ impl Partition {
         Ok(())
     }
 
+    /// Deletes every segment and starts the log over, empty, at `offset`
+    /// (`PartitionLog::truncate_fully_and_start_at`, crash-safe). The high
+    /// watermark, if replication set one, becomes `offset` too.
+    pub async fn truncate_fully_and_start_at(&self, offset: i64) -> Result<()> {
+        let mut log = self.write().await?;
+        self.truncations.set(self.truncations.get() + 1);
+        log.truncate_fully_and_start_at(offset).await?;
+        self.flushed_offset.set(log.flushed_offset());
+        self.log_end_offset.set(log.log_end_offset());
+        if self.replicated_hw.get().is_some() {
+            self.replicated_hw.set(Some(offset));
+        }
+        drop(log);
+        self.changed.notify_all();
+        Ok(())
+    }
+
     /// Waits until every offset below `offset` is durable, joining a running flush
     /// or starting one.
     pub async fn flush_to(&self, offset: i64) -> Result<()> {

@@ -15,6 +15,12 @@
 //!   `.timeindex` are loaded and checked against the log, and rebuilt by a scan
 //!   when missing or inconsistent. (`skiff-tools verify` checks every CRC.)
 //! - Zeros after the data of a segment are preallocated space, trimmed here.
+//! - Segments wholly below the checkpointed log start go first (a crash after
+//!   retention, DeleteRecords or `truncate_fully_and_start_at` checkpointed the
+//!   start and before it deleted them); an empty last segment that does not
+//!   continue its predecessor's offsets goes (a start-over that never
+//!   committed); a log ending below its checkpointed start starts over, empty,
+//!   at that start (Kafka's rule).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -155,7 +161,24 @@ pub async fn write_offset_checkpoint(
 pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     finish_interrupted_cleaning(dir).await?;
     let recovery_point = read_recovery_point(dir).await?;
-    let bases = list_segments(dir)?;
+    let checkpointed_start =
+        read_offset_checkpoint(&dir.join(checkpoint::LOG_START_OFFSET_FILE)).await?;
+    let mut bases = list_segments(dir)?;
+    // Segments wholly below the log start (the next one starts at or before it):
+    // what a crash left of retention, DeleteRecords or truncate_fully_and_start_at
+    // after the start was checkpointed. They are not part of the log; they go
+    // before anything reads them.
+    let below = bases
+        .partition_point(|&b| b <= checkpointed_start)
+        .saturating_sub(1);
+    for &base in &bases[..below] {
+        tracing::info!(
+            dir = %dir.display(), base, log_start_offset = checkpointed_start,
+            "removing a segment below the log start"
+        );
+        delete_segment_files(dir, base).await?;
+    }
+    bases.drain(..below);
     // The segment holding the recovery point and every later one get a full scan.
     let first_scanned = bases
         .iter()
@@ -239,13 +262,47 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         i += 1;
     }
 
-    // An empty segment left behind by a crash during a roll is harmless but
-    // confusing; keep at most one (the last).
+    // An empty last segment that does not continue its predecessor's offsets
+    // holds nothing of the log: the new segment of a truncate_fully_and_start_at
+    // that crashed before its commit (or a roll past an offset gap whose first
+    // batch never reached the disk). The log ends where the predecessor does.
+    // (An empty last segment that does continue them, left by a crash during a
+    // roll, is harmless and stays.)
+    while segments.len() > 1 {
+        let mut tail = segments.iter().rev();
+        let (Some((&last_base, last)), Some((_, previous))) = (tail.next(), tail.next()) else {
+            break;
+        };
+        if !last.is_empty() || previous.next_offset() >= last_base {
+            break;
+        }
+        tracing::warn!(
+            dir = %dir.display(), base = last_base, previous_end = previous.next_offset(),
+            "removing an empty last segment that does not continue the log"
+        );
+        segments.remove(&last_base);
+        delete_segment_files(dir, last_base).await?;
+    }
+    // The log ends below its checkpointed start: what it holds was deleted (a
+    // DeleteRecords past the durable end, then a crash that lost the tail).
+    // Kafka's LogLoader rule: it starts over, empty, at the checkpointed start,
+    // so no offset below the start is ever served or given out again.
+    let end = segments
+        .values()
+        .next_back()
+        .map_or(0, Segment::next_offset);
+    if !segments.is_empty() && end < checkpointed_start {
+        tracing::warn!(
+            dir = %dir.display(), log_end_offset = end, log_start_offset = checkpointed_start,
+            "the log ends below its start: removing every segment and starting empty at the start"
+        );
+        for base in std::mem::take(&mut segments).into_keys() {
+            delete_segment_files(dir, base).await?;
+        }
+    }
     // The log starts at its first segment, or later when records were deleted
     // inside it (DeleteRecords); never past the end.
     let first_base = segments.values().next().map_or(0, |s| s.base_offset());
-    let checkpointed_start =
-        read_offset_checkpoint(&dir.join(checkpoint::LOG_START_OFFSET_FILE)).await?;
     if segments.is_empty() {
         let start = first_base.max(recovery_point).max(checkpointed_start);
         let segment = Segment::create(dir, start, config).await?;
@@ -391,7 +448,8 @@ pub fn list_segments(dir: &Path) -> Result<Vec<i64>> {
 async fn delete_segment_files(dir: &Path, base: i64) -> Result<u64> {
     let log = segment_path(dir, base, LOG_SUFFIX);
     let size = std::fs::metadata(&log).map_or(0, |m| m.len());
-    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+    // The `.log` last, as `Segment::delete` does.
+    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
         fsutil::remove(&segment_path(dir, base, suffix)).await?;
     }
     Ok(size)

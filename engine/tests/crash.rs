@@ -17,8 +17,17 @@
 //! acknowledged, the partition stays offline instead of rolling on, and a
 //! reopen finds every acknowledged batch.
 //!
+//! A third scenario starts the log over again and again: the child appends a
+//! few batches, then `truncate_fully_and_start_at` a little past the end, in a
+//! loop, and is SIGKILLed at a random moment. After each kill the log must be
+//! either the old one (every acknowledged batch since the last completed
+//! start-over, byte-exact) or, when the kill came during a start-over, the
+//! empty log at its offset; never a mix, and the epoch cache and indexes must
+//! agree with what came back.
+//!
 //! `harness = false`: the same binary is the parent (no arguments) and the child
-//! (`--child DIR START`, `--child-fill DIR` or `--child-roll DIR`).
+//! (`--child DIR START`, `--child-fill DIR`, `--child-roll DIR` or
+//! `--child-restart DIR START`).
 
 mod common;
 
@@ -185,6 +194,175 @@ fn child(dir: PathBuf, start: u64) {
     });
 }
 
+/// Appends 1..=4 batches (acknowledged when durable), then starts the log over
+/// 0..50 offsets past its end, forever; epochs grow with each round.
+fn child_restart(dir: PathBuf, start: u64) {
+    run(move || async move {
+        let log = PartitionLog::open(&dir, "crash", 0, config(), BatchCache::new(8 << 20))
+            .await
+            .expect("child: open");
+        let partition = Partition::new(log);
+        println!("READY");
+        let mut rng = fastrand::Rng::with_seed(start);
+        for round in 0.. {
+            let epoch = (start as i32).wrapping_mul(1000).wrapping_add(round) & 0x3fff_ffff;
+            for i in 0..rng.u64(1..=4) {
+                let n = start * 1000 + round as u64 * 10 + i;
+                let info = partition
+                    .append(
+                        mutable(&writer_batch(8, n)),
+                        AppendMode::Leader {
+                            leader_epoch: epoch,
+                        },
+                    )
+                    .await
+                    .expect("child: append");
+                println!("ACK 8 {n} {} {}", info.base_offset, info.last_offset);
+            }
+            let to = partition.log_end() + rng.i64(0..50);
+            println!("TRUNC {to}");
+            partition
+                .truncate_fully_and_start_at(to)
+                .await
+                .expect("child: truncate fully");
+            println!("DONE {to}");
+        }
+    });
+}
+
+/// See the module docs: a start-over is all or nothing across a SIGKILL.
+fn restart_crashes(cycles: usize, rng: &mut fastrand::Rng) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("restart-0");
+    // What the log must hold: its start, and the batches acknowledged since.
+    let mut start = 0i64;
+    let mut acked: BTreeMap<i64, Acked> = BTreeMap::new();
+    let (mut mid_old, mut mid_new) = (0, 0);
+    for cycle in 0..cycles {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--child-restart",
+                dir.to_str().unwrap(),
+                &(cycle + 1).to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let ready = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(ready, "READY", "child did not start");
+        std::thread::sleep(Duration::from_millis(rng.u64(5..150)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        reader.join().unwrap();
+        let mut pending: Option<i64> = None;
+        for line in rx.try_iter() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["ACK", w, n, base, last] => {
+                    acked.insert(
+                        base.parse().unwrap(),
+                        Acked {
+                            writer: w.parse().unwrap(),
+                            n: n.parse().unwrap(),
+                            last_offset: last.parse().unwrap(),
+                        },
+                    );
+                }
+                ["TRUNC", to] => pending = Some(to.parse().unwrap()),
+                ["DONE", to] => {
+                    start = to.parse().unwrap();
+                    acked.clear();
+                    pending = None;
+                }
+                _ => {}
+            }
+        }
+        let (got_start, got_end) = reopen_offsets(&dir);
+        if let Some(to) = pending {
+            if got_start == to && to != start {
+                assert_eq!(
+                    got_end, to,
+                    "cycle {cycle}: a started-over log holds nothing"
+                );
+                start = to;
+                acked.clear();
+                mid_new += 1;
+            } else {
+                mid_old += 1;
+            }
+        }
+        assert_eq!(
+            got_start, start,
+            "cycle {cycle}: log start {got_start}, want {start} (kill during a start-over to {pending:?})"
+        );
+        let bases: Vec<i64> = segment_bases(&dir);
+        assert_eq!(
+            bases.first(),
+            Some(&start),
+            "cycle {cycle}: segments {bases:?}"
+        );
+        check(&dir, &acked, cycle, acked.len(), false);
+        check_epochs(&dir, cycle);
+    }
+    println!(
+        "start-over crashes: {cycles} cycles, {mid_old} kills during a start-over came back as the old log, {mid_new} as the new one"
+    );
+}
+
+fn reopen_offsets(dir: &Path) -> (i64, i64) {
+    let dir = dir.to_path_buf();
+    run(move || async move {
+        let log = PartitionLog::open(&dir, "crash", 0, config(), BatchCache::new(0))
+            .await
+            .unwrap();
+        let offsets = (log.log_start_offset(), log.log_end_offset());
+        log.close().await.unwrap();
+        offsets
+    })
+}
+
+/// Every epoch in the cache starts inside the log (an empty log has none).
+fn check_epochs(dir: &Path, cycle: usize) {
+    let dir = dir.to_path_buf();
+    run(move || async move {
+        let log = PartitionLog::open(&dir, "crash", 0, config(), BatchCache::new(0))
+            .await
+            .unwrap();
+        let (start, end) = (log.log_start_offset(), log.log_end_offset());
+        let entries = log.leader_epochs().entries().to_vec();
+        assert!(
+            entries
+                .iter()
+                .all(|e| e.start_offset >= start && e.start_offset < end),
+            "cycle {cycle}: epochs {entries:?} outside the log [{start}, {end})"
+        );
+        log.close().await.unwrap();
+    });
+}
+
+fn segment_bases(dir: &Path) -> Vec<i64> {
+    let mut bases: Vec<i64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".log").and_then(|b| b.parse().ok())
+        })
+        .collect();
+    bases.sort_unstable();
+    bases
+}
+
 struct Acked {
     writer: u64,
     n: u64,
@@ -199,6 +377,10 @@ fn main() {
     }
     if let Some(i) = args.iter().position(|a| a == "--child-roll") {
         child_roll(PathBuf::from(&args[i + 1]));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--child-restart") {
+        child_restart(PathBuf::from(&args[i + 1]), args[i + 2].parse().unwrap());
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--child") {
@@ -275,7 +457,7 @@ fn main() {
         }
         // Writers resume at fresh sequence numbers so every batch is unique.
         next_n += 1;
-        check(&dir, &acked, cycle, cycle_acks);
+        check(&dir, &acked, cycle, cycle_acks, true);
     }
     println!(
         "crash test: {cycles} cycles, {} acknowledged batches verified in {:.1}s",
@@ -288,7 +470,8 @@ fn main() {
     );
     full_disk();
     full_disk_at_roll();
-    println!("3 passed, 0 failed");
+    restart_crashes(cycles, &mut rng);
+    println!("4 passed, 0 failed");
 }
 
 /// See the module docs: a write failure mid-append loses no acknowledged batch.
@@ -350,7 +533,7 @@ fn full_disk() {
         "the limit left room for many batches: {}",
         acked.len()
     );
-    check(&dir, &acked, 0, acked.len());
+    check(&dir, &acked, 0, acked.len(), true);
     println!(
         "full disk: {} acknowledged batches survived the failed write; error was: {err}",
         acked.len()
@@ -423,7 +606,14 @@ fn full_disk_at_roll() {
 }
 
 /// Reopens the log (recovery) and checks every acknowledged batch and the indexes.
-fn check(dir: &Path, acked: &BTreeMap<i64, Acked>, cycle: usize, cycle_acks: usize) {
+/// `epoch_zero`: the batches were written in leader epoch 0.
+fn check(
+    dir: &Path,
+    acked: &BTreeMap<i64, Acked>,
+    cycle: usize,
+    cycle_acks: usize,
+    epoch_zero: bool,
+) {
     let dir2 = dir.to_path_buf();
     let expected: Vec<(i64, i64, u64, u64)> = acked
         .iter()
@@ -448,7 +638,9 @@ fn check(dir: &Path, acked: &BTreeMap<i64, Acked>, cycle: usize, cycle_acks: usi
                 "cycle {cycle}: batch moved"
             );
             let sent = writer_batch(writer, n);
-            assert_eq!(&got[12..16], &[0, 0, 0, 0], "leader epoch 0");
+            if epoch_zero {
+                assert_eq!(&got[12..16], &[0, 0, 0, 0], "leader epoch 0");
+            }
             assert_eq!(
                 &got[16..],
                 &sent[16..],

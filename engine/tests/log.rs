@@ -532,6 +532,314 @@ fn a_failed_sync_takes_the_log_offline_until_reopened() {
     });
 }
 
+/// The `.log` files of a partition directory, by base offset.
+fn segment_files(dir: &std::path::Path) -> Vec<i64> {
+    let mut bases: Vec<i64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".log").and_then(|b| b.parse().ok())
+        })
+        .collect();
+    bases.sort_unstable();
+    bases
+}
+
+/// A replica batch at `base` in leader epoch `epoch`.
+fn replica_batch(seed: u64, base: i64, records: usize, epoch: i32) -> bytes::BytesMut {
+    let mut b = mutable(&batch(seed, records, 300, seed as i64));
+    skiff_engine::batch::stamp(&mut b, base, epoch).unwrap();
+    b
+}
+
+/// 300 batches of 3 records over several segments, epochs 1 then 2; returns
+/// the log end.
+async fn fill(log: &mut skiff_engine::PartitionLog) -> i64 {
+    for i in 0..300u64 {
+        let epoch = if i < 150 { 1 } else { 2 };
+        log.append(
+            mutable(&batch(i, 3, 500, i as i64)),
+            AppendMode::Leader {
+                leader_epoch: epoch,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    assert!(log.segments().count() > 3);
+    log.log_end_offset()
+}
+
+/// A follower whose log ends below the leader's log start starts over there:
+/// every segment goes, start = end = the offset, no epochs; appends continue
+/// at the offset and everything survives a reopen with working indexes.
+#[test]
+fn truncate_fully_and_start_at_starts_an_empty_log_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        let end = fill(&mut log).await;
+        // Inside the log (it holds records): that is truncate_to's job.
+        assert!(matches!(
+            log.truncate_fully_and_start_at(end - 1).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(log.log_end_offset(), end);
+
+        let start = end + 1000;
+        log.truncate_fully_and_start_at(start).await.unwrap();
+        assert_eq!(log.log_start_offset(), start);
+        assert_eq!(log.log_end_offset(), start);
+        assert_eq!(log.flushed_offset(), start);
+        assert_eq!(log.recovery_point(), start);
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(log.segments().next().unwrap().base_offset(), start);
+        assert!(log.leader_epochs().entries().is_empty());
+        assert_eq!(segment_files(&path), vec![start]);
+        assert!(log
+            .read(start, 100, i64::MAX)
+            .await
+            .unwrap()
+            .batches
+            .is_empty());
+        assert!(matches!(
+            log.read(start - 1, 100, i64::MAX).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        // Reopened right away: the same empty log.
+        log.close().await.unwrap();
+        let mut log = open(&path, small_config()).await.unwrap();
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (start, start)
+        );
+        assert!(log.leader_epochs().entries().is_empty());
+
+        // The leader's batches continue at the new start, rolling segments.
+        let mut next = start;
+        let mut sent = Vec::new();
+        for i in 0..200u64 {
+            let b = replica_batch(1000 + i, next, 2, 7);
+            sent.push(b.clone().freeze());
+            let info = log.append(b, AppendMode::Replica).await.unwrap();
+            assert_eq!(info.base_offset, next);
+            next = info.last_offset + 1;
+        }
+        assert!(log.segment_count() > 1);
+        assert_eq!(
+            log.leader_epochs().entries(),
+            &[skiff_engine::leader_epoch::EpochEntry {
+                epoch: 7,
+                start_offset: start
+            }]
+        );
+        let got = read_all(&mut log, start).await;
+        assert_eq!(got, sent);
+        log.close().await.unwrap();
+
+        // From disk: reads, a read from the middle of a batch (index lookups),
+        // the epochs and the start all survive.
+        let mut log = open_uncached(&path, small_config()).await.unwrap();
+        assert_eq!(log.log_start_offset(), start);
+        assert_eq!(log.log_end_offset(), next);
+        assert_eq!(read_all(&mut log, start).await, sent);
+        for probe in [start + 1, start + 151, next - 1] {
+            let r = log.read(probe, 1, i64::MAX).await.unwrap();
+            let h = BatchHeader::parse(&r.batches[0]).unwrap();
+            assert!(
+                h.base_offset <= probe && probe <= h.last_offset(),
+                "{probe}"
+            );
+        }
+        assert_eq!(log.leader_epochs().latest_epoch(), Some(7));
+        assert!(segment_files(&path).iter().all(|&b| b >= start));
+        log.close().await.unwrap();
+    });
+}
+
+/// The leader's log start can be inside a batch (DeleteRecords): the follower's
+/// empty log starts over at that batch's base, takes it, and then moves its
+/// start up to the leader's, as Kafka's follower does.
+#[test]
+fn an_empty_log_starts_over_below_its_start_for_a_straddling_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        log.append(replica_batch(1, 0, 5, 1), AppendMode::Replica)
+            .await
+            .unwrap();
+        log.truncate_fully_and_start_at(100).await.unwrap();
+        // The leader's start is 100, inside its batch 95..=104.
+        let straddling = replica_batch(2, 95, 10, 3);
+        assert!(matches!(
+            log.append(straddling.clone(), AppendMode::Replica).await,
+            Err(LogError::NonContiguousAppend { .. })
+        ));
+        log.truncate_fully_and_start_at(95).await.unwrap();
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (95, 95));
+        assert_eq!(segment_files(&path), vec![95]);
+        log.append(straddling, AppendMode::Replica).await.unwrap();
+        assert_eq!(log.delete_records(100, 105).await.unwrap(), 100);
+        log.close().await.unwrap();
+        let mut log = open(&path, small_config()).await.unwrap();
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (100, 105));
+        let r = log.read(100, 100, i64::MAX).await.unwrap();
+        assert_eq!(BatchHeader::parse(&r.batches[0]).unwrap().base_offset, 95);
+        // A log with records below its end is never started over below it.
+        assert!(log.truncate_fully_and_start_at(104).await.is_err());
+        log.close().await.unwrap();
+    });
+}
+
+fn write_start_checkpoint(dir: &std::path::Path, offset: i64) {
+    std::fs::write(
+        dir.join(skiff_engine::checkpoint::LOG_START_OFFSET_FILE),
+        format!("0\n1\nt 0 {offset}\n"),
+    )
+    .unwrap();
+}
+
+/// The files a truncate_fully_and_start_at has made at each of its steps, as a
+/// SIGKILL would leave them, and what recovery makes of each: the old log
+/// before the commit (the log start checkpoint), the empty log at the new
+/// start from it on.
+#[test]
+fn an_interrupted_truncate_fully_recovers_to_the_old_log_or_the_new_one() {
+    run(move || async move {
+        let base = tempfile::tempdir().unwrap();
+        let make = |name: &str| base.path().join(name);
+        let mut end = 0;
+        for (name, new_start) in [("gap", Some(5000)), ("contiguous", None)] {
+            // Crash after creating the new segment, before the commit.
+            let path = make(name);
+            let mut log = open(&path, small_config()).await.unwrap();
+            end = fill(&mut log).await;
+            let old = read_all(&mut log, 0).await;
+            log.close().await.unwrap();
+            let at = new_start.unwrap_or(end);
+            std::fs::write(path.join(format!("{at:020}.log")), b"").unwrap();
+            let mut log = open_uncached(&path, small_config()).await.unwrap();
+            assert_eq!(
+                (log.log_start_offset(), log.log_end_offset()),
+                (0, end),
+                "{name}"
+            );
+            assert_eq!(read_all(&mut log, 0).await, old, "{name}");
+            assert_eq!(log.leader_epochs().latest_epoch(), Some(2));
+            // Appends continue the old log.
+            let info = log
+                .append(mutable(&batch(9, 1, 10, 0)), LEADER)
+                .await
+                .unwrap();
+            assert_eq!(info.base_offset, end);
+            log.close().await.unwrap();
+            if new_start.is_some() {
+                assert!(
+                    !segment_files(&path).contains(&at),
+                    "the empty gap segment went"
+                );
+            }
+        }
+
+        // Crash after the commit: the new segment and the checkpoint are there,
+        // the epochs and every old file too (or some of them).
+        for keep_old in [true, false] {
+            let path = make(if keep_old {
+                "committed"
+            } else {
+                "half-deleted"
+            });
+            let mut log = open(&path, small_config()).await.unwrap();
+            fill(&mut log).await;
+            log.close().await.unwrap();
+            let start = end + 77;
+            std::fs::write(path.join(format!("{start:020}.log")), b"").unwrap();
+            write_start_checkpoint(&path, start);
+            if !keep_old {
+                let first = segment_files(&path)[0];
+                for suffix in ["index", "timeindex", "log"] {
+                    std::fs::remove_file(path.join(format!("{first:020}.{suffix}"))).unwrap();
+                }
+            }
+            let mut log = open_uncached(&path, small_config()).await.unwrap();
+            assert_eq!(
+                (log.log_start_offset(), log.log_end_offset()),
+                (start, start)
+            );
+            assert!(log.leader_epochs().entries().is_empty(), "no epochs");
+            assert_eq!(segment_files(&path), vec![start]);
+            let info = log
+                .append(replica_batch(3, start, 2, 9), AppendMode::Replica)
+                .await
+                .unwrap();
+            assert_eq!(info.base_offset, start);
+            log.close().await.unwrap();
+            let mut log = open_uncached(&path, small_config()).await.unwrap();
+            assert_eq!(read_all(&mut log, start).await.len(), 1);
+            log.close().await.unwrap();
+        }
+    });
+}
+
+/// A log whose end is below its checkpointed start (the checkpoint moved, the
+/// segments it covered are gone or never held it) starts over, empty, at the
+/// checkpointed start: nothing below the start is served or reused.
+#[test]
+fn a_log_ending_below_its_checkpointed_start_starts_over_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        let end = fill(&mut log).await;
+        log.close().await.unwrap();
+        write_start_checkpoint(&path, end + 10);
+        let mut log = open(&path, small_config()).await.unwrap();
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (end + 10, end + 10)
+        );
+        assert!(log.leader_epochs().entries().is_empty());
+        assert_eq!(segment_files(&path), vec![end + 10]);
+        let info = log
+            .append(mutable(&batch(1, 1, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        assert_eq!(info.base_offset, end + 10);
+        log.close().await.unwrap();
+    });
+}
+
+/// Retention checkpoints the new start before it deletes files; segments a
+/// crash left wholly below it are removed by recovery, and the epoch in force
+/// at the start is moved there.
+#[test]
+fn recovery_removes_segments_wholly_below_the_checkpointed_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        let end = fill(&mut log).await;
+        let all = read_all(&mut log, 0).await;
+        log.close().await.unwrap();
+        let files = segment_files(&path);
+        let start = files[2];
+        write_start_checkpoint(&path, start);
+        let mut log = open_uncached(&path, small_config()).await.unwrap();
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (start, end));
+        assert_eq!(segment_files(&path), files[2..].to_vec());
+        let first = log.leader_epochs().entries()[0];
+        assert_eq!((first.epoch, first.start_offset), (1, start));
+        let kept: Vec<_> = all
+            .into_iter()
+            .filter(|b| BatchHeader::parse(b).unwrap().base_offset >= start)
+            .collect();
+        assert_eq!(read_all(&mut log, start).await, kept);
+        log.close().await.unwrap();
+    });
+}
+
 /// The producer snapshot files in `dir`, by offset.
 fn snapshot_files(dir: &std::path::Path) -> Vec<i64> {
     skiff_engine::snapshot::list(dir).unwrap()
@@ -669,6 +977,23 @@ fn reopen_after_a_crash_keeps_only_producer_snapshots_within_the_log() {
         assert!(!path2.join("00000000000000000012.snapshot.tmp").exists());
         let (offset, body) = log.latest_producer_snapshot().await.unwrap().unwrap();
         assert_eq!((offset, &body[..]), (10, &b"ten"[..]));
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn truncate_fully_deletes_every_producer_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        append_n(&mut log, 10).await;
+        log.flush().await.unwrap();
+        log.write_producer_snapshot(4, b"four").await.unwrap();
+        log.write_producer_snapshot(10, b"ten").await.unwrap();
+        log.truncate_fully_and_start_at(50).await.unwrap();
+        assert!(snapshot_files(&path).is_empty());
+        assert!(log.latest_producer_snapshot().await.unwrap().is_none());
         log.close().await.unwrap();
     });
 }

@@ -3,8 +3,8 @@ controllers holds the metadata, brokers register and heartbeat, partitions
 spread over the nodes, and real clients (confluent-kafka, the `skiff` CLI)
 find every partition's leader. Nodes are SIGKILLed: a dead node is fenced and
 its partitions go offline until it returns; a dead active controller is
-replaced without losing a committed topic. Replication (RF > 1) is issue #7:
-here every partition has one replica."""
+replaced without losing a committed topic. Topics here have one replica
+(`__consumer_offsets` has three); replication itself is test_replication.py."""
 
 import re
 import socket

@@ -2,7 +2,9 @@
 acks=all. The partition leader is SIGKILLed again and again under an idempotent
 producer and nothing acknowledged is lost or duplicated; two of three down
 refuses acks=all; a stopped follower leaves the ISR and rejoins; an old leader's
-unreplicated tail is truncated when it comes back."""
+unreplicated tail is truncated when it comes back; a follower that was down
+while the leader's retention deleted past its log end starts over at the
+leader's log start and rejoins."""
 
 import glob
 import json
@@ -253,6 +255,8 @@ def test_old_leader_truncates_its_unreplicated_tail(cluster_factory, topic_name)
     d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3")
     leader = d[0][0]
     followers = [n for n in (1, 2, 3) if n != leader]
+    # The leader itself may apply the new topic after the node that answered.
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3 on the leader")
     with kw.Conn(c.node(leader).bootstrap) as conn:
         for i in range(5):
             assert kw.produce(conn, topic_name, 0, kw.record_batch([(b"k", b"replicated-%d" % i)]), acks=-1)[0] == 0
@@ -286,6 +290,134 @@ def test_old_leader_truncates_its_unreplicated_tail(cluster_factory, topic_name)
         n.stop()
     logs = [replica_batches(n, topic_name, 0, end) for n in c.nodes]
     assert logs[0] == logs[1] == logs[2] and len(logs[0]) == 7, logs
+
+
+def delete_records(bootstrap, topic, offset):
+    """DeleteRecords on partition 0 up to `offset`: the new low watermark."""
+    from confluent_kafka import TopicPartition
+
+    a = ck.admin(bootstrap)  # alive until the result is in
+    futures = a.delete_records([TopicPartition(topic, 0, offset)], request_timeout=30, operation_timeout=30)
+    return next(iter(futures.values())).result(timeout=30).low_watermark
+
+
+def log_start_metric(node, topic):
+    """A node's skiff_log_start_offset for partition 0 of `topic` (None if absent)."""
+    status, text = node.http_get("/metrics")
+    assert status == 200, text
+    for line in text.splitlines():
+        if line.startswith("skiff_log_start_offset{") and f'topic="{topic}"' in line and 'partition="0"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return None
+
+
+def wait_for(pred, what, timeout_s=WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, what()
+        time.sleep(0.2)
+
+
+def test_follower_behind_the_leaders_log_start_starts_over_and_rejoins(cluster_factory, topic_name):
+    """A follower is SIGKILLed; while it is down the leader's retention
+    (tiny segments, retention.bytes) deletes every offset it had. Back, its
+    fetch offset is below the leader's log start (OFFSET_OUT_OF_RANGE): it
+    must delete its log, start over at the leader's log start, catch up and
+    rejoin the ISR, holding exactly the leader's batches. Then DeleteRecords:
+    the follower's log start follows the leader's, and a follower back below
+    a leader's log start inside a batch starts over at that batch."""
+    settings = {**REPLICATED, "log.retention.check.interval.ms": "200"}
+    c = cluster_factory(size=3, settings=settings)
+    ck.create_topic(c.node(1).bootstrap, topic_name, 1, replication_factor=3,
+                    config={"segment.bytes": "16384", "retention.bytes": "32768"})
+    d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3")
+    leader = d[0][0]
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    # A new topic's ISR is whole from the start: wait until the leader itself
+    # has applied it (another node's metadata may be ahead of it).
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: d[0][0] == leader, "the leader's own metadata")
+    value = b"x" * 1000
+
+    def produce(conn, tag, batches):
+        for i in range(batches):
+            records = [(b"%s-%d-%d" % (tag, i, r), value) for r in range(4)]
+            error, _ = kw.produce(conn, topic_name, 0, kw.record_batch(records), acks=-1)
+            assert error == 0, f"{tag} batch {i}: error {error}"
+
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        produce(conn, b"before", 10)
+    # Everything so far is on the follower (acks=all with all three in sync).
+    follower_end = 40
+
+    c.node(follower).kill()
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: follower not in d[0][2],
+                   f"node {follower} out of the ISR")
+    deadline = time.monotonic() + WAIT_S
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        produce(conn, b"while-down", 60)
+        # Retention runs every 200 ms and keeps ~32 KiB: the log start passes
+        # everything the follower holds.
+        while True:
+            error, leader_start = kw.list_offset(conn, topic_name, 0, -2)
+            assert error == 0, error
+            if leader_start > follower_end + 40:
+                break
+            assert time.monotonic() < deadline, f"the leader's log start stayed at {leader_start}"
+            time.sleep(0.2)
+
+    c.node(follower).start()
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: sorted(d[0][2]) == [1, 2, 3],
+                   f"node {follower} back in the ISR", timeout_s=60)
+    with open(c.node(follower).log_path, "rb") as f:
+        log = f.read().decode(errors="replace")
+    assert "our log ends below the leader's log start" in log, "the follower never started over"
+    # Replicating normally from there on.
+    leader = describe(c.bootstrap, topic_name)[0][0]
+    assert leader != follower, "the follower leads already?"
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        produce(conn, b"after", 5)
+        error, end = kw.list_offset(conn, topic_name, 0, -1)
+        assert error == 0 and end == 300, (error, end)
+
+    # DeleteRecords on the leader, inside the last batch (296..299): the
+    # follower's log start follows the leader's (from the fetch responses).
+    assert delete_records(c.node(leader).bootstrap, topic_name, 298) == 298
+    wait_for(lambda: log_start_metric(c.node(follower), topic_name) == 298,
+             lambda: f"the follower's log start is {log_start_metric(c.node(follower), topic_name)}, not 298")
+
+    # Down again; the leader's log start moves past the follower's end to the
+    # middle of a batch (316..319). Back, the follower starts over at 318, gets
+    # the batch starting at 316, starts over there (Kafka's rule) and moves
+    # its log start up to the leader's.
+    c.node(follower).kill()
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: follower not in d[0][2],
+                   f"node {follower} out of the ISR again")
+    with kw.Conn(c.node(leader).bootstrap) as conn:
+        produce(conn, b"down-again", 5)
+    assert delete_records(c.node(leader).bootstrap, topic_name, 318) == 318
+    c.node(follower).start()
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: sorted(d[0][2]) == [1, 2, 3],
+                   f"node {follower} back in the ISR again", timeout_s=60)
+    with open(c.node(follower).log_path, "rb") as f:
+        log = f.read().decode(errors="replace")
+    assert "the first batch starts before our empty log" in log, "the follower never took the straddling batch"
+    wait_for(lambda: log_start_metric(c.node(follower), topic_name) == 318,
+             lambda: f"the follower's log start is {log_start_metric(c.node(follower), topic_name)}, not 318")
+    end = 320
+
+    for n in c.nodes:
+        n.stop()
+    logs = {n.node_id: replica_batches(n, topic_name, 0, end) for n in c.nodes}
+    # Nothing of the follower's old log is left: it starts at or past the
+    # leader's log start as it was when the follower came back.
+    assert logs[follower] and logs[follower][0][0] >= leader_start, (leader_start, logs[follower][:3])
+    # Each replica's retention deletes on its own segment boundaries: above the
+    # highest log start of the three, the replicas hold the same batches.
+    common = max(batches[0][0] for batches in logs.values())
+    same = {k: [b for b in v if b[0] >= common] for k, v in logs.items()}
+    assert same[follower] and same[follower] == same[leader], (common, same[follower][:3], same[leader][:3])
+    assert same[follower] == same[next(n for n in (1, 2, 3) if n not in (leader, follower))]
+    assert same[follower][-1][1] == end - 1, "the follower has every batch up to the log end"
 
 
 import pytest  # noqa: E402

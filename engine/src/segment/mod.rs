@@ -383,7 +383,9 @@ impl Segment {
         } = self;
         drop(appender);
         drop(file);
-        for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        // The `.log` last: recovery lists segments by it, so a crash in between
+        // leaves a whole segment or none, never index files without their log.
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
             fsutil::remove(&segment_path(&dir, base_offset, suffix)).await?;
         }
         Ok(())

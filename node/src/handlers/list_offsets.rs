@@ -1,7 +1,8 @@
-//! ListOffsets: earliest (-2), latest (-1, the high watermark), and by timestamp
-//! (the first offset whose record timestamp is at or after it). From v4 each
-//! answer carries a leader epoch (Kafka's: the current one for latest, the
-//! epoch the record was written in otherwise) and the client's
+//! ListOffsets: earliest (-2), latest (-1, the high watermark; the log end for
+//! a replica id, which is how a follower asks the leader for its log end), and
+//! by timestamp (the first offset whose record timestamp is at or after it).
+//! From v4 each answer carries a leader epoch (Kafka's: the current one for
+//! latest, the epoch the record was written in otherwise) and the client's
 //! `current_leader_epoch` is checked (KIP-320).
 
 use kafka_protocol::messages::list_offsets_response::{
@@ -22,14 +23,16 @@ pub async fn handle(
     request: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
+    // A follower (replica id >= 0) reads to the log end, as Kafka answers it.
+    let replica = request.replica_id.0 >= 0;
     let mut topics = Vec::with_capacity(request.topics.len());
     for t in request.topics {
         let name = t.name.0.to_string();
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             let tp = TopicPartition::new(name.clone(), p.partition_index);
-            partitions
-                .push(partition(core, &tp, p.timestamp, p.current_leader_epoch, version).await);
+            let asked = (p.timestamp, p.current_leader_epoch);
+            partitions.push(partition(core, &tp, asked, version, replica).await);
         }
         topics.push(
             ListOffsetsTopicResponse::default()
@@ -43,9 +46,9 @@ pub async fn handle(
 async fn partition(
     core: &CoreState,
     tp: &TopicPartition,
-    timestamp: i64,
-    current_leader_epoch: i32,
+    (timestamp, current_leader_epoch): (i64, i32),
     version: i16,
+    replica: bool,
 ) -> ListOffsetsPartitionResponse {
     let response = ListOffsetsPartitionResponse::default()
         .with_partition_index(tp.partition)
@@ -78,6 +81,7 @@ async fn partition(
                 .ok_or_else(|| skiff_engine::LogError::UnknownPartition(tp2.to_string()))?;
             let stable = p.high_watermark();
             let found = match query {
+                None if replica => return Ok(Some((p.log_end(), -1, leader_epoch))),
                 None => return Ok(Some((stable, -1, leader_epoch))),
                 Some(OffsetQuery::Timestamp(ts)) => {
                     // Only records below the high watermark are visible.

@@ -10,6 +10,12 @@
 //!   -> diverging_epoch: truncate where the logs part (skiff-replication::truncation)
 //!   -> records: append (AppendMode::Replica), flush to the new end
 //!   -> high watermark = min(leader's, our durable end)
+//!   -> the leader's log start above ours: ours moves up (DeleteRecords-style)
+//!   -> OFFSET_OUT_OF_RANGE (Kafka's handleOutOfRangeError): ask the leader
+//!      (ListOffsets with our replica id); our log past the leader's end is
+//!      cut to it; our log ending below the leader's log start (its retention
+//!      or DeleteRecords ran while we were away) starts over, empty, there
+//!      (truncate_fully_and_start_at); then fetch again
 //!   -> NOT_LEADER / FENCED / UNKNOWN epoch: back off until the metadata moves
 //! ```
 //!
@@ -26,10 +32,11 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
+    BrokerId, FetchRequest, ListOffsetsRequest, RequestHeader, ResponseHeader, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use kafka_protocol::ResponseError;
 use skiff_engine::batch::BatchHeader;
 use skiff_engine::{AppendMode, Partition, TopicPartition};
@@ -38,6 +45,11 @@ use skiff_replication::{diverging_epoch_truncation, Truncation};
 use crate::state::CoreState;
 
 const FETCH_VERSION: i16 = 12;
+/// ListOffsets with current_leader_epoch (v4+); the leader answers a replica
+/// id's "latest" with its log end (Kafka's rule for followers).
+const LIST_OFFSETS_VERSION: i16 = 4;
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
 const FETCH_WAIT_MS: i32 = 500;
 const FETCH_PARTITION_BYTES: i32 = 1 << 20;
 const FETCH_MAX_BYTES: i32 = 16 << 20;
@@ -153,7 +165,7 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             }
         };
         correlation = correlation.wrapping_add(1);
-        let response = match call(stream, &request, correlation).await {
+        let response = match call(stream, &request, FETCH_VERSION, correlation).await {
             Ok(r) => {
                 let bytes: usize = r
                     .responses
@@ -177,12 +189,41 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             glommio::timer::sleep(PARTITION_BACKOFF).await;
             continue;
         }
+        let mut out_of_range = Vec::new();
         for topic in response.responses {
             let name = topic.topic.0.to_string();
             for p in topic.partitions {
                 let tp = TopicPartition::new(name.clone(), p.partition_index);
+                if p.error_code == ResponseError::OffsetOutOfRange.code() {
+                    out_of_range.push((tp, p.log_start_offset));
+                    continue;
+                }
                 if let Err(e) = apply(&core, &partitions, &tp, p).await {
                     tracing::warn!(partition = %tp, leader, error = %e, "applying fetched data");
+                    pause(&partitions, &tp);
+                }
+            }
+        }
+        for (tp, leader_start) in out_of_range {
+            let handled = handle_out_of_range(
+                &core,
+                &partitions,
+                stream,
+                &mut correlation,
+                &tp,
+                leader_start,
+            )
+            .await;
+            match handled {
+                Ok(()) => {}
+                Err(OutOfRangeError::Connection(e)) => {
+                    tracing::debug!(leader, error = %e, "asking the leader for its offsets failed; reconnecting");
+                    conn = None;
+                    glommio::timer::sleep(CONNECT_BACKOFF).await;
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(partition = %tp, leader, error = %e, "handling OFFSET_OUT_OF_RANGE");
                     pause(&partitions, &tp);
                 }
             }
@@ -251,23 +292,26 @@ async fn build_request(core: &CoreState, partitions: &Partitions) -> Option<Fetc
     )
 }
 
-async fn call(
+/// One request to the leader at `version` and its response, on the fetcher's
+/// connection (one request in flight).
+async fn call<R: Request>(
     stream: &mut TcpStream,
-    request: &FetchRequest,
+    request: &R,
+    version: i16,
     correlation: i32,
-) -> std::io::Result<FetchResponse> {
+) -> std::io::Result<R::Response> {
     let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
     let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::Fetch as i16)
-        .with_request_api_version(FETCH_VERSION)
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
         .with_correlation_id(correlation)
         .with_client_id(Some(StrBytes::from_static_str("skiff-replica")));
     let mut body = BytesMut::new();
     header
-        .encode(&mut body, FetchRequest::header_version(FETCH_VERSION))
+        .encode(&mut body, R::header_version(version))
         .map_err(|e| invalid(e.to_string()))?;
     request
-        .encode(&mut body, FETCH_VERSION)
+        .encode(&mut body, version)
         .map_err(|e| invalid(e.to_string()))?;
     let mut frame = BytesMut::with_capacity(4 + body.len());
     frame.put_i32(body.len() as i32);
@@ -286,7 +330,7 @@ async fn call(
         let mut buf = Bytes::from(buf);
         let header = ResponseHeader::decode(
             &mut buf,
-            ApiKey::Fetch.response_header_version(FETCH_VERSION),
+            <R::Response as HeaderVersion>::header_version(version),
         )
         .map_err(|e| invalid(e.to_string()))?;
         if header.correlation_id != correlation {
@@ -296,9 +340,13 @@ async fn call(
             )));
         }
         let response =
-            FetchResponse::decode(&mut buf, FETCH_VERSION).map_err(|e| invalid(e.to_string()))?;
+            R::Response::decode(&mut buf, version).map_err(|e| invalid(e.to_string()))?;
         if buf.has_remaining() {
-            tracing::debug!(extra = buf.remaining(), "fetch response had trailing bytes");
+            tracing::debug!(
+                api_key = R::KEY,
+                extra = buf.remaining(),
+                "response had trailing bytes"
+            );
         }
         Ok(response)
     })
@@ -306,7 +354,7 @@ async fn call(
     .unwrap_or_else(|| {
         Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
-            "fetch from the leader timed out",
+            "request to the leader timed out",
         ))
     })
 }
@@ -359,8 +407,22 @@ async fn apply(
                 break; // a partial batch at the end, as Fetch allows
             }
             let batch = rest.split_to(len);
-            if header.next_offset() <= partition.log_end() {
+            let end = partition.log_end();
+            if header.next_offset() <= end {
                 continue; // already have it (a retried fetch)
+            }
+            if header.base_offset < end && partition.log_start_offset().await? == end {
+                // Our empty log starts at the leader's log start, which is inside
+                // this batch (DeleteRecords on the leader): as Kafka's follower
+                // does, the log starts over at the batch's base offset; the
+                // leader's log start is applied below.
+                tracing::info!(
+                    partition = %tp, log_start_offset = end, batch_base_offset = header.base_offset,
+                    "the first batch starts before our empty log: starting the log at its base offset"
+                );
+                partition
+                    .truncate_fully_and_start_at(header.base_offset)
+                    .await?;
             }
             partition
                 .append_buffered(BytesMut::from(&batch[..]), AppendMode::Replica)
@@ -375,6 +437,16 @@ async fn apply(
     let hw = p.high_watermark.min(partition.durable_end());
     if hw >= 0 {
         partition.set_replicated_high_watermark(Some(hw));
+    }
+    // The leader's log start moved (retention, DeleteRecords): ours follows, up
+    // to our high watermark (Kafka's maybeIncrementLogStartOffset), and the
+    // segments wholly below it go.
+    if p.log_start_offset >= 0 {
+        let target = p.log_start_offset.min(partition.high_watermark());
+        if target > partition.log_start_offset().await? {
+            let start = partition.delete_records(target).await?;
+            tracing::debug!(partition = %tp, log_start_offset = start, "following the leader's log start");
+        }
     }
     Ok(())
 }
@@ -410,4 +482,128 @@ async fn truncate(
         f.ask_epoch = ask;
     }
     Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+enum OutOfRangeError {
+    /// The connection to the leader failed: reconnect.
+    #[error(transparent)]
+    Connection(#[from] std::io::Error),
+    #[error(transparent)]
+    Log(#[from] skiff_engine::LogError),
+    #[error("ListOffsets answered error code {0}")]
+    Code(i16),
+    #[error("ListOffsets answered no offset for the partition")]
+    Missing,
+}
+
+/// The leader answered OFFSET_OUT_OF_RANGE for our fetch offset (Kafka's
+/// `handleOutOfRangeError` / `fetchOffsetAndTruncate`): our log end is past
+/// the leader's end, or below its log start. Past its end: cut ours to it.
+/// Below its start: nothing we hold is in the leader's log any more, so ours
+/// starts over, empty, at the leader's log start, and the next fetch asks
+/// from there. The leader's log start comes from the fetch response when it
+/// carries one (`leader_start >= 0`), else from ListOffsets.
+async fn handle_out_of_range(
+    core: &Rc<CoreState>,
+    partitions: &Partitions,
+    stream: &mut TcpStream,
+    correlation: &mut i32,
+    tp: &TopicPartition,
+    leader_start: i64,
+) -> Result<(), OutOfRangeError> {
+    let Some(leader_epoch) = partitions.borrow().get(tp).map(|f| f.leader_epoch) else {
+        return Ok(()); // stopped following meanwhile
+    };
+    let Some(partition) = core.shard.local(tp) else {
+        return Ok(());
+    };
+    let local_end = partition.log_end();
+    let me = core.node.config.node_id;
+    // The questions take round trips: act only if we still follow this leader
+    // at this epoch (a replica elected meanwhile keeps its log).
+    let still = |partitions: &Partitions| {
+        partitions
+            .borrow()
+            .get(tp)
+            .is_some_and(|f| f.leader_epoch == leader_epoch)
+    };
+    let leader_start = if leader_start > local_end {
+        leader_start
+    } else {
+        let leader_end = list_offset(stream, correlation, me, tp, leader_epoch, LATEST).await?;
+        if leader_end < local_end && still(partitions) {
+            tracing::warn!(
+                partition = %tp, local_end, leader_end,
+                "our log ends past the leader's: truncating to the leader's log end"
+            );
+            partition.truncate_to(leader_end).await?;
+            reset_fetch_state(partitions, tp);
+            return Ok(());
+        }
+        list_offset(stream, correlation, me, tp, leader_epoch, EARLIEST).await?
+    };
+    let local_start = partition.log_start_offset().await?;
+    if leader_start > local_end && still(partitions) {
+        tracing::warn!(
+            partition = %tp, local_start, local_end, leader_log_start = leader_start,
+            "our log ends below the leader's log start: deleting it and starting over at the leader's log start"
+        );
+        partition.truncate_fully_and_start_at(leader_start).await?;
+        // Producer state is rebuilt from the log when it is next needed.
+        core.forget_partition(tp);
+        reset_fetch_state(partitions, tp);
+    } else {
+        // Our end is inside the leader's log now (it moved between the fetch
+        // and the questions), or leadership moved: fetch again after a pause.
+        tracing::debug!(partition = %tp, local_end, leader_log_start = leader_start, "out of range no more");
+        pause(partitions, tp);
+    }
+    Ok(())
+}
+
+/// After a truncation the next fetch carries our new latest epoch, not an
+/// older one the truncation rule was asking about.
+fn reset_fetch_state(partitions: &Partitions, tp: &TopicPartition) {
+    if let Some(f) = partitions.borrow_mut().get_mut(tp) {
+        f.ask_epoch = None;
+        f.paused_until = None;
+    }
+}
+
+/// The leader's offset for `timestamp` (LATEST: its log end, as answered to a
+/// replica id; EARLIEST: its log start).
+async fn list_offset(
+    stream: &mut TcpStream,
+    correlation: &mut i32,
+    me: i32,
+    tp: &TopicPartition,
+    leader_epoch: i32,
+    timestamp: i64,
+) -> Result<i64, OutOfRangeError> {
+    let request = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(me))
+        .with_isolation_level(0)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(tp.topic.clone())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(tp.partition)
+                .with_current_leader_epoch(leader_epoch)
+                .with_timestamp(timestamp)])]);
+    *correlation = correlation.wrapping_add(1);
+    let response = call(stream, &request, LIST_OFFSETS_VERSION, *correlation).await?;
+    let p = response
+        .topics
+        .iter()
+        .filter(|t| t.name.0.as_str() == tp.topic)
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.partition_index == tp.partition)
+        .ok_or(OutOfRangeError::Missing)?;
+    if p.error_code != 0 {
+        return Err(OutOfRangeError::Code(p.error_code));
+    }
+    if p.offset < 0 {
+        return Err(OutOfRangeError::Missing);
+    }
+    Ok(p.offset)
 }
