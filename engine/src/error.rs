@@ -50,6 +50,9 @@ pub enum LogError {
     BadPartitionDir(String),
     #[error(transparent)]
     DataDir(#[from] crate::data_dir::DataDirError),
+    /// A producer snapshot may only describe flushed records.
+    #[error("producer snapshot at offset {offset} is above the flushed offset {flushed_offset}")]
+    SnapshotNotFlushed { offset: i64, flushed_offset: i64 },
     #[error("shard runtime is stopped")]
     RuntimeStopped,
 }

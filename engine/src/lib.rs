@@ -27,6 +27,7 @@ pub mod leader_epoch;
 pub mod log;
 pub mod recovery;
 pub mod segment;
+pub mod snapshot;
 pub mod stats;
 
 pub use cleaner::{CleanStats, Cleaner, CleanerConfig};

@@ -42,6 +42,7 @@ use crate::segment::{
     remove_segment_files, segment_path, swap_path, Segment, INDEX_SUFFIX, LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
 };
+use crate::snapshot;
 
 /// How an append gets its offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +130,10 @@ impl PartitionLog {
         if recovered.truncated_bytes > 0 {
             tracing::warn!(dir = %dir.display(), bytes = recovered.truncated_bytes, "recovery cut an invalid tail");
         }
+        // Producer snapshots above the recovered end describe records the
+        // crash took away (a `.snapshot.tmp` went with recovery's other
+        // temporaries).
+        snapshot::delete_above(dir, recovered.log_end_offset).await?;
         // The epoch cache agrees with the recovered log: the epoch in force at
         // the log start starts there (a crash may have come between moving the
         // start and cutting the cache), and epochs from the log end on go. An
@@ -654,6 +659,9 @@ impl PartitionLog {
 
     async fn truncate_inner(&mut self, offset: i64) -> Result<()> {
         let offset = offset.max(self.log_start_offset);
+        // Snapshots of what is cut go first, durably: a crash half-way must not
+        // leave one describing records the log no longer (or differently) has.
+        snapshot::delete_above(&self.dir, offset).await?;
         // Segments wholly at or past the cut go, keeping the first as the new home.
         let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
         let keep_first = self.segments.range(..offset).next_back().is_none();
@@ -707,11 +715,34 @@ impl PartitionLog {
         if self.epochs.truncate_from_end(self.log_end_offset) {
             self.epochs.persist().await?;
         }
+        // The cut may land below `offset` (the start of the batch holding it).
+        snapshot::delete_above(&self.dir, self.log_end_offset).await?;
         self.flushed_offset = self.flushed_offset.min(self.log_end_offset);
         self.checkpoint_recovery_point().await?;
         self.active().flush().await?;
         self.flushed_offset = self.log_end_offset;
         Ok(())
+    }
+
+    /// Stores an opaque producer-state snapshot describing the log below
+    /// `offset` (see `snapshot`): only for flushed offsets, so a crash cannot
+    /// take away what it describes. Keeps the newest `snapshot::SNAPSHOTS_KEPT`.
+    /// Not on the append path; nothing is written once the log is offline.
+    pub async fn write_producer_snapshot(&mut self, offset: i64, body: &[u8]) -> Result<()> {
+        self.check_online()?;
+        if offset > self.flushed_offset || offset < 0 {
+            return Err(LogError::SnapshotNotFlushed {
+                offset,
+                flushed_offset: self.flushed_offset,
+            });
+        }
+        snapshot::write(&self.dir, offset, body).await
+    }
+
+    /// The newest producer snapshot at or below the log end whose frame
+    /// checks (corrupt ones are logged and skipped): its offset and body.
+    pub async fn latest_producer_snapshot(&self) -> Result<Option<(i64, Bytes)>> {
+        snapshot::latest(&self.dir, self.log_end_offset).await
     }
 
     /// Kafka's `truncateFullyAndStartAt`: every segment goes and the log starts
@@ -766,6 +797,11 @@ impl PartitionLog {
             )));
         }
         let (old_start, old_end) = (self.log_start_offset, self.log_end_offset);
+        // 0. Producer snapshots all go, durably, before anything else: they
+        // describe the old log (Kafka's truncateFullyAndStartAt clears the
+        // producer state too). A crash after this finds the old log without
+        // them: slower to load, never wrong.
+        snapshot::delete_above(&self.dir, -1).await?;
         // 1. Checkpoints lowered where they would claim more than the new log holds.
         if self.recovery_point > offset {
             write_recovery_point(&self.dir, &self.topic, self.partition, offset).await?;

@@ -50,6 +50,9 @@ pub struct Partition {
     checkpointed_hw: Option<i64>,
     /// The owning core's counters (fdatasync count and latency).
     stats: Rc<ShardStats>,
+    /// Bumped by every truncation: a producer snapshot prepared before one
+    /// is not written (`write_producer_snapshot`).
+    truncations: Cell<u64>,
 }
 
 /// A partition log's size and state, for metrics.
@@ -81,6 +84,7 @@ impl Partition {
             checkpointed_hw,
             // Built on the core that owns it: that core's stats.
             stats: stats::local(),
+            truncations: Cell::new(0),
         }
     }
 
@@ -316,6 +320,7 @@ impl Partition {
 
     pub async fn truncate_to(&self, offset: i64) -> Result<()> {
         let mut log = self.write().await?;
+        self.truncations.set(self.truncations.get() + 1);
         log.truncate_to(offset).await?;
         self.flushed_offset.set(log.flushed_offset());
         self.log_end_offset.set(log.log_end_offset());
@@ -327,6 +332,7 @@ impl Partition {
     /// watermark, if replication set one, becomes `offset` too.
     pub async fn truncate_fully_and_start_at(&self, offset: i64) -> Result<()> {
         let mut log = self.write().await?;
+        self.truncations.set(self.truncations.get() + 1);
         log.truncate_fully_and_start_at(offset).await?;
         self.flushed_offset.set(log.flushed_offset());
         self.log_end_offset.set(log.log_end_offset());
@@ -428,6 +434,37 @@ impl Partition {
             .await?
             .delete_records(offset, high_watermark)
             .await
+    }
+
+    /// How many truncations this partition has seen since it opened (read it
+    /// when taking the state a producer snapshot will describe).
+    pub fn truncations(&self) -> u64 {
+        self.truncations.get()
+    }
+
+    /// Writes a producer snapshot for the log below `offset` (see
+    /// `PartitionLog::write_producer_snapshot`) unless the partition was
+    /// truncated since `truncations` was read: then the state it describes may
+    /// include records that are gone, and `Ok(false)` is answered. Under the
+    /// write lock, so a truncation cannot run between the check and the
+    /// write (and one after it deletes the file).
+    pub async fn write_producer_snapshot(
+        &self,
+        offset: i64,
+        body: &[u8],
+        truncations: u64,
+    ) -> Result<bool> {
+        let mut log = self.write().await?;
+        if self.truncations.get() != truncations {
+            return Ok(false);
+        }
+        log.write_producer_snapshot(offset, body).await?;
+        Ok(true)
+    }
+
+    /// The newest valid producer snapshot at or below the log end.
+    pub async fn latest_producer_snapshot(&self) -> Result<Option<(i64, bytes::Bytes)>> {
+        self.shared().await?.latest_producer_snapshot().await
     }
 
     /// Persists the flushed offset as the recovery point (periodic, cheap when

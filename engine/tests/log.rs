@@ -839,3 +839,161 @@ fn recovery_removes_segments_wholly_below_the_checkpointed_start() {
         log.close().await.unwrap();
     });
 }
+
+/// The producer snapshot files in `dir`, by offset.
+fn snapshot_files(dir: &std::path::Path) -> Vec<i64> {
+    skiff_engine::snapshot::list(dir).unwrap()
+}
+
+async fn append_n(log: &mut skiff_engine::PartitionLog, n: u64) {
+    for i in 0..n {
+        log.append(mutable(&batch(i, 1, 50, 0)), LEADER)
+            .await
+            .unwrap();
+    }
+}
+
+#[test]
+fn producer_snapshots_written_read_back_and_only_two_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        assert!(log.latest_producer_snapshot().await.unwrap().is_none());
+        append_n(&mut log, 10).await;
+        // Nothing above the flushed offset: a crash could take those records.
+        assert!(matches!(
+            log.write_producer_snapshot(5, b"five").await,
+            Err(LogError::SnapshotNotFlushed { offset: 5, .. })
+        ));
+        assert!(snapshot_files(&path).is_empty());
+        log.flush().await.unwrap();
+        log.write_producer_snapshot(3, b"three").await.unwrap();
+        log.write_producer_snapshot(5, b"five").await.unwrap();
+        assert_eq!(snapshot_files(&path), vec![3, 5]);
+        let (offset, body) = log.latest_producer_snapshot().await.unwrap().unwrap();
+        assert_eq!((offset, &body[..]), (5, &b"five"[..]));
+        log.write_producer_snapshot(10, b"").await.unwrap();
+        assert_eq!(
+            snapshot_files(&path),
+            vec![5, 10],
+            "only the newest two stay"
+        );
+        let (offset, body) = log.latest_producer_snapshot().await.unwrap().unwrap();
+        assert_eq!((offset, body.len()), (10, 0));
+        assert!(path.join("00000000000000000010.snapshot").exists());
+        // A clean reopen keeps them.
+        log.close().await.unwrap();
+        let log = open(&path, small_config()).await.unwrap();
+        assert_eq!(snapshot_files(&path), vec![5, 10]);
+        assert_eq!(log.latest_producer_snapshot().await.unwrap().unwrap().0, 10);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn corrupt_producer_snapshot_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        append_n(&mut log, 10).await;
+        log.flush().await.unwrap();
+        log.write_producer_snapshot(4, b"four").await.unwrap();
+        log.write_producer_snapshot(9, b"nine").await.unwrap();
+        // A flipped bit in the newest: the older one is used.
+        let newest = skiff_engine::snapshot::snapshot_path(&path, 9);
+        let mut bytes = std::fs::read(&newest).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        std::fs::write(&newest, &bytes).unwrap();
+        let (offset, body) = log.latest_producer_snapshot().await.unwrap().unwrap();
+        assert_eq!((offset, &body[..]), (4, &b"four"[..]));
+        // A torn older one too: none.
+        let older = skiff_engine::snapshot::snapshot_path(&path, 4);
+        std::fs::write(&older, &std::fs::read(&older).unwrap()[..7]).unwrap();
+        assert!(log.latest_producer_snapshot().await.unwrap().is_none());
+        // Garbage and an empty file are no better.
+        std::fs::write(&older, b"").unwrap();
+        std::fs::write(&newest, vec![0xff; 100]).unwrap();
+        assert!(log.latest_producer_snapshot().await.unwrap().is_none());
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn truncation_deletes_producer_snapshots_above_the_new_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        append_n(&mut log, 10).await;
+        log.flush().await.unwrap();
+        log.write_producer_snapshot(4, b"four").await.unwrap();
+        log.write_producer_snapshot(8, b"eight").await.unwrap();
+        log.truncate_to(6).await.unwrap();
+        assert_eq!(log.log_end_offset(), 6);
+        assert_eq!(snapshot_files(&path), vec![4]);
+        // Regrown past 8: the old snapshot at 8 must not come back.
+        append_n(&mut log, 5).await;
+        log.flush().await.unwrap();
+        assert_eq!(log.latest_producer_snapshot().await.unwrap().unwrap().0, 4);
+        // Cut at the snapshot's own offset: it describes exactly what is left.
+        log.truncate_to(4).await.unwrap();
+        assert_eq!(snapshot_files(&path), vec![4]);
+        log.truncate_to(0).await.unwrap();
+        assert!(snapshot_files(&path).is_empty());
+        assert!(log.latest_producer_snapshot().await.unwrap().is_none());
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn reopen_after_a_crash_keeps_only_producer_snapshots_within_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let path2 = path.clone();
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        append_n(&mut log, 10).await;
+        log.flush().await.unwrap();
+        log.write_producer_snapshot(10, b"ten").await.unwrap();
+        // No close: the process dies here.
+        drop(log);
+    });
+    // What a crash can leave: a snapshot describing records that did not
+    // survive (the engine never writes one, but a damaged disk or an older
+    // version could), and a half-written temporary file.
+    std::fs::write(
+        skiff_engine::snapshot::snapshot_path(&path2, 50),
+        skiff_engine::snapshot::encode(b"fifty"),
+    )
+    .unwrap();
+    std::fs::write(path2.join("00000000000000000012.snapshot.tmp"), b"torn").unwrap();
+    run(move || async move {
+        let log = open(&path2, small_config()).await.unwrap();
+        assert_eq!(log.log_end_offset(), 10);
+        assert_eq!(snapshot_files(&path2), vec![10]);
+        assert!(!path2.join("00000000000000000012.snapshot.tmp").exists());
+        let (offset, body) = log.latest_producer_snapshot().await.unwrap().unwrap();
+        assert_eq!((offset, &body[..]), (10, &b"ten"[..]));
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn truncate_fully_deletes_every_producer_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        append_n(&mut log, 10).await;
+        log.flush().await.unwrap();
+        log.write_producer_snapshot(4, b"four").await.unwrap();
+        log.write_producer_snapshot(10, b"ten").await.unwrap();
+        log.truncate_fully_and_start_at(50).await.unwrap();
+        assert!(snapshot_files(&path).is_empty());
+        assert!(log.latest_producer_snapshot().await.unwrap().is_none());
+        log.close().await.unwrap();
+    });
+}

@@ -148,6 +148,7 @@ impl Node {
                 crate::replica::apply_table(core.clone(), core.topics()).await;
                 let loaded = Coordinator::current().wait_loaded().await;
                 crate::replica::start_shrink_timer(core.clone());
+                crate::handlers::produce::start_snapshot_timer(core.clone());
                 coordinator::start_ticker(core);
                 anyhow::Ok(loaded)
             })??;
@@ -190,6 +191,10 @@ impl Node {
 
 fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
     set_phase(&runtime, Phase::Stopping)?;
+    // Producer snapshots while this node still leads (a controlled shutdown
+    // moves leaderships, which forgets producer state), and again below once
+    // the last produces are in.
+    snapshot_producers(&runtime)?;
     // Leaderships move to other nodes while this one still serves.
     runtime.block_on(0, |_| async move { cluster::shut_down().await })?;
     // Members waiting in JoinGroup/SyncGroup are answered first, so their
@@ -206,6 +211,7 @@ fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
             let _ = serve.await;
         })?;
     }
+    snapshot_producers(&runtime)?;
     // Metrics last: /health answers "stopping" while requests drain.
     runtime.block_on(0, |_| async move {
         if let Some((stop, serve)) = METRICS_LISTENER.with(|l| l.borrow_mut().take()) {
@@ -214,6 +220,19 @@ fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
         }
     })?;
     runtime.shutdown()?;
+    Ok(())
+}
+
+/// Every core writes its producer snapshots (see
+/// `handlers::produce::snapshot_producers`).
+fn snapshot_producers(runtime: &Runtime) -> anyhow::Result<()> {
+    for core in 0..runtime.shards() {
+        runtime.block_on(core, |_| async move {
+            if let Some(core) = CoreState::current() {
+                crate::handlers::produce::snapshot_producers(&core).await;
+            }
+        })?;
+    }
     Ok(())
 }
 

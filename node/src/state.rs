@@ -108,6 +108,12 @@ pub struct PartitionProducers {
     pub lock: Semaphore,
     pub loaded: Cell<bool>,
     pub states: RefCell<ProducerStates>,
+    /// `Partition::truncations` when the state was loaded: the state describes
+    /// the log only while no truncation happened since.
+    pub truncations: Cell<u64>,
+    /// The offset of the producer snapshot the state was last written to or
+    /// loaded from (-1: none): a snapshot is written when the log end moved.
+    pub snapshot_offset: Cell<i64>,
 }
 
 impl CoreState {
@@ -148,9 +154,30 @@ impl CoreState {
                     lock: Semaphore::new(1),
                     loaded: Cell::new(false),
                     states: RefCell::new(ProducerStates::default()),
+                    truncations: Cell::new(0),
+                    snapshot_offset: Cell::new(-1),
                 })
             })
             .clone()
+    }
+
+    /// The loaded producer states of this core's partitions.
+    pub fn loaded_producers(&self) -> Vec<(TopicPartition, Rc<PartitionProducers>)> {
+        self.producers
+            .borrow()
+            .iter()
+            .filter(|(_, p)| p.loaded.get())
+            .map(|(tp, p)| (tp.clone(), p.clone()))
+            .collect()
+    }
+
+    /// Whether `producers` is still the state of `tp` (not forgotten since:
+    /// a leadership change or a deletion).
+    pub fn is_current(&self, tp: &TopicPartition, producers: &Rc<PartitionProducers>) -> bool {
+        self.producers
+            .borrow()
+            .get(tp)
+            .is_some_and(|p| Rc::ptr_eq(p, producers))
     }
 
     pub fn forget_partition(&self, tp: &TopicPartition) {

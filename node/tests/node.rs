@@ -381,6 +381,174 @@ fn produce_fetch_idempotence_and_restarts() {
     node.terminate();
 }
 
+/// The producer snapshot files (by offset) in a partition's directory.
+fn snapshot_offsets(dir: &Path) -> Vec<i64> {
+    let mut offsets: Vec<i64> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let name = e.ok()?.file_name().into_string().ok()?;
+                    name.strip_suffix(".snapshot")?.parse().ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    offsets.sort_unstable();
+    offsets
+}
+
+fn wait_for_snapshot(dir: &Path, offset: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !snapshot_offsets(dir).contains(&offset) {
+        assert!(
+            Instant::now() < deadline,
+            "no producer snapshot at {offset} in {}: {:?}",
+            dir.display(),
+            snapshot_offsets(dir)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const SNAPSHOT_SETTINGS: [&str; 2] = [
+    "log.flush.offset.checkpoint.interval.ms=200",
+    "log.retention.check.interval.ms=100",
+];
+
+/// Producer state comes back from the snapshot, not only from the log: the
+/// producer's batches are in a segment retention deleted, yet after a
+/// SIGTERM and a SIGKILL restart its retry is still a duplicate answered with
+/// the original offset and its next sequence appends (a rebuild from the log
+/// alone would not know the producer: UNKNOWN_PRODUCER_ID).
+#[test]
+fn producer_snapshots_survive_restarts_and_retention() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let node = NodeProcess::start(tmp.path(), port, &SNAPSHOT_SETTINGS);
+    let mut c = node.client();
+    // Batches carry 1970 timestamps: every closed segment is past retention.
+    create_topic_with(
+        &mut c,
+        "idem",
+        1,
+        &[("segment.bytes", "16384"), ("retention.ms", "60000")],
+    );
+    let value = "v".repeat(4000);
+    for seq in 0..4 {
+        assert_eq!(
+            produce(&mut c, "idem", 0, batch(&[&value], Some((42, 0, seq)))),
+            (0, i64::from(seq))
+        );
+    }
+    for i in 0..8 {
+        assert_eq!(
+            produce(&mut c, "idem", 0, batch(&[&value], None)),
+            (0, 4 + i)
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while earliest_offset(&mut c, "idem") < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "retention did not delete the producer's segment"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir = tmp.path().join("idem-0");
+    wait_for_snapshot(&dir, 12);
+    assert!(snapshot_offsets(&dir).len() <= 2, "at most two kept");
+    drop(c);
+
+    node.terminate();
+    let node = NodeProcess::start(tmp.path(), port, &SNAPSHOT_SETTINGS);
+    let mut c = node.client();
+    assert_eq!(
+        produce(&mut c, "idem", 0, batch(&[&value], Some((42, 0, 3)))),
+        (0, 3),
+        "a retry of the last batch after a SIGTERM restart: a duplicate at its offset"
+    );
+    assert_eq!(
+        produce(&mut c, "idem", 0, batch(&[&value], Some((42, 0, 4)))),
+        (0, 12)
+    );
+    drop(c);
+
+    // SIGKILL: the state comes from a snapshot plus the log after it.
+    node.kill();
+    let node = NodeProcess::start(tmp.path(), port, &SNAPSHOT_SETTINGS);
+    let mut c = node.client();
+    assert_eq!(
+        produce(&mut c, "idem", 0, batch(&[&value], Some((42, 0, 4)))),
+        (0, 12),
+        "a retry after a SIGKILL restart"
+    );
+    assert_eq!(
+        produce(&mut c, "idem", 0, batch(&[&value], Some((42, 0, 6)))).0,
+        45,
+        "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    );
+    assert_eq!(
+        produce(&mut c, "idem", 0, batch(&[&value], Some((42, 0, 5)))),
+        (0, 13)
+    );
+    drop(c);
+    node.terminate();
+}
+
+/// A corrupt snapshot on disk: the node starts, says so, and rebuilds the
+/// producer state from the whole log, so deduplication still holds.
+#[test]
+fn corrupt_producer_snapshot_falls_back_to_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let node = NodeProcess::start(tmp.path(), port, &SNAPSHOT_SETTINGS);
+    let mut c = node.client();
+    create_topic(&mut c, "plain", 1);
+    for seq in 0..5 {
+        assert_eq!(
+            produce(
+                &mut c,
+                "plain",
+                0,
+                batch(&["x", "y"], Some((7, 0, seq * 2)))
+            ),
+            (0, i64::from(seq) * 2)
+        );
+    }
+    let dir = tmp.path().join("plain-0");
+    wait_for_snapshot(&dir, 10);
+    drop(c);
+    node.terminate();
+    // Every snapshot damaged: a flipped byte in the body.
+    let offsets = snapshot_offsets(&dir);
+    assert!(!offsets.is_empty());
+    for offset in &offsets {
+        let path = dir.join(format!("{offset:020}.snapshot"));
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01;
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let node = NodeProcess::start(tmp.path(), port, &SNAPSHOT_SETTINGS);
+    let mut c = node.client();
+    assert_eq!(
+        produce(&mut c, "plain", 0, batch(&["x", "y"], Some((7, 0, 8)))),
+        (0, 8),
+        "a retry of the last batch: a duplicate at its offset"
+    );
+    assert_eq!(
+        produce(&mut c, "plain", 0, batch(&["x"], Some((7, 0, 10)))),
+        (0, 10)
+    );
+    assert!(
+        node.log_tail().contains("corrupt producer snapshot"),
+        "the corrupt snapshot is reported:\n{}",
+        node.log_tail()
+    );
+    drop(c);
+    node.terminate();
+}
+
 fn raw_connection(port: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -12,7 +12,7 @@ mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod offsets_for_leader_epoch;
-mod produce;
+pub mod produce;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -275,7 +275,9 @@ pub fn error_code(e: &LogError) -> ResponseError {
         | LogError::Recovery(_)
         | LogError::Checkpoint { .. }
         | LogError::DataDir(_) => ResponseError::KafkaStorageError,
-        LogError::BadPartitionDir(_) => ResponseError::KafkaStorageError,
+        LogError::BadPartitionDir(_) | LogError::SnapshotNotFlushed { .. } => {
+            ResponseError::KafkaStorageError
+        }
         LogError::RuntimeStopped => ResponseError::NotLeaderOrFollower,
     }
 }

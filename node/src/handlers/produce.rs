@@ -25,7 +25,7 @@ use skiff_engine::batch::{self, BatchHeader};
 use skiff_engine::{AppendMode, LogError, Partition, Shard, TopicPartition};
 
 use super::{error_code, now_ms, str_bytes};
-use crate::producer::{BatchMeta, SequenceCheck};
+use crate::producer::{BatchMeta, ProducerStates, SequenceCheck};
 use crate::state::CoreState;
 
 /// Bound on how long acks=all waits for the replicas, whatever the client asks.
@@ -385,7 +385,7 @@ async fn append_idempotent(
             .await
             .map_err(|_| LogError::RuntimeStopped)?;
         if !producers.loaded.get() {
-            rebuild(partition, &producers).await?;
+            rebuild(partition, tp, &producers).await?;
             producers.loaded.set(true);
         }
         let first_seq = header.base_sequence;
@@ -449,13 +449,35 @@ async fn append_idempotent(
     Ok((info.base_offset, info.last_offset, false))
 }
 
-/// Rebuilds the producers' state from the batches in the log.
+/// Rebuilds the producers' state: from the latest producer snapshot (the
+/// state of the log below its offset), then the batches after it; from the
+/// log's start when there is no usable snapshot.
 async fn rebuild(
     partition: &Partition,
+    tp: &TopicPartition,
     producers: &crate::state::PartitionProducers,
 ) -> Result<(), LogError> {
+    producers.truncations.set(partition.truncations());
+    *producers.states.borrow_mut() = ProducerStates::default();
+    producers.snapshot_offset.set(-1);
     let end = partition.log_end_offset().await?;
-    let mut offset = partition.log_start_offset().await?;
+    let start = partition.log_start_offset().await?;
+    let mut offset = start;
+    if let Some((at, body)) = partition.latest_producer_snapshot().await? {
+        match ProducerStates::decode(&body) {
+            Ok(states) => {
+                *producers.states.borrow_mut() = states;
+                producers.snapshot_offset.set(at);
+                // Records below the log start are gone; their producers stay.
+                offset = at.max(start);
+            }
+            Err(reason) => {
+                tracing::warn!(partition = %tp, %reason, offset = at, "undecodable producer snapshot: rebuilding from the whole log");
+            }
+        }
+    }
+    let scanned_from = offset;
+    let started = std::time::Instant::now();
     while offset < end {
         let read = partition.read(offset, 8 << 20, end).await?;
         if read.batches.is_empty() {
@@ -480,5 +502,92 @@ async fn rebuild(
         }
         offset = read.next_offset;
     }
+    tracing::debug!(
+        partition = %tp,
+        snapshot = producers.snapshot_offset.get(),
+        scanned_from,
+        end,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "producer state loaded"
+    );
     Ok(())
+}
+
+/// Writes a producer snapshot for every partition of this core whose producer
+/// state is loaded and whose log end moved since its last snapshot (every
+/// checkpoint interval and at a clean stop), so the next load reads only the
+/// log after it. Failures are logged: the state is still rebuilt from the log.
+pub async fn snapshot_producers(core: &Rc<CoreState>) {
+    for (tp, producers) in core.loaded_producers() {
+        let Some(partition) = core.shard.local(&tp) else {
+            continue;
+        };
+        match snapshot_partition(core, &tp, &partition, &producers).await {
+            Ok(Some(offset)) => {
+                tracing::debug!(partition = %tp, offset, "producer snapshot written")
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(partition = %tp, error = %e, "producer snapshot not written"),
+        }
+    }
+}
+
+/// One partition's snapshot. The state and the offset it is complete up to
+/// are taken together under the producer lock (every idempotent append is
+/// recorded under it, so the state holds exactly the producer batches below
+/// the log end at that moment); the file is written outside the lock once
+/// that offset is flushed, and only if no truncation happened since the state
+/// was loaded and it is still this partition's state.
+async fn snapshot_partition(
+    core: &Rc<CoreState>,
+    tp: &TopicPartition,
+    partition: &Partition,
+    producers: &Rc<crate::state::PartitionProducers>,
+) -> Result<Option<i64>, LogError> {
+    let (offset, body, truncations) = {
+        let _permit = producers
+            .lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| LogError::RuntimeStopped)?;
+        if !producers.loaded.get() || !core.is_current(tp, producers) {
+            return Ok(None);
+        }
+        let end = partition.log_end();
+        if end == producers.snapshot_offset.get() {
+            return Ok(None);
+        }
+        (
+            end,
+            producers.states.borrow().encode(),
+            producers.truncations.get(),
+        )
+    };
+    // A snapshot may describe only records a crash cannot take away.
+    partition.flush_to(offset).await?;
+    if !core.is_current(tp, producers)
+        || !partition
+            .write_producer_snapshot(offset, &body, truncations)
+            .await?
+    {
+        return Ok(None);
+    }
+    producers.snapshot_offset.set(offset);
+    Ok(Some(offset))
+}
+
+/// Snapshots producer state every `log.flush.offset.checkpoint.interval.ms`
+/// (per core, until the core stops serving).
+pub fn start_snapshot_timer(core: Rc<CoreState>) {
+    let every = Duration::from_millis(core.node.config.checkpoint_interval_ms.max(100));
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(every).await;
+            if core.stopping.get() {
+                return;
+            }
+            snapshot_producers(&core).await;
+        }
+    })
+    .detach();
 }
