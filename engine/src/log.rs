@@ -264,6 +264,12 @@ impl PartitionLog {
         result
     }
 
+    /// Writes one of the partition's offset checkpoint files (log start,
+    /// cleaner point, high watermark) crash-safely.
+    async fn write_checkpoint(&self, file: &str, offset: i64) -> Result<()> {
+        write_offset_checkpoint(&self.dir.join(file), &self.topic, self.partition, offset).await
+    }
+
     fn active(&mut self) -> &mut Segment {
         // Invariant: `segments` is never empty (open creates one, truncate keeps one).
         #[allow(clippy::expect_used)]
@@ -420,13 +426,7 @@ impl PartitionLog {
         if self.high_watermark_checkpoint == Some(hw) || self.offline.is_some() {
             return Ok(());
         }
-        recovery::write_offset_checkpoint(
-            &self.dir.join(HIGH_WATERMARK_FILE),
-            &self.topic,
-            self.partition,
-            hw,
-        )
-        .await?;
+        self.write_checkpoint(HIGH_WATERMARK_FILE, hw).await?;
         self.high_watermark_checkpoint = Some(hw);
         Ok(())
     }
@@ -704,13 +704,8 @@ impl PartitionLog {
         if self.first_dirty_offset > self.log_end_offset {
             // Offsets appended again past the cut are not clean.
             self.first_dirty_offset = self.log_end_offset;
-            write_offset_checkpoint(
-                &self.dir.join(CLEANER_CHECKPOINT_FILE),
-                &self.topic,
-                self.partition,
-                self.log_end_offset,
-            )
-            .await?;
+            self.write_checkpoint(CLEANER_CHECKPOINT_FILE, self.log_end_offset)
+                .await?;
         }
         if self.epochs.truncate_from_end(self.log_end_offset) {
             self.epochs.persist().await?;
@@ -808,13 +803,8 @@ impl PartitionLog {
             self.recovery_point = offset;
         }
         if self.first_dirty_offset > offset {
-            write_offset_checkpoint(
-                &self.dir.join(CLEANER_CHECKPOINT_FILE),
-                &self.topic,
-                self.partition,
-                offset,
-            )
-            .await?;
+            self.write_checkpoint(CLEANER_CHECKPOINT_FILE, offset)
+                .await?;
             self.first_dirty_offset = offset;
         }
         self.tombstone_horizon = None;
@@ -824,13 +814,8 @@ impl PartitionLog {
         if offset < self.log_start_offset {
             // A crash before the commit must still find the old start, above the
             // new segment made next (which recovery then drops as wholly below it).
-            write_offset_checkpoint(
-                &self.dir.join(LOG_START_OFFSET_FILE),
-                &self.topic,
-                self.partition,
-                self.log_start_offset,
-            )
-            .await?;
+            self.write_checkpoint(LOG_START_OFFSET_FILE, self.log_start_offset)
+                .await?;
         }
         // 2. The new, empty active segment (or the empty one already there: by
         // the precondition a segment starting at or past the log end is empty).
@@ -851,13 +836,7 @@ impl PartitionLog {
             Some(Segment::create(&self.dir, offset, &self.config).await?)
         };
         // 3. The commit point.
-        write_offset_checkpoint(
-            &self.dir.join(LOG_START_OFFSET_FILE),
-            &self.topic,
-            self.partition,
-            offset,
-        )
-        .await?;
+        self.write_checkpoint(LOG_START_OFFSET_FILE, offset).await?;
         let mut old = std::mem::take(&mut self.segments);
         let mut segment = match created.or_else(|| old.remove(&offset)) {
             Some(segment) => segment,
@@ -991,13 +970,7 @@ impl PartitionLog {
         if offset <= self.log_start_offset {
             return Ok(());
         }
-        write_offset_checkpoint(
-            &self.dir.join(LOG_START_OFFSET_FILE),
-            &self.topic,
-            self.partition,
-            offset,
-        )
-        .await?;
+        self.write_checkpoint(LOG_START_OFFSET_FILE, offset).await?;
         self.log_start_offset = offset;
         self.cache.truncate_front(self.cache_id, offset);
         if self.epochs.truncate_from_start(offset) {
@@ -1151,13 +1124,8 @@ impl PartitionLog {
     ) -> Result<()> {
         self.tombstone_horizon = tombstone_horizon;
         if first_dirty > self.first_dirty_offset && self.offline_reason().is_none() {
-            write_offset_checkpoint(
-                &self.dir.join(CLEANER_CHECKPOINT_FILE),
-                &self.topic,
-                self.partition,
-                first_dirty,
-            )
-            .await?;
+            self.write_checkpoint(CLEANER_CHECKPOINT_FILE, first_dirty)
+                .await?;
             self.first_dirty_offset = first_dirty;
         }
         Ok(())

@@ -474,27 +474,34 @@ fn main() {
     println!("4 passed, 0 failed");
 }
 
-/// See the module docs: a write failure mid-append loses no acknowledged batch.
-fn full_disk() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("full-0");
-    let limit = 3 << 20;
+/// Runs this binary as `child_flag DIR` under a file-size limit of `limit`
+/// bytes (SIGXFSZ ignored, so a write past it fails with EFBIG as on a full
+/// disk); the child must exit 3, after the error it reported. Its stdout.
+fn run_limited_child(limit: u64, child_flag: &str, dir: &Path) -> String {
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "trap '' XFSZ; exec prlimit --fsize={limit} -- \"$0\" --child-fill \"$1\""
+            "trap '' XFSZ; exec prlimit --fsize={limit} -- \"$0\" {child_flag} \"$1\""
         ))
         .arg(std::env::current_exe().unwrap())
-        .arg(&dir)
+        .arg(dir)
         .output()
         .expect("run sh/prlimit");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
         out.status.code(),
         Some(3),
         "child must stop on the error it reported: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+/// See the module docs: a write failure mid-append loses no acknowledged batch.
+fn full_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("full-0");
+    let stdout = run_limited_child(3 << 20, "--child-fill", &dir);
     let err = stdout
         .lines()
         .find_map(|l| l.strip_prefix("ERR "))
@@ -545,22 +552,7 @@ fn full_disk() {
 fn full_disk_at_roll() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("roll-0");
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "trap '' XFSZ; exec prlimit --fsize={ROLL_LIMIT} -- \"$0\" --child-roll \"$1\""
-        ))
-        .arg(std::env::current_exe().unwrap())
-        .arg(&dir)
-        .output()
-        .expect("run sh/prlimit");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "child must stop on the error it reported: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_limited_child(ROLL_LIMIT, "--child-roll", &dir);
     let line = |prefix: &str| {
         stdout
             .lines()
