@@ -244,6 +244,18 @@ impl PartitionLog {
         }
     }
 
+    /// `check_online`, and closed logs refused too (appends, starting over).
+    fn check_writable(&self) -> Result<()> {
+        self.check_online()?;
+        if self.closed {
+            return Err(LogError::Offline(format!(
+                "{} is closed",
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+
     /// Passes `result` through; an error takes the log offline (the first
     /// reason is kept). For results of the write path only, where any error is
     /// an I/O failure that leaves the file's tail unknown.
@@ -282,13 +294,7 @@ impl PartitionLog {
     /// Appends one batch. The batch is validated first (CRC, lengths, record
     /// count); an invalid batch is rejected with nothing written.
     pub async fn append(&mut self, mut batch: BytesMut, mode: AppendMode) -> Result<AppendInfo> {
-        self.check_online()?;
-        if self.closed {
-            return Err(LogError::Offline(format!(
-                "{} is closed",
-                self.dir.display()
-            )));
-        }
+        self.check_writable()?;
         if batch.len() > self.config.max_batch_bytes {
             return Err(LogError::BatchTooLarge {
                 size: batch.len(),
@@ -782,15 +788,7 @@ impl PartitionLog {
                 log_end_offset: self.log_end_offset,
             });
         }
-        if let Some(reason) = self.offline_reason() {
-            return Err(LogError::Offline(reason.to_string()));
-        }
-        if self.closed {
-            return Err(LogError::Offline(format!(
-                "{} is closed",
-                self.dir.display()
-            )));
-        }
+        self.check_writable()?;
         let (old_start, old_end) = (self.log_start_offset, self.log_end_offset);
         // 0. Producer snapshots all go, durably, before anything else: they
         // describe the old log (Kafka's truncateFullyAndStartAt clears the
@@ -819,7 +817,7 @@ impl PartitionLog {
         }
         // 2. The new, empty active segment (or the empty one already there: by
         // the precondition a segment starting at or past the log end is empty).
-        let reuse = match self.segments.get(&offset) {
+        let created = match self.segments.get(&offset) {
             Some(segment) if !segment.is_empty() => {
                 return Err(LogError::OffsetOutOfRange {
                     offset,
@@ -827,13 +825,8 @@ impl PartitionLog {
                     log_end_offset: self.log_end_offset,
                 })
             }
-            Some(_) => true,
-            None => false,
-        };
-        let created = if reuse {
-            None
-        } else {
-            Some(Segment::create(&self.dir, offset, &self.config).await?)
+            Some(_) => None,
+            None => Some(Segment::create(&self.dir, offset, &self.config).await?),
         };
         // 3. The commit point.
         self.write_checkpoint(LOG_START_OFFSET_FILE, offset).await?;

@@ -321,10 +321,15 @@ impl Partition {
     pub async fn truncate_to(&self, offset: i64) -> Result<()> {
         let mut log = self.write().await?;
         self.truncations.set(self.truncations.get() + 1);
-        log.truncate_to(offset).await?;
+        let cut = log.truncate_to(offset).await;
+        self.sync_offsets(&log);
+        cut
+    }
+
+    /// The cached flushed and end offsets follow the log's after a truncation.
+    fn sync_offsets(&self, log: &PartitionLog) {
         self.flushed_offset.set(log.flushed_offset());
         self.log_end_offset.set(log.log_end_offset());
-        Ok(())
     }
 
     /// Deletes every segment and starts the log over, empty, at `offset`
@@ -333,9 +338,9 @@ impl Partition {
     pub async fn truncate_fully_and_start_at(&self, offset: i64) -> Result<()> {
         let mut log = self.write().await?;
         self.truncations.set(self.truncations.get() + 1);
-        log.truncate_fully_and_start_at(offset).await?;
-        self.flushed_offset.set(log.flushed_offset());
-        self.log_end_offset.set(log.log_end_offset());
+        let restarted = log.truncate_fully_and_start_at(offset).await;
+        self.sync_offsets(&log);
+        restarted?;
         if self.replicated_hw.get().is_some() {
             self.replicated_hw.set(Some(offset));
         }

@@ -396,14 +396,7 @@ pub async fn shut_down() {
         // timeout (the session timeout); the stop waits no longer than its
         // own deadline (a controller whose disk is full is gone for good).
         let left = deadline.saturating_duration_since(Instant::now());
-        let answer = futures_lite::future::or(
-            async { Some(broker.heartbeats.heartbeat(beat).await) },
-            async {
-                sleep(left).await;
-                None
-            },
-        )
-        .await;
+        let answer = crate::replica::within(left, broker.heartbeats.heartbeat(beat)).await;
         match answer {
             Some(Ok(reply)) if reply.should_shut_down => {
                 tracing::info!("controlled shutdown done: this node leads nothing");

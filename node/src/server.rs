@@ -81,18 +81,7 @@ pub async fn serve(
     let deadline = std::time::Instant::now() + DRAIN_TIMEOUT;
     for (_, c) in connections {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let finished = futures_lite::future::or(
-            async {
-                let _ = c.await;
-                true
-            },
-            async {
-                glommio::timer::sleep(left).await;
-                false
-            },
-        )
-        .await;
-        if !finished {
+        if crate::replica::within(left, c).await.is_none() {
             tracing::warn!(
                 "connections still busy after {DRAIN_TIMEOUT:?} of stopping; stopping anyway"
             );

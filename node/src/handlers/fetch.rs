@@ -203,18 +203,14 @@ async fn read_all(
 ) -> Vec<Result<PartitionRead, ResponseError>> {
     let topics = core.topics();
     join_all(wanted.iter().map(|w| {
-        let serves = super::check_leader(&topics, &w.tp.topic, w.tp.partition).and_then(|()| {
-            // A follower's epoch is checked by its leader role (replica::follower_fetch).
-            match reader {
-                Reader::Consumer => super::check_current_leader_epoch(
-                    &topics,
-                    &w.tp.topic,
-                    w.tp.partition,
-                    w.current_leader_epoch,
-                ),
-                Reader::Follower { .. } => Ok(()),
-            }
-        });
+        // A follower's epoch is checked by its leader role (replica::follower_fetch).
+        let current_leader_epoch = match reader {
+            Reader::Consumer => w.current_leader_epoch,
+            Reader::Follower { .. } => -1,
+        };
+        let serves =
+            super::check_leader_at(&topics, &w.tp.topic, w.tp.partition, current_leader_epoch)
+                .map(|_| ());
         read_one(&core.shard, w.clone(), reader, serves)
     }))
     .await

@@ -55,16 +55,11 @@ async fn partition(
         .with_timestamp(-1)
         .with_offset(-1);
     let table = core.topics();
-    let checked = super::check_leader(&table, &tp.topic, tp.partition).and_then(|()| {
-        super::check_current_leader_epoch(&table, &tp.topic, tp.partition, current_leader_epoch)
-    });
-    if let Err(e) = checked {
-        return response.with_error_code(e.code());
-    }
-    let leader_epoch = table
-        .get(&tp.topic)
-        .and_then(|t| t.partition(tp.partition))
-        .map_or(-1, |a| a.leader_epoch);
+    let leader_epoch =
+        match super::check_leader_at(&table, &tp.topic, tp.partition, current_leader_epoch) {
+            Ok(epoch) => epoch,
+            Err(e) => return response.with_error_code(e.code()),
+        };
     let query = match timestamp {
         LATEST => None,
         EARLIEST => Some(OffsetQuery::Earliest),

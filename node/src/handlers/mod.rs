@@ -238,29 +238,6 @@ async fn handle(
     encode(header.correlation_id, api_key, version, &response, &splices)
 }
 
-/// KIP-320: the leader epoch a client believes in (`current_leader_epoch`)
-/// against the metadata's. -1 skips the check; an older one is
-/// FENCED_LEADER_EPOCH (the client refreshes its metadata), a newer one
-/// UNKNOWN_LEADER_EPOCH (this node has not seen the election yet).
-pub fn check_current_leader_epoch(
-    table: &crate::topics::TopicTable,
-    topic: &str,
-    partition: i32,
-    current: i32,
-) -> Result<(), ResponseError> {
-    if current < 0 {
-        return Ok(());
-    }
-    let Some(a) = table.get(topic).and_then(|t| t.partition(partition)) else {
-        return Err(ResponseError::UnknownTopicOrPartition);
-    };
-    match current.cmp(&a.leader_epoch) {
-        std::cmp::Ordering::Equal => Ok(()),
-        std::cmp::Ordering::Less => Err(ResponseError::FencedLeaderEpoch),
-        std::cmp::Ordering::Greater => Err(ResponseError::UnknownLeaderEpoch),
-    }
-}
-
 /// The Kafka error code for an engine error.
 pub fn error_code(e: &LogError) -> ResponseError {
     match e {
@@ -293,18 +270,40 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Whether this node may serve reads and writes of a partition: it exists and
-/// this node leads it. Kafka's answers otherwise: UNKNOWN_TOPIC_OR_PARTITION,
-/// or NOT_LEADER_OR_FOLLOWER (another node leads it, or nobody does yet), on
-/// which clients refresh their metadata.
+/// Whether this node serves `topic`/`partition` as its leader: the leader
+/// epoch if so, else UNKNOWN_TOPIC_OR_PARTITION (no such partition) or
+/// NOT_LEADER_OR_FOLLOWER (another node leads it, or nobody does yet), on
+/// which clients refresh their metadata. With `current_leader_epoch` >= 0
+/// (KIP-320: the epoch the client believes in) an older epoch is
+/// FENCED_LEADER_EPOCH (the client refreshes) and a newer one
+/// UNKNOWN_LEADER_EPOCH (this node has not seen the election yet); -1 skips
+/// that check. One table lookup.
+pub fn check_leader_at(
+    table: &crate::topics::TopicTable,
+    topic: &str,
+    partition: i32,
+    current_leader_epoch: i32,
+) -> Result<i32, ResponseError> {
+    let Some(a) = table.get(topic).and_then(|t| t.partition(partition)) else {
+        return Err(ResponseError::UnknownTopicOrPartition);
+    };
+    if a.leader != table.node_id {
+        return Err(ResponseError::NotLeaderOrFollower);
+    }
+    if current_leader_epoch < 0 || current_leader_epoch == a.leader_epoch {
+        Ok(a.leader_epoch)
+    } else if current_leader_epoch < a.leader_epoch {
+        Err(ResponseError::FencedLeaderEpoch)
+    } else {
+        Err(ResponseError::UnknownLeaderEpoch)
+    }
+}
+
+/// `check_leader_at` without an epoch to check.
 pub fn check_leader(
     table: &crate::topics::TopicTable,
     topic: &str,
     partition: i32,
 ) -> Result<(), ResponseError> {
-    match table.role(topic, partition) {
-        crate::topics::Role::Leader => Ok(()),
-        crate::topics::Role::Unknown => Err(ResponseError::UnknownTopicOrPartition),
-        crate::topics::Role::NotLeader(_) => Err(ResponseError::NotLeaderOrFollower),
-    }
+    check_leader_at(table, topic, partition, -1).map(|_| ())
 }

@@ -30,14 +30,8 @@ pub async fn handle(
                 .with_partition(p.partition)
                 .with_leader_epoch(-1)
                 .with_end_offset(-1);
-            let checked = super::check_leader(&table, &name, p.partition).and_then(|()| {
-                super::check_current_leader_epoch(
-                    &table,
-                    &name,
-                    p.partition,
-                    p.current_leader_epoch,
-                )
-            });
+            let checked =
+                super::check_leader_at(&table, &name, p.partition, p.current_leader_epoch);
             if let Err(e) = checked {
                 partitions.push(answer.with_error_code(e.code()));
                 continue;
