@@ -467,8 +467,42 @@ pub fn create_replicated_topic(
         configs,
     )?;
     let deadline = Instant::now() + timeout;
+    // Every node must have applied the topic before the load starts: a leader
+    // that has not would answer UNKNOWN_TOPIC_OR_PARTITION.
+    let mut leaders = BTreeMap::new();
+    for addr in bootstrap
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        let mut conn = Connection::connect(addr)?;
+        let versions = conn.negotiate()?;
+        leaders = wait_in_sync(
+            &mut conn,
+            versions,
+            topic,
+            partitions,
+            replication_factor,
+            deadline,
+        )
+        .with_context(|| format!("waiting for {topic} on {addr} (timeout {timeout:?})"))?;
+    }
+    Ok(leaders)
+}
+
+/// Waits until `conn`'s node lists every partition of `topic` with a leader
+/// and all `replication_factor` replicas in sync; the partitions each broker
+/// leads.
+fn wait_in_sync(
+    conn: &mut Connection,
+    versions: Versions,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i16,
+    deadline: Instant,
+) -> anyhow::Result<BTreeMap<i32, usize>> {
     loop {
-        let response = topic_metadata(&mut conn, versions, topic)?;
+        let response = topic_metadata(conn, versions, topic)?;
         let t = response
             .topics
             .iter()
@@ -516,7 +550,7 @@ pub fn create_replicated_topic(
         if Instant::now() > deadline {
             bail!(
                 "topic {topic} ({partitions} partitions, replication factor {replication_factor}) \
-                 not fully in sync after {timeout:?}: {last}"
+                 not fully in sync: {last}"
             );
         }
         std::thread::sleep(Duration::from_millis(100));
