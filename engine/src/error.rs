@@ -27,6 +27,11 @@ pub enum LogError {
         base_offset: i64,
         log_end_offset: i64,
     },
+    /// A leader append at an epoch this replica no longer leads (it became a
+    /// follower, or leads a newer epoch, while the append waited for the
+    /// log): nothing is written.
+    #[error("leader append at epoch {epoch}, but this replica's appends are fenced below epoch {fenced_below}")]
+    FencedLeaderEpoch { epoch: i32, fenced_below: i32 },
     #[error("{op} {path}: {source}")]
     Io {
         op: &'static str,

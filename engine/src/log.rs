@@ -109,6 +109,11 @@ pub struct PartitionLog {
     tombstone_horizon: Option<i64>,
     /// Set by `shutdown`: background work (the cleaner) leaves the log alone.
     closed: bool,
+    /// Leader appends at an older epoch are refused (`fence_leader_appends`):
+    /// a produce admitted under an old leadership must not land in the log
+    /// after the role changed. In memory only: after a restart the node
+    /// learns its roles before it takes produce requests.
+    leader_appends_fenced_below: i32,
     /// Why the log went offline (see the module docs); None while it serves.
     offline: Option<String>,
     /// The replicated high watermark last written to `HIGH_WATERMARK_FILE`
@@ -171,6 +176,7 @@ impl PartitionLog {
             first_dirty_offset,
             tombstone_horizon: None,
             closed: false,
+            leader_appends_fenced_below: 0,
             offline: None,
             high_watermark_checkpoint,
         };
@@ -291,6 +297,31 @@ impl PartitionLog {
             .expect("a partition log always has an active segment")
     }
 
+    /// A new leadership at `leader_epoch` starts at the log end (Kafka's
+    /// `maybeAssignEpochStartOffset` in `makeLeader`): the epoch is in the
+    /// cache before its first record, so OffsetsForLeaderEpoch and a
+    /// follower's divergence check see where the older epochs end on this
+    /// leader. An epoch not newer than the latest changes nothing. Returns
+    /// the epoch's start offset (the log end). A failed checkpoint write
+    /// takes the log offline, as any failed write does.
+    pub async fn assign_leader_epoch(&mut self, leader_epoch: i32) -> Result<i64> {
+        self.check_writable()?;
+        self.fence_leader_appends(leader_epoch);
+        let start = self.log_end_offset;
+        if self.epochs.assign(leader_epoch, start) {
+            let persisted = self.epochs.persist().await;
+            self.offline_on_error(persisted)?;
+        }
+        Ok(start)
+    }
+
+    /// From now on leader appends at an epoch below `epoch` are refused
+    /// (`LogError::FencedLeaderEpoch`). Raised, never lowered: a replica
+    /// that follows epoch E fences below E + 1, one that leads E below E.
+    pub fn fence_leader_appends(&mut self, epoch: i32) {
+        self.leader_appends_fenced_below = self.leader_appends_fenced_below.max(epoch);
+    }
+
     /// Appends one batch. The batch is validated first (CRC, lengths, record
     /// count); an invalid batch is rejected with nothing written.
     pub async fn append(&mut self, mut batch: BytesMut, mode: AppendMode) -> Result<AppendInfo> {
@@ -304,6 +335,12 @@ impl PartitionLog {
         let mut header = batch::validate(&batch)?;
         match mode {
             AppendMode::Leader { leader_epoch } => {
+                if leader_epoch < self.leader_appends_fenced_below {
+                    return Err(LogError::FencedLeaderEpoch {
+                        epoch: leader_epoch,
+                        fenced_below: self.leader_appends_fenced_below,
+                    });
+                }
                 batch::stamp(&mut batch, self.log_end_offset, leader_epoch)?;
                 header.base_offset = self.log_end_offset;
                 header.partition_leader_epoch = leader_epoch;

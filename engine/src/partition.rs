@@ -254,6 +254,32 @@ impl Partition {
             .kafka_end_offset_for(epoch, log.log_end_offset()))
     }
 
+    /// A new leadership at `leader_epoch` starts at the log end
+    /// (`PartitionLog::assign_leader_epoch`); returns that offset.
+    pub async fn assign_leader_epoch(&self, leader_epoch: i32) -> Result<i64> {
+        self.write().await?.assign_leader_epoch(leader_epoch).await
+    }
+
+    /// Refuses leader appends below `epoch` from now on
+    /// (`PartitionLog::fence_leader_appends`): taken under the write lock, so
+    /// an append that already holds it finishes first and none admitted
+    /// before the call lands after it.
+    pub async fn fence_leader_appends(&self, epoch: i32) -> Result<()> {
+        self.write().await?.fence_leader_appends(epoch);
+        Ok(())
+    }
+
+    /// The log's start and end offsets and its latest epoch, read together
+    /// under one lock (a follower's fetch position).
+    pub async fn epoch_position(&self) -> Result<(i64, i64, Option<i32>)> {
+        let log = self.shared().await?;
+        Ok((
+            log.log_start_offset(),
+            log.log_end_offset(),
+            log.leader_epochs().latest_epoch(),
+        ))
+    }
+
     /// The leader epoch the record at `offset` was written in (-1: unknown).
     pub async fn epoch_at(&self, offset: i64) -> Result<i32> {
         Ok(self

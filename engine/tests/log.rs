@@ -236,6 +236,94 @@ fn replica_appends_keep_leader_offsets() {
     });
 }
 
+/// Kafka's makeLeader: a new leadership's epoch is in the cache at the log
+/// end before any record, so a follower's divergence check sees where the
+/// older epochs end here. It survives a restart only with records.
+#[test]
+fn a_leader_epoch_starts_at_the_log_end_before_its_first_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        log.append(mutable(&batch(1, 3, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        assert_eq!(log.assign_leader_epoch(5).await.unwrap(), 3);
+        assert_eq!(log.leader_epochs().latest_epoch(), Some(5));
+        assert_eq!(log.leader_epochs().end_offset_for(3, 3), Some((3, 3)));
+        // An older or equal epoch changes nothing.
+        assert_eq!(log.assign_leader_epoch(4).await.unwrap(), 3);
+        assert_eq!(log.leader_epochs().latest_epoch(), Some(5));
+        log.close().await.unwrap();
+        // Persisted, then cut at recovery: no record carries it yet.
+        let mut log = open(&path, small_config()).await.unwrap();
+        assert_eq!(log.leader_epochs().latest_epoch(), Some(3));
+        log.assign_leader_epoch(6).await.unwrap();
+        log.append(
+            mutable(&batch(2, 2, 10, 0)),
+            AppendMode::Leader { leader_epoch: 6 },
+        )
+        .await
+        .unwrap();
+        log.close().await.unwrap();
+        let log = open(&path, small_config()).await.unwrap();
+        let epochs: Vec<(i32, i64)> = log
+            .leader_epochs()
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect();
+        assert_eq!(epochs, vec![(3, 0), (6, 3)]);
+    });
+}
+
+/// A produce admitted under an old leadership must not land after the
+/// replica became a follower: leader appends below the fence are refused,
+/// replica appends go on.
+#[test]
+fn leader_appends_below_the_fence_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        log.append(mutable(&batch(1, 3, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        // Following epoch 4 (led by another node): fenced below 5.
+        log.fence_leader_appends(5);
+        assert!(matches!(
+            log.append(mutable(&batch(2, 1, 10, 0)), LEADER).await,
+            Err(LogError::FencedLeaderEpoch {
+                epoch: 3,
+                fenced_below: 5
+            })
+        ));
+        assert_eq!(log.log_end_offset(), 3, "nothing written");
+        log.append(replica_batch(3, 3, 2, 4), AppendMode::Replica)
+            .await
+            .unwrap();
+        // Never lowered; leading epoch 7 lets epoch-7 appends through.
+        log.fence_leader_appends(2);
+        log.assign_leader_epoch(7).await.unwrap();
+        log.append(
+            mutable(&batch(4, 1, 10, 0)),
+            AppendMode::Leader { leader_epoch: 7 },
+        )
+        .await
+        .unwrap();
+        assert!(matches!(
+            log.append(
+                mutable(&batch(5, 1, 10, 0)),
+                AppendMode::Leader { leader_epoch: 6 }
+            )
+            .await,
+            Err(LogError::FencedLeaderEpoch { .. })
+        ));
+        assert_eq!(log.log_end_offset(), 6);
+        log.close().await.unwrap();
+    });
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
 

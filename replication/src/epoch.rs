@@ -57,6 +57,35 @@ pub fn end_offset_for_epoch(
     }
 }
 
+/// The leader's side of KIP-595's truncation on fetch (Kafka's
+/// `Partition.validateFetchOffsetAndMaybeGetDivergingEpoch`): a follower
+/// fetching at `fetch_offset` (its log end) whose last record was written in
+/// `last_fetched_epoch` diverges from the leader when the leader's copy of
+/// that epoch (`epoch_end`, `end_offset_for_epoch` on the leader's cache)
+/// ends before `fetch_offset`, or the leader's largest epoch `<=` it is
+/// smaller (the leader never had that epoch). Returns the diverging (epoch,
+/// end offset) to send back, UNDEFINED as `(-1, -1)`.
+///
+/// Equal log ends do not make equal logs: a paused leader that appended at
+/// epoch 0 up to 1760 and a new leader that appended other records at epoch 1
+/// from 1754 to 1760 both end at 1760; the leader's epoch 0 ends at 1754,
+/// which is below the follower's 1760, so the follower cuts to 1754.
+///
+/// A follower that sends no epoch (`-1`: its log has no epoch history) is not
+/// checked (Kafka's rule: nothing to compare); it truncated to its high
+/// watermark before fetching (`FollowerReplica`).
+pub fn leader_divergence(
+    last_fetched_epoch: i32,
+    fetch_offset: i64,
+    epoch_end: Option<(i32, i64)>,
+) -> Option<(i32, i64)> {
+    if last_fetched_epoch < 0 {
+        return None;
+    }
+    let (epoch, end_offset) = epoch_end.unwrap_or((NO_EPOCH, -1));
+    (end_offset < fetch_offset || epoch < last_fetched_epoch).then_some((epoch, end_offset))
+}
+
 /// What a follower does with the leader's OffsetsForLeaderEpoch answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Truncation {
@@ -377,6 +406,50 @@ mod tests {
             truncation(&[(3, 10), (4, 15)], 20, 4, Some((2, 12))),
             Truncation::TruncateTo(10)
         );
+    }
+
+    /// Issue 19: a resumed leader and its successor end at the same offset
+    /// with different last epochs. The follower's last epoch ends earlier on
+    /// the leader: it diverges, and cuts to where the leader's copy ends.
+    #[test]
+    fn equal_log_ends_with_different_last_epochs_diverge() {
+        let leader = Log::new(&[(0, 0), (1, 1754)], 1760);
+        let mut follower = Log::new(&[(0, 0)], 1760);
+        let answer = end_offset_for_epoch(&leader.epochs, leader.leo, 0);
+        assert_eq!(answer, Some((0, 1754)));
+        assert_eq!(leader_divergence(0, 1760, answer), Some((0, 1754)));
+        assert_eq!(
+            diverging_epoch_truncation(&follower.epochs, follower.leo, 0, 0, 1754),
+            Truncation::TruncateTo(1754)
+        );
+        assert_eq!(resolve(&mut follower, &leader, 0), (1754, 1));
+        // Cut, the follower agrees: same epoch, the leader's copy reaches its end.
+        let answer = end_offset_for_epoch(&leader.epochs, leader.leo, 0);
+        assert_eq!(leader_divergence(0, 1754, answer), None);
+    }
+
+    /// Leader ahead, same last epoch: no divergence. Follower ahead in the
+    /// leader's epoch, or in an epoch the leader never had: divergence.
+    #[test]
+    fn leader_divergence_cases() {
+        let epochs = [(0, 0), (2, 10), (5, 20)];
+        let leo = 30;
+        let at = |e| end_offset_for_epoch(&epochs, leo, e);
+        // Same latest epoch, follower behind or level: fine.
+        assert_eq!(leader_divergence(5, 25, at(5)), None);
+        assert_eq!(leader_divergence(5, 30, at(5)), None);
+        // Follower ahead of the leader in the leader's own latest epoch.
+        assert_eq!(leader_divergence(5, 31, at(5)), Some((5, 30)));
+        // Older epoch, follower inside it: fine; past its end: diverges.
+        assert_eq!(leader_divergence(2, 20, at(2)), None);
+        assert_eq!(leader_divergence(2, 21, at(2)), Some((2, 20)));
+        // An epoch the leader never had (3, 4): its largest below is 2.
+        assert_eq!(leader_divergence(3, 15, at(3)), Some((2, 20)));
+        assert_eq!(leader_divergence(4, 20, at(4)), Some((2, 20)));
+        // Newer than anything the leader has: UNDEFINED.
+        assert_eq!(leader_divergence(6, 30, at(6)), Some((-1, -1)));
+        // No epoch from the follower: nothing to check.
+        assert_eq!(leader_divergence(-1, 30, at(-1)), None);
     }
 
     #[test]

@@ -34,6 +34,16 @@ pub enum ReplicationError {
         isr: Vec<NodeId>,
         reason: &'static str,
     },
+    /// A fetched batch that does not continue the follower's log: it starts
+    /// below the log end (and the log is not an empty one starting inside
+    /// it). Appending it would fork the log; skipping it would assume the
+    /// records at those offsets are the same.
+    #[error("fetched batch [{base_offset}, {next_offset}) does not continue the log ending at {log_end_offset}")]
+    NonContiguousFetch {
+        base_offset: i64,
+        next_offset: i64,
+        log_end_offset: i64,
+    },
     /// The caller fed an event the replica's state does not allow (a bug in the
     /// caller, not in the peer).
     #[error("invalid event for the replica's state: {0}")]
@@ -51,7 +61,9 @@ impl ReplicationError {
             ReplicationError::FencedLeaderEpoch { .. } => 74,
             ReplicationError::UnknownLeaderEpoch { .. } => 76,
             // Local inconsistencies, never a peer's fault: UNKNOWN_SERVER_ERROR.
-            ReplicationError::InvalidIsr { .. } | ReplicationError::InvalidState(_) => -1,
+            ReplicationError::InvalidIsr { .. }
+            | ReplicationError::InvalidState(_)
+            | ReplicationError::NonContiguousFetch { .. } => -1,
         }
     }
 }

@@ -1,20 +1,79 @@
-//! The follower side of one partition: truncate against the new leader, then
-//! fetch.
+//! The follower side of one partition: where to fetch from, what to do with
+//! a fetch response, and when a fetched batch may be appended.
+//!
+//! The rules (KIP-101, KIP-279, KIP-595's truncation on fetch; Kafka's
+//! `AbstractFetcherThread` and `Log.appendAsFollower`):
+//! - One offset for the fetch and for the divergence check: the local log
+//!   end. The fetch carries the epoch of the last record in the log, and the
+//!   leader compares the two with its own epoch history
+//!   (`epoch::leader_divergence`); a follower that diverges gets a diverging
+//!   epoch and cuts its log (`on_diverging`) before it gets any record.
+//! - The log end the follower reports must be durable (acks=all counts it),
+//!   so a log end past the durable end (a former leader's last appends, not
+//!   yet flushed) is made durable before the fetch is sent: those records are
+//!   kept only if the leader's log agrees with them, never counted before.
+//! - A response is applied only to the log it was asked for: the follower
+//!   still follows the same leader epoch and its log still ends at the fetch
+//!   offset. Anything else is a stale answer and is dropped.
+//! - A fetched batch is appended at or past the log end (past it only when
+//!   the leader's compaction removed offsets), or not at all: a batch below
+//!   the log end is never skipped as "already held" on its offsets alone,
+//!   since the same offsets may hold other records here.
 
-use crate::{NodeId, ReplicationError, Truncation};
+use crate::epoch::{diverging_epoch_truncation, Truncation};
+use crate::{NodeId, ReplicationError, NO_EPOCH};
 
 /// Where a follower is with its leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FollowerState {
-    /// Must learn where its log diverges before fetching: send
-    /// OffsetsForLeaderEpoch for `epoch` and pass the answer to `truncation`.
-    Truncating { epoch: i32 },
-    /// The log has records but no leader-epoch cache (lost checkpoint): no
-    /// epoch to ask about, so Kafka's fallback: truncate to the local high
-    /// watermark (`on_truncation(Truncation::TruncateToHighWatermark, hw)`).
+    /// The log has records but no leader-epoch history (a lost checkpoint):
+    /// there is no epoch the leader could check, so Kafka's fallback: cut to
+    /// the local high watermark before the first fetch.
     TruncatingToHighWatermark,
-    /// Fetching from `offset` (the local log end).
-    Fetching { offset: i64 },
+    /// Fetching from the local log end.
+    Fetching,
+}
+
+/// What a follower's log looks like now (read under one lock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalLog {
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    /// What a crash cannot take away (flushed, under flush-before-ack).
+    pub durable_end_offset: i64,
+    /// The epoch of the last record (the latest cached epoch), if any.
+    pub latest_epoch: Option<i32>,
+}
+
+/// A fetch position: the local log end and the epoch of its last record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchPosition {
+    pub fetch_offset: i64,
+    pub last_fetched_epoch: i32,
+}
+
+/// What the follower must do before its next fetch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextFetch {
+    /// Cut the log to the local high watermark, then call
+    /// `on_truncated_to_high_watermark`.
+    TruncateToHighWatermark,
+    /// Make the log durable up to this offset (its end) first.
+    FlushTo(i64),
+    /// Fetch from here.
+    Fetch(FetchPosition),
+}
+
+/// What to do with one fetched batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchedBatch {
+    /// Append it (with the leader's offsets).
+    Append,
+    /// The local log is empty and starts inside this batch (the leader's
+    /// DeleteRecords moved its log start there): start the log over at the
+    /// batch's base offset, then append it (Kafka's handling of
+    /// `UnexpectedAppendOffsetException`).
+    StartOverAt(i64),
 }
 
 /// The follower side of one partition, for one leader epoch (a new leader or
@@ -24,29 +83,26 @@ pub struct FollowerReplica {
     leader: NodeId,
     leader_epoch: i32,
     state: FollowerState,
+    /// The fetch sent and not answered yet.
+    in_flight: Option<FetchPosition>,
 }
 
 impl FollowerReplica {
-    /// Following `leader` at `leader_epoch` with a local log ending at
-    /// `local_leo` whose latest cached epoch is `local_latest_epoch`. An empty
-    /// log fetches from 0 at once; otherwise the follower first asks the leader
-    /// about its latest epoch (KIP-101), or truncates to its high watermark if
-    /// it has no epoch.
-    pub fn new(
-        leader: NodeId,
-        leader_epoch: i32,
-        local_leo: i64,
-        local_latest_epoch: Option<i32>,
-    ) -> Self {
-        let state = match local_latest_epoch {
-            _ if local_leo <= 0 => FollowerState::Fetching { offset: 0 },
-            Some(epoch) => FollowerState::Truncating { epoch },
-            None => FollowerState::TruncatingToHighWatermark,
+    /// Following `leader` at `leader_epoch` with `log` as it is now. A log
+    /// with records but no epoch history truncates to its high watermark
+    /// first; any other fetches from its end (an empty log from its start).
+    pub fn new(leader: NodeId, leader_epoch: i32, log: LocalLog) -> Self {
+        let has_records = log.log_end_offset > log.log_start_offset;
+        let state = if has_records && log.latest_epoch.is_none() {
+            FollowerState::TruncatingToHighWatermark
+        } else {
+            FollowerState::Fetching
         };
         Self {
             leader,
             leader_epoch,
             state,
+            in_flight: None,
         }
     }
 
@@ -62,59 +118,71 @@ impl FollowerReplica {
         self.state
     }
 
-    /// The offset to fetch from, once fetching.
-    pub fn fetch_offset(&self) -> Option<i64> {
-        match self.state {
-            FollowerState::Fetching { offset } => Some(offset),
-            _ => None,
-        }
+    /// The fetch sent and not answered yet.
+    pub fn in_flight(&self) -> Option<FetchPosition> {
+        self.in_flight
     }
 
-    /// Applies a `truncation` decision; returns the offset the caller must
-    /// truncate its log (and epoch cache) to before anything else. After
-    /// `TruncateTo` or `TruncateToHighWatermark` the follower fetches from that
-    /// offset; after `AskAgain` it asks again about the smaller epoch.
-    /// `local_high_watermark` is only used by `TruncateToHighWatermark`.
-    pub fn on_truncation(
-        &mut self,
-        result: Truncation,
+    /// What to do before the next fetch, given the log as it is now.
+    pub fn next_fetch(&self, log: LocalLog) -> NextFetch {
+        if self.state == FollowerState::TruncatingToHighWatermark {
+            return NextFetch::TruncateToHighWatermark;
+        }
+        if log.durable_end_offset < log.log_end_offset {
+            return NextFetch::FlushTo(log.log_end_offset);
+        }
+        NextFetch::Fetch(FetchPosition {
+            fetch_offset: log.log_end_offset,
+            last_fetched_epoch: log.latest_epoch.unwrap_or(NO_EPOCH),
+        })
+    }
+
+    /// The log was cut to the local high watermark: fetch from its end.
+    pub fn on_truncated_to_high_watermark(&mut self) {
+        self.state = FollowerState::Fetching;
+    }
+
+    /// A fetch at `position` (from `next_fetch`) was sent.
+    pub fn on_sent(&mut self, position: FetchPosition) {
+        self.in_flight = Some(position);
+    }
+
+    /// The answer to the fetch in flight arrived; the log now ends at
+    /// `log_end_offset`. Returns the position it answers if it may be applied,
+    /// `None` if it is stale (nothing in flight, or the log moved since it
+    /// was sent): drop it and fetch again.
+    pub fn on_response(&mut self, log_end_offset: i64) -> Option<FetchPosition> {
+        self.in_flight
+            .take()
+            .filter(|sent| sent.fetch_offset == log_end_offset)
+    }
+
+    /// The leader answered a diverging epoch for the fetch at `sent`: where
+    /// to cut the log (`local_epochs` and `local_leo` as they are now,
+    /// `local_high_watermark` for an UNDEFINED answer). A cut at or past the
+    /// log end cuts nothing. The next fetch, from the new end with the epoch
+    /// of the new last record, asks the leader again: Kafka's rounds of
+    /// OffsetsForLeaderEpoch, each about a strictly smaller epoch.
+    pub fn on_diverging(
+        &self,
+        sent: FetchPosition,
+        local_epochs: &[(i32, i64)],
+        local_leo: i64,
+        diverging: (i32, i64),
         local_high_watermark: i64,
-    ) -> Result<i64, ReplicationError> {
-        if matches!(self.state, FollowerState::Fetching { .. }) {
-            return Err(ReplicationError::InvalidState(
-                "truncation result while fetching",
-            ));
-        }
-        let (state, truncate_to) = match result {
-            Truncation::TruncateTo(offset) => (FollowerState::Fetching { offset }, offset),
-            Truncation::TruncateToHighWatermark => (
-                FollowerState::Fetching {
-                    offset: local_high_watermark,
-                },
-                local_high_watermark,
-            ),
-            Truncation::AskAgain { epoch, truncate_to } => {
-                (FollowerState::Truncating { epoch }, truncate_to)
-            }
+    ) -> i64 {
+        let cut = match diverging_epoch_truncation(
+            local_epochs,
+            local_leo,
+            sent.last_fetched_epoch,
+            diverging.0,
+            diverging.1,
+        ) {
+            Truncation::TruncateTo(offset) => offset,
+            Truncation::AskAgain { truncate_to, .. } => truncate_to,
+            Truncation::TruncateToHighWatermark => local_high_watermark,
         };
-        self.state = state;
-        Ok(truncate_to)
-    }
-
-    /// The fetched records are in the local log, which now ends at `new_leo`:
-    /// the next fetch starts there. A log end behind the fetch offset is
-    /// refused (followers only move forward between truncations).
-    pub fn on_fetched(&mut self, new_leo: i64) -> Result<(), ReplicationError> {
-        match self.state {
-            FollowerState::Fetching { offset } if new_leo >= offset => {
-                self.state = FollowerState::Fetching { offset: new_leo };
-                Ok(())
-            }
-            FollowerState::Fetching { .. } => Err(ReplicationError::InvalidState(
-                "fetched log end behind the fetch offset",
-            )),
-            _ => Err(ReplicationError::InvalidState("fetched while truncating")),
-        }
+        cut.min(local_leo)
     }
 
     /// The follower's high watermark: the leader's, bounded by what is durable
@@ -124,61 +192,163 @@ impl FollowerReplica {
     }
 }
 
+/// May a fetched batch `[base_offset, next_offset)` be appended to a log
+/// `[log_start_offset, log_end_offset)`? At or past the end: yes. An empty log
+/// whose start is inside the batch: start over at its base. Anything else is
+/// a batch this log cannot take (`NonContiguousFetch`): the response does not
+/// continue this log, and the follower must not guess which records it holds.
+pub fn check_fetched_batch(
+    log_start_offset: i64,
+    log_end_offset: i64,
+    base_offset: i64,
+    next_offset: i64,
+) -> Result<FetchedBatch, ReplicationError> {
+    if base_offset >= log_end_offset {
+        return Ok(FetchedBatch::Append);
+    }
+    let empty = log_start_offset == log_end_offset;
+    if empty && next_offset > log_end_offset {
+        return Ok(FetchedBatch::StartOverAt(base_offset));
+    }
+    Err(ReplicationError::NonContiguousFetch {
+        base_offset,
+        next_offset,
+        log_end_offset,
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::truncation;
+
+    fn log(start: i64, end: i64, durable: i64, latest_epoch: Option<i32>) -> LocalLog {
+        LocalLog {
+            log_start_offset: start,
+            log_end_offset: end,
+            durable_end_offset: durable,
+            latest_epoch,
+        }
+    }
 
     #[test]
-    fn empty_log_fetches_from_zero() {
-        let f = FollowerReplica::new(1, 4, 0, None);
-        assert_eq!(f.state(), FollowerState::Fetching { offset: 0 });
-        assert_eq!(f.fetch_offset(), Some(0));
+    fn fetches_from_the_log_end_with_the_last_epoch() {
+        let f = FollowerReplica::new(1, 4, log(0, 0, 0, None));
         assert_eq!((f.leader(), f.leader_epoch()), (1, 4));
-        // An empty log with an epoch cache entry (truncated to nothing) too.
-        let f = FollowerReplica::new(1, 4, 0, Some(2));
-        assert_eq!(f.fetch_offset(), Some(0));
+        assert_eq!(f.state(), FollowerState::Fetching);
+        assert_eq!(
+            f.next_fetch(log(0, 0, 0, None)),
+            NextFetch::Fetch(FetchPosition {
+                fetch_offset: 0,
+                last_fetched_epoch: -1
+            })
+        );
+        let f = FollowerReplica::new(1, 4, log(0, 9, 9, Some(3)));
+        assert_eq!(
+            f.next_fetch(log(0, 9, 9, Some(3))),
+            NextFetch::Fetch(FetchPosition {
+                fetch_offset: 9,
+                last_fetched_epoch: 3
+            })
+        );
+    }
+
+    /// Issue 19: a former leader's unflushed tail is not skipped by fetching
+    /// from the durable end; it is made durable and fetched from the log end,
+    /// where the leader's epoch check sees it.
+    #[test]
+    fn an_unflushed_tail_is_flushed_before_the_fetch() {
+        let f = FollowerReplica::new(1, 1, log(0, 1760, 1754, Some(0)));
+        assert_eq!(
+            f.next_fetch(log(0, 1760, 1754, Some(0))),
+            NextFetch::FlushTo(1760)
+        );
+        assert_eq!(
+            f.next_fetch(log(0, 1760, 1760, Some(0))),
+            NextFetch::Fetch(FetchPosition {
+                fetch_offset: 1760,
+                last_fetched_epoch: 0
+            })
+        );
     }
 
     #[test]
-    fn truncates_then_fetches() {
-        let epochs = [(1, 0), (3, 4)];
-        let mut f = FollowerReplica::new(2, 5, 9, Some(3));
-        assert_eq!(f.state(), FollowerState::Truncating { epoch: 3 });
-        assert_eq!(f.fetch_offset(), None);
-        assert!(f.on_fetched(10).is_err());
-
-        let first = truncation(&epochs, 9, 3, Some((2, 6)));
-        assert_eq!(f.on_truncation(first, 0).unwrap(), 4);
-        assert_eq!(f.state(), FollowerState::Truncating { epoch: 1 });
-
-        let second = truncation(&[(1, 0)], 4, 1, Some((1, 3)));
-        assert_eq!(f.on_truncation(second, 0).unwrap(), 3);
-        assert_eq!(f.fetch_offset(), Some(3));
-        assert!(f.on_truncation(second, 0).is_err());
-
-        f.on_fetched(7).unwrap();
-        assert_eq!(f.fetch_offset(), Some(7));
-        assert!(f.on_fetched(6).is_err());
-        assert_eq!(f.fetch_offset(), Some(7));
-    }
-
-    #[test]
-    fn no_epoch_cache_truncates_to_high_watermark() {
-        let mut f = FollowerReplica::new(2, 5, 9, None);
+    fn records_without_epochs_truncate_to_the_high_watermark_first() {
+        let mut f = FollowerReplica::new(2, 5, log(0, 9, 9, None));
         assert_eq!(f.state(), FollowerState::TruncatingToHighWatermark);
         assert_eq!(
-            f.on_truncation(Truncation::TruncateToHighWatermark, 6)
-                .unwrap(),
-            6
+            f.next_fetch(log(0, 9, 9, None)),
+            NextFetch::TruncateToHighWatermark
         );
-        assert_eq!(f.fetch_offset(), Some(6));
+        f.on_truncated_to_high_watermark();
+        assert_eq!(
+            f.next_fetch(log(0, 6, 6, None)),
+            NextFetch::Fetch(FetchPosition {
+                fetch_offset: 6,
+                last_fetched_epoch: -1
+            })
+        );
+        // An empty log (or one whose records all went) needs no truncation.
+        let f = FollowerReplica::new(2, 5, log(7, 7, 7, None));
+        assert_eq!(f.state(), FollowerState::Fetching);
+    }
+
+    #[test]
+    fn stale_responses_are_dropped() {
+        let mut f = FollowerReplica::new(2, 5, log(0, 9, 9, Some(3)));
+        assert_eq!(f.on_response(9), None, "nothing in flight");
+        let sent = FetchPosition {
+            fetch_offset: 9,
+            last_fetched_epoch: 3,
+        };
+        f.on_sent(sent);
+        assert_eq!(f.in_flight(), Some(sent));
+        assert_eq!(f.on_response(9), Some(sent));
+        assert_eq!(f.on_response(9), None, "answered once");
+        f.on_sent(sent);
+        assert_eq!(f.on_response(7), None, "the log was cut meanwhile");
+    }
+
+    #[test]
+    fn diverging_answers_cut_the_log() {
+        let f = FollowerReplica::new(2, 5, log(0, 1760, 1760, Some(0)));
+        let sent = FetchPosition {
+            fetch_offset: 1760,
+            last_fetched_epoch: 0,
+        };
+        assert_eq!(f.on_diverging(sent, &[(0, 0)], 1760, (0, 1754), 1700), 1754);
+        // An epoch the follower does not have: cut where its smaller one ends.
+        let sent = FetchPosition {
+            fetch_offset: 9,
+            last_fetched_epoch: 3,
+        };
+        assert_eq!(f.on_diverging(sent, &[(1, 0), (3, 4)], 9, (2, 6), 0), 4);
+        // UNDEFINED: the local high watermark.
+        assert_eq!(f.on_diverging(sent, &[(1, 0), (3, 4)], 9, (-1, -1), 2), 2);
+        // Never past the log end.
+        assert_eq!(f.on_diverging(sent, &[(1, 0), (3, 4)], 9, (3, 12), 0), 9);
+    }
+
+    #[test]
+    fn fetched_batches_go_at_or_past_the_log_end_only() {
+        assert_eq!(check_fetched_batch(0, 10, 10, 15), Ok(FetchedBatch::Append));
+        // A gap left by the leader's compaction.
+        assert_eq!(check_fetched_batch(0, 10, 12, 15), Ok(FetchedBatch::Append));
+        // Issue 19: a batch at offsets this log already has is not "already
+        // held": the records there may differ.
+        assert!(check_fetched_batch(0, 10, 4, 10).is_err());
+        assert!(check_fetched_batch(0, 10, 8, 12).is_err());
+        // An empty log starting inside the batch starts over at its base.
+        assert_eq!(
+            check_fetched_batch(7, 7, 5, 9),
+            Ok(FetchedBatch::StartOverAt(5))
+        );
+        assert!(check_fetched_batch(7, 7, 3, 7).is_err());
     }
 
     #[test]
     fn follower_high_watermark_is_bounded_by_local_log() {
-        let f = FollowerReplica::new(2, 5, 0, None);
+        let f = FollowerReplica::new(2, 5, log(0, 0, 0, None));
         assert_eq!(f.local_high_watermark(10, 7), 7);
         assert_eq!(f.local_high_watermark(5, 7), 5);
     }

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::epoch::{check_leader_epoch, leader_divergence};
 use crate::{NodeId, ReplicationError, UNKNOWN_OFFSET};
 
 /// The leader's settings (Kafka's names).
@@ -53,6 +54,22 @@ pub struct FetchOutcome {
     pub high_watermark: Option<i64>,
     /// An expansion to send as AlterPartition (now pending).
     pub expand: Option<IsrChange>,
+    /// The follower's log diverges from the leader's: answer this (epoch,
+    /// end offset) as Fetch's diverging epoch, with no records. Nothing of
+    /// the fetch was recorded.
+    pub diverging: Option<(i32, i64)>,
+}
+
+/// One follower fetch of one partition, as the leader sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowerFetch {
+    pub follower: NodeId,
+    /// The follower's log end (durable: it flushes before it reports).
+    pub fetch_offset: i64,
+    /// The epoch of the follower's last record (`-1`: its log has none).
+    pub last_fetched_epoch: i32,
+    /// The leader epoch the follower follows (`-1`: not given).
+    pub current_leader_epoch: i32,
 }
 
 /// One follower's replication state, for metrics.
@@ -94,8 +111,9 @@ pub struct LeaderReplica {
     local_leo: i64,
     /// The leader's log end as last seen (durable or not): `>= local_leo`.
     log_end_offset: i64,
-    /// Where this leader epoch starts: a follower must have fetched past it to
-    /// join the ISR (it has truncated against this leader).
+    /// Where this leader epoch starts (the leader's log end when it took the
+    /// leadership, which the caller records in its epoch cache): a follower
+    /// must have fetched at or past it, without diverging, to join the ISR.
     epoch_start_offset: i64,
     /// `<= local_leo`; never decreases.
     high_watermark: i64,
@@ -167,6 +185,21 @@ impl LeaderReplica {
         }
     }
 
+    /// This epoch's records start at `log_end_offset`, the leader's log end
+    /// when it took the leadership (what the caller assigned in its epoch
+    /// cache), when that is past the durable end given to `new` (a follower's
+    /// last appends were not flushed yet).
+    pub fn with_epoch_start_offset(mut self, log_end_offset: i64) -> Self {
+        self.epoch_start_offset = self.epoch_start_offset.max(log_end_offset);
+        self.log_end_offset = self.log_end_offset.max(log_end_offset);
+        self
+    }
+
+    /// Where this leader epoch's records start.
+    pub fn epoch_start_offset(&self) -> i64 {
+        self.epoch_start_offset
+    }
+
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark
     }
@@ -219,35 +252,63 @@ impl LeaderReplica {
         self.maybe_advance_high_watermark()
     }
 
-    /// A follower fetched at `fetch_offset` (its durable log end); `leader_leo`
-    /// is the leader's log end at this moment (durable or not).
+    /// A follower's fetch (`fetch`: its log end, the epoch of its last
+    /// record, the leader epoch it believes in); `epoch_end` is this leader's
+    /// answer for `fetch.last_fetched_epoch` (Kafka's `endOffsetForEpoch`:
+    /// the largest epoch `<=` it in the leader's log and where that epoch
+    /// ends; `None` is UNDEFINED); `leader_leo` is the leader's log end at
+    /// this moment (durable or not).
     ///
-    /// Caught-up time (Kafka's `Replica.updateFetchState`): the follower is caught
-    /// up now if it reached `leader_leo`; otherwise, if it reached the leader's
-    /// log end as of its previous fetch, it was caught up at that fetch's time.
-    /// A follower that keeps fetching but never reaches either falls behind.
-    ///
-    /// Then, if no change is pending, a non-ISR replica that reached the high
-    /// watermark and this epoch's start offset is proposed for the ISR (the
-    /// change is pending from now on and counts for the high watermark), and
-    /// the high watermark is moved.
+    /// In this order (Kafka's `Partition.fetchRecords` and
+    /// `updateFollowerFetchState`):
+    /// 1. The request's leader epoch must be this one (FENCED_LEADER_EPOCH /
+    ///    UNKNOWN_LEADER_EPOCH), and the sender a follower replica.
+    /// 2. KIP-101/KIP-595: if the follower's log diverges from this one
+    ///    (`diverging`), the answer is the diverging epoch and nothing else:
+    ///    the fetch offset is not recorded, counts for no high watermark, no
+    ///    caught-up time and no ISR admission. The follower must truncate and
+    ///    fetch again. This holds even when both logs end at the same offset.
+    /// 3. The offset must be inside the leader's log (OFFSET_OUT_OF_RANGE).
+    /// 4. Caught-up time (Kafka's `Replica.updateFetchState`): the follower
+    ///    is caught up now if it reached `leader_leo`; otherwise, if it reached
+    ///    the leader's log end as of its previous fetch, it was caught up then.
+    /// 5. ISR admission: if no change is pending, a non-ISR replica that
+    ///    fetched at this leader's current epoch (not `-1`), at or past the
+    ///    high watermark and this epoch's start offset, is proposed for the ISR
+    ///    (pending from now on, counting for the high watermark). Reaching the
+    ///    epoch's start without diverging means it truncated against this
+    ///    leader: its log is a prefix of the leader's up to its fetch offset.
+    /// 6. The high watermark moves.
     pub fn on_follower_fetch(
         &mut self,
-        follower: NodeId,
-        fetch_offset: i64,
+        fetch: FollowerFetch,
+        epoch_end: Option<(i32, i64)>,
         leader_leo: i64,
         now_ms: u64,
     ) -> Result<FetchOutcome, ReplicationError> {
+        check_leader_epoch(fetch.current_leader_epoch, self.leader_epoch)?;
+        if !self.followers.contains_key(&fetch.follower) {
+            return Err(ReplicationError::UnknownReplica(fetch.follower));
+        }
+        if let Some(diverging) =
+            leader_divergence(fetch.last_fetched_epoch, fetch.fetch_offset, epoch_end)
+        {
+            return Ok(FetchOutcome {
+                diverging: Some(diverging),
+                ..FetchOutcome::default()
+            });
+        }
+        let fetch_offset = fetch.fetch_offset;
         let leader_leo = leader_leo.max(self.local_leo);
-        let Some(state) = self.followers.get_mut(&follower) else {
-            return Err(ReplicationError::UnknownReplica(follower));
-        };
         if fetch_offset < 0 || fetch_offset > leader_leo {
             return Err(ReplicationError::OffsetOutOfRange {
                 offset: fetch_offset,
                 log_end_offset: leader_leo,
             });
         }
+        let Some(state) = self.followers.get_mut(&fetch.follower) else {
+            return Err(ReplicationError::UnknownReplica(fetch.follower));
+        };
         if fetch_offset >= leader_leo {
             state.last_caught_up_ms = state.last_caught_up_ms.max(now_ms);
         } else if fetch_offset >= state.last_fetch_leader_leo {
@@ -258,11 +319,16 @@ impl LeaderReplica {
         state.log_end_offset = fetch_offset;
         self.log_end_offset = self.log_end_offset.max(leader_leo);
 
-        let expand = self.maybe_expand(follower, fetch_offset);
+        let expand = if fetch.current_leader_epoch == self.leader_epoch {
+            self.maybe_expand(fetch.follower, fetch_offset)
+        } else {
+            None
+        };
         let high_watermark = self.maybe_advance_high_watermark();
         Ok(FetchOutcome {
             high_watermark,
             expand,
+            diverging: None,
         })
     }
 

@@ -11,6 +11,16 @@ fn config() -> LeaderConfig {
     }
 }
 
+/// A fetch at `offset` with no epoch to check, at the leader's epoch.
+fn at(follower: NodeId, offset: i64) -> FollowerFetch {
+    FollowerFetch {
+        follower,
+        fetch_offset: offset,
+        last_fetched_epoch: -1,
+        current_leader_epoch: 5,
+    }
+}
+
 /// Node 1 leads replicas 1, 2, 3 at leader epoch 5, partition epoch 10.
 fn leader(isr: &[NodeId], local_leo: i64, hw: i64) -> LeaderReplica {
     LeaderReplica::new(
@@ -28,7 +38,7 @@ fn leader(isr: &[NodeId], local_leo: i64, hw: i64) -> LeaderReplica {
 
 fn fetch(l: &mut LeaderReplica, follower: NodeId, offset: i64, now_ms: u64) -> FetchOutcome {
     let leader_leo = l.log_end_offset;
-    l.on_follower_fetch(follower, offset, leader_leo, now_ms)
+    l.on_follower_fetch(at(follower, offset), None, leader_leo, now_ms)
         .unwrap()
 }
 
@@ -61,9 +71,9 @@ fn high_watermark_waits_for_every_maximal_isr_member() {
     assert_eq!(fetch(&mut l, 3, 10, 3).high_watermark, Some(10));
     // Followers ahead of the leader's durable log end: bounded by the leader.
     assert_eq!(l.on_local_durable(20), None);
-    let out = l.on_follower_fetch(2, 20, 25, 4).unwrap();
+    let out = l.on_follower_fetch(at(2, 20), None, 25, 4).unwrap();
     assert_eq!(out.high_watermark, None);
-    let out = l.on_follower_fetch(3, 25, 25, 5).unwrap();
+    let out = l.on_follower_fetch(at(3, 25), None, 25, 5).unwrap();
     assert_eq!(out.high_watermark, Some(20));
     assert_eq!(l.on_local_durable(25), None, "2 holds it at 20");
     assert_eq!(fetch(&mut l, 2, 25, 6).high_watermark, Some(25));
@@ -200,7 +210,8 @@ fn follower_reaching_the_previous_fetch_log_end_stays_in_sync() {
         l.on_local_durable(leo);
         fetch(&mut l, 2, leo, now);
         // 3 fetches what was there at its previous fetch, never the latest.
-        l.on_follower_fetch(3, seen_by_3, leo, now).unwrap();
+        l.on_follower_fetch(at(3, seen_by_3), None, leo, now)
+            .unwrap();
         seen_by_3 = previous + 10;
         now += 500;
         assert_eq!(
@@ -346,17 +357,17 @@ fn acks_all_admission_and_after_append() {
 fn fetch_from_unknown_replica_or_out_of_range() {
     let mut l = leader(&[1, 2, 3], 0, 0);
     l.on_local_durable(10);
-    let err = l.on_follower_fetch(4, 0, 10, 1).unwrap_err();
+    let err = l.on_follower_fetch(at(4, 0), None, 10, 1).unwrap_err();
     assert_eq!(err, ReplicationError::UnknownReplica(4));
     assert_eq!(err.kafka_code(), 6);
     assert_eq!(
-        l.on_follower_fetch(1, 0, 10, 1).unwrap_err(),
+        l.on_follower_fetch(at(1, 0), None, 10, 1).unwrap_err(),
         ReplicationError::UnknownReplica(1),
         "the leader does not fetch from itself"
     );
-    let err = l.on_follower_fetch(2, 11, 10, 1).unwrap_err();
+    let err = l.on_follower_fetch(at(2, 11), None, 10, 1).unwrap_err();
     assert_eq!(err.kafka_code(), 1);
-    assert!(l.on_follower_fetch(2, -1, 10, 1).is_err());
+    assert!(l.on_follower_fetch(at(2, -1), None, 10, 1).is_err());
     assert_eq!(
         l.follower_log_end_offset(2),
         Some(UNKNOWN_OFFSET),
@@ -390,4 +401,97 @@ fn follower_lag_for_metrics() {
             },
         ]
     );
+}
+
+/// Issue 19: a resumed former leader ends at the same offset as this leader
+/// (1760) but its last records are from epoch 0, which ends at 1754 here. Its
+/// fetch diverges: nothing is recorded, no ISR admission, no high watermark,
+/// however often it asks; once cut to 1754 and caught up, it is admitted.
+#[test]
+fn a_diverging_follower_is_not_recorded_nor_admitted() {
+    // Node 1 leads epoch 5 from 1754 with ISR [1, 2]; 3 is the old leader.
+    let mut l = leader(&[1, 2], 1754, 1754).with_epoch_start_offset(1754);
+    assert_eq!(l.epoch_start_offset(), 1754);
+    l.on_local_durable(1760);
+    fetch(&mut l, 2, 1760, 1);
+    assert_eq!(l.high_watermark(), 1760);
+    let resumed = FollowerFetch {
+        follower: 3,
+        fetch_offset: 1760,
+        last_fetched_epoch: 0,
+        current_leader_epoch: 5,
+    };
+    // The leader's epoch 0 ends where epoch 5 starts.
+    for now in 2..10 {
+        let out = l
+            .on_follower_fetch(resumed, Some((0, 1754)), 1760, now)
+            .unwrap();
+        assert_eq!(
+            out,
+            FetchOutcome {
+                high_watermark: None,
+                expand: None,
+                diverging: Some((0, 1754)),
+            }
+        );
+    }
+    assert_eq!(l.follower_log_end_offset(3), Some(UNKNOWN_OFFSET));
+    assert_eq!(l.isr(), &[1, 2]);
+    // Cut to 1754, it fetches again in epoch 0 up to there: no divergence,
+    // but below the high watermark and this epoch's start: not admitted.
+    let cut = FollowerFetch {
+        fetch_offset: 1754,
+        ..resumed
+    };
+    let out = l.on_follower_fetch(cut, Some((0, 1754)), 1760, 11).unwrap();
+    assert_eq!((out.diverging, out.expand), (None, None));
+    // Caught up with the leader's epoch-5 records: admitted.
+    let caught_up = FollowerFetch {
+        fetch_offset: 1760,
+        last_fetched_epoch: 5,
+        ..resumed
+    };
+    let out = l
+        .on_follower_fetch(caught_up, Some((5, 1760)), 1760, 12)
+        .unwrap();
+    assert_eq!(out.expand.map(|c| c.new_isr), Some(vec![1, 2, 3]));
+}
+
+#[test]
+fn isr_admission_needs_the_current_leader_epoch() {
+    let mut l = leader(&[1, 2], 0, 0);
+    l.on_local_durable(10);
+    fetch(&mut l, 2, 10, 1);
+    // A fenced or future epoch is refused before anything is recorded.
+    for (epoch, code) in [(4, 74), (6, 76)] {
+        let f = FollowerFetch {
+            current_leader_epoch: epoch,
+            ..at(3, 10)
+        };
+        let err = l.on_follower_fetch(f, None, 10, 2).unwrap_err();
+        assert_eq!(err.kafka_code(), code);
+    }
+    assert_eq!(l.follower_log_end_offset(3), Some(UNKNOWN_OFFSET));
+    // No epoch given: the fetch counts, but is no proof of truncation
+    // against this leader: no admission.
+    let f = FollowerFetch {
+        current_leader_epoch: -1,
+        ..at(3, 10)
+    };
+    let out = l.on_follower_fetch(f, None, 10, 3).unwrap();
+    assert_eq!(out.expand, None);
+    assert_eq!(l.follower_log_end_offset(3), Some(10));
+    assert!(fetch(&mut l, 3, 10, 4).expand.is_some());
+}
+
+/// The leader's epoch starts at its log end when it took over, past its
+/// durable end: a follower must reach it to join.
+#[test]
+fn admission_waits_for_the_epoch_start() {
+    let mut l = leader(&[1, 2], 8, 8).with_epoch_start_offset(10);
+    assert_eq!(l.epoch_start_offset(), 10);
+    l.on_local_durable(10);
+    fetch(&mut l, 2, 10, 1);
+    assert_eq!(fetch(&mut l, 3, 9, 2).expand, None);
+    assert!(fetch(&mut l, 3, 10, 3).expand.is_some());
 }

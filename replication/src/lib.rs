@@ -6,7 +6,27 @@
 //! requests until the high watermark covers them; `check_leader_epoch` fences
 //! requests from stale or future epochs; `truncation` and `FollowerReplica` are
 //! the follower side: where a follower must cut its log before fetching from a
-//! new leader (KIP-101/KIP-279), then where it fetches from.
+//! new leader (KIP-101/KIP-279/KIP-595), where it fetches from, and which
+//! fetched batches it may append.
+//!
+//! Invariants these rules keep, whatever the timing (a leader paused
+//! mid-append, producers retrying its in-flight batches to the new leader, a
+//! resumed node that still thinks it leads):
+//! - Truncation: a follower cuts its log whenever the leader's end offset for
+//!   the follower's last epoch is below the follower's log end, even when the
+//!   two log ends are equal (`leader_divergence`, `FollowerReplica::on_diverging`).
+//!   The fetch offset and the divergence check use one offset, the log end,
+//!   made durable first (`FollowerReplica::next_fetch`).
+//! - Appending: a fetched batch goes at or past the log end, or not at all
+//!   (`check_fetched_batch`); a response is applied only to the log it was
+//!   asked for (`FollowerReplica::on_response`).
+//! - ISR admission: a replica joins the ISR only after a fetch at the
+//!   leader's current epoch that did not diverge, at or past the high
+//!   watermark and the start of the leader's epoch
+//!   (`LeaderReplica::on_follower_fetch`); a diverging fetch records nothing.
+//!
+//! `tests/divergence.rs` checks them with a model of three replicas, leader
+//! changes with in-flight appends and producers retrying to the new leader.
 //!
 //! What it is not: no async, no sockets, no clock, no files. Time is an argument
 //! (`now_ms`), logs are represented by their offsets, and every decision is a
@@ -27,10 +47,18 @@ mod waiters;
 
 pub mod epoch;
 
-pub use epoch::{check_leader_epoch, diverging_epoch_truncation, truncation, Truncation};
+pub use epoch::{
+    check_leader_epoch, diverging_epoch_truncation, end_offset_for_epoch, leader_divergence,
+    truncation, Truncation,
+};
 pub use error::ReplicationError;
-pub use follower::{FollowerReplica, FollowerState};
-pub use leader::{FetchOutcome, FollowerLag, IsrChange, LeaderConfig, LeaderReplica};
+pub use follower::{
+    check_fetched_batch, FetchPosition, FetchedBatch, FollowerReplica, FollowerState, LocalLog,
+    NextFetch,
+};
+pub use leader::{
+    FetchOutcome, FollowerFetch, FollowerLag, IsrChange, LeaderConfig, LeaderReplica,
+};
 pub use waiters::AckWaiters;
 
 /// A node (broker) id, as in Kafka.

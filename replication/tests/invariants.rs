@@ -10,7 +10,9 @@
 #![allow(clippy::unwrap_used)]
 
 use proptest::prelude::*;
-use skiff_replication::{AckWaiters, LeaderConfig, LeaderReplica, NodeId, UNKNOWN_OFFSET};
+use skiff_replication::{
+    AckWaiters, FollowerFetch, LeaderConfig, LeaderReplica, NodeId, UNKNOWN_OFFSET,
+};
 
 const LEADER: NodeId = 1;
 const FOLLOWERS: [NodeId; 3] = [2, 3, 4];
@@ -36,6 +38,16 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::FailPending),
         1 => (0usize..3).prop_map(|follower| Op::ControllerRemoves { follower }),
     ]
+}
+
+/// A fetch at `offset` with no epoch to check, at the leader's epoch.
+fn at(follower: NodeId, offset: i64) -> FollowerFetch {
+    FollowerFetch {
+        follower,
+        fetch_offset: offset,
+        last_fetched_epoch: -1,
+        current_leader_epoch: 1,
+    }
 }
 
 struct Model {
@@ -96,7 +108,12 @@ impl Model {
                 let offset = from + (self.log_end - from) * percent / 100;
                 let out = self
                     .leader
-                    .on_follower_fetch(FOLLOWERS[follower], offset, self.log_end, self.now_ms)
+                    .on_follower_fetch(
+                        at(FOLLOWERS[follower], offset),
+                        None,
+                        self.log_end,
+                        self.now_ms,
+                    )
                     .unwrap();
                 self.follower_leo[follower] = offset;
                 if let Some(change) = out.expand {

@@ -9,7 +9,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use skiff_replication::{AckWaiters, LeaderConfig, LeaderReplica, NodeId, ReplicationError};
+use skiff_replication::{
+    AckWaiters, FollowerFetch, LeaderConfig, LeaderReplica, NodeId, ReplicationError,
+};
 
 const LAG_MS: u64 = 30_000;
 const STEP_MS: u64 = 250;
@@ -17,6 +19,16 @@ const DOWN_AT_MS: u64 = 5_000;
 const END_MS: u64 = 60_000;
 const LEADER: NodeId = 1;
 const FOLLOWERS: [NodeId; 2] = [2, 3];
+
+/// A fetch at `offset` with no epoch to check, at the leader's epoch.
+fn at(follower: NodeId, offset: i64) -> FollowerFetch {
+    FollowerFetch {
+        follower,
+        fetch_offset: offset,
+        last_fetched_epoch: -1,
+        current_leader_epoch: 1,
+    }
+}
 
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Row {
@@ -80,7 +92,7 @@ fn run(down: usize) -> Row {
             }
             // It reports what it holds, then receives everything up to `leo`.
             let out = leader
-                .on_follower_fetch(*f, follower_leo[i], leo, now)
+                .on_follower_fetch(at(*f, follower_leo[i]), None, leo, now)
                 .unwrap();
             hw_moved |= out.high_watermark.is_some();
             if let Some(change) = out.expand {

@@ -19,6 +19,7 @@ use kafka_protocol::ResponseError;
 use skiff_engine::batch::BatchHeader;
 use skiff_engine::{LogError, Shard, TopicPartition};
 use skiff_protocol::splice::Splices;
+use skiff_replication::FollowerFetch;
 
 use super::error_code;
 use crate::state::CoreState;
@@ -243,32 +244,35 @@ async fn read_one(
                     })
                 }
                 Reader::Follower { id } => {
-                    // Where the follower's log parts from ours (Fetch v12's
-                    // diverging epoch): it truncates before it gets data.
-                    if w.last_fetched_epoch >= 0 {
-                        let known = p.end_offset_for_epoch(w.last_fetched_epoch).await?;
-                        if let Some((epoch, end)) = known {
-                            if epoch < w.last_fetched_epoch || end < w.offset {
-                                return Ok(PartitionRead {
-                                    high_watermark: p.high_watermark(),
-                                    log_start_offset,
-                                    batches: Vec::new(),
-                                    seen: p.log_end(),
-                                    diverging: Some((epoch, end)),
-                                });
-                            }
-                        }
-                    }
+                    // Our end offset for the epoch of the follower's last
+                    // record: replica::follower_fetch decides whether its log
+                    // diverges from ours (KIP-595: it then gets the diverging
+                    // epoch and no data, and truncates before it fetches).
+                    let epoch_end = if w.last_fetched_epoch >= 0 {
+                        let (epoch, end) = p.epoch_end_offset(w.last_fetched_epoch).await?;
+                        (epoch >= 0 && end >= 0).then_some((epoch, end))
+                    } else {
+                        None
+                    };
                     let core = CoreState::current().ok_or(LogError::RuntimeStopped)?;
-                    let high_watermark = crate::replica::follower_fetch(
-                        &core,
-                        &w.tp,
-                        id,
-                        w.offset,
-                        w.current_leader_epoch,
-                        &p,
-                    )
-                    .map_err(|r| FetchError::Refused(r.error))?;
+                    let fetch = FollowerFetch {
+                        follower: id,
+                        fetch_offset: w.offset,
+                        last_fetched_epoch: w.last_fetched_epoch,
+                        current_leader_epoch: w.current_leader_epoch,
+                    };
+                    let (high_watermark, diverging) =
+                        crate::replica::follower_fetch(&core, &w.tp, fetch, epoch_end, &p)
+                            .map_err(|r| FetchError::Refused(r.error))?;
+                    if diverging.is_some() {
+                        return Ok(PartitionRead {
+                            high_watermark,
+                            log_start_offset,
+                            batches: Vec::new(),
+                            seen: p.log_end(),
+                            diverging,
+                        });
+                    }
                     let end = p.log_end();
                     let read = p.read(w.offset, w.max_bytes.max(1), end).await?;
                     Ok(PartitionRead {

@@ -255,7 +255,9 @@ pub fn error_code(e: &LogError) -> ResponseError {
         LogError::BadPartitionDir(_) | LogError::SnapshotNotFlushed { .. } => {
             ResponseError::KafkaStorageError
         }
-        LogError::RuntimeStopped => ResponseError::NotLeaderOrFollower,
+        LogError::RuntimeStopped | LogError::FencedLeaderEpoch { .. } => {
+            ResponseError::NotLeaderOrFollower
+        }
     }
 }
 

@@ -5,10 +5,20 @@
 //! its next fetch, which is how the leader learns it (Kafka's pull model).
 //!
 //! ```text
-//! loop: Fetch v12 { replica_id: me, per partition: fetch_offset = log end,
-//!                   last_fetched_epoch, current_leader_epoch }
-//!   -> diverging_epoch: truncate where the logs part (skiff-replication::truncation)
-//!   -> records: append (AppendMode::Replica), flush to the new end
+//! loop: per partition, FollowerReplica::next_fetch (skiff-replication):
+//!         a log end past the durable end (a former leader's unflushed
+//!         appends) is flushed first, so the offset reported is durable;
+//!         records without an epoch history are cut to the high watermark
+//!       Fetch v12 { replica_id: me, per partition: fetch_offset = log end,
+//!                   last_fetched_epoch = epoch of the last record,
+//!                   current_leader_epoch }
+//!   -> a response is applied only if the log still ends at its fetch offset
+//!      and we still follow that leader epoch (on_response)
+//!   -> diverging_epoch: truncate where the logs part (on_diverging), fetch
+//!      again from the new end with the new last epoch
+//!   -> records: each batch at or past the log end (check_fetched_batch),
+//!      else nothing more of this response is appended; append
+//!      (AppendMode::Replica), flush to the new end
 //!   -> high watermark = min(leader's, our durable end)
 //!   -> the leader's log start above ours: ours moves up (DeleteRecords-style)
 //!   -> OFFSET_OUT_OF_RANGE (Kafka's handleOutOfRangeError): ask the leader
@@ -40,7 +50,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, Str
 use kafka_protocol::ResponseError;
 use skiff_engine::batch::BatchHeader;
 use skiff_engine::{AppendMode, Partition, TopicPartition};
-use skiff_replication::{diverging_epoch_truncation, Truncation};
+use skiff_replication::{
+    check_fetched_batch, FetchPosition, FetchedBatch, FollowerReplica, LocalLog, NextFetch,
+};
 
 use crate::state::CoreState;
 
@@ -61,11 +73,15 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(300);
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Followed {
-    leader_epoch: i32,
-    /// The epoch to send as last_fetched_epoch when the truncation rule asks
-    /// the leader about an older epoch.
-    ask_epoch: Option<i32>,
+    /// The rules: fetch position, stale answers, divergence, what to append.
+    replica: FollowerReplica,
     paused_until: Option<Instant>,
+}
+
+impl Followed {
+    fn leader_epoch(&self) -> i32 {
+        self.replica.leader_epoch()
+    }
 }
 
 type Partitions = Rc<RefCell<BTreeMap<TopicPartition, Followed>>>;
@@ -76,8 +92,14 @@ thread_local! {
 }
 
 /// Follows `tp` from `leader` at `leader_epoch` (starting the fetcher for that
-/// leader on this core if there is none).
-pub fn add(core: &Rc<CoreState>, tp: TopicPartition, leader: i32, leader_epoch: i32) {
+/// leader on this core if there is none); `log` is the local log as it is now.
+pub fn add(
+    core: &Rc<CoreState>,
+    tp: TopicPartition,
+    leader: i32,
+    leader_epoch: i32,
+    log: LocalLog,
+) {
     remove(&tp);
     let (partitions, start) = FETCHERS.with(|f| {
         let mut f = f.borrow_mut();
@@ -93,8 +115,7 @@ pub fn add(core: &Rc<CoreState>, tp: TopicPartition, leader: i32, leader_epoch: 
     partitions.borrow_mut().insert(
         tp,
         Followed {
-            leader_epoch,
-            ask_epoch: None,
+            replica: FollowerReplica::new(leader, leader_epoch, log),
             paused_until: None,
         },
     );
@@ -194,11 +215,22 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             let name = topic.topic.0.to_string();
             for p in topic.partitions {
                 let tp = TopicPartition::new(name.clone(), p.partition_index);
+                // Only an answer to the log as it was asked for is applied.
+                let log_end = core.shard.local(&tp).map(|p| p.log_end());
+                let sent = partitions
+                    .borrow_mut()
+                    .get_mut(&tp)
+                    .zip(log_end)
+                    .and_then(|(f, end)| f.replica.on_response(end));
+                let Some(sent) = sent else {
+                    tracing::debug!(partition = %tp, leader, "dropping a stale fetch answer");
+                    continue;
+                };
                 if p.error_code == ResponseError::OffsetOutOfRange.code() {
                     out_of_range.push((tp, p.log_start_offset));
                     continue;
                 }
-                if let Err(e) = apply(&core, &partitions, &tp, p).await {
+                if let Err(e) = apply(&core, &partitions, &tp, sent, p).await {
                     tracing::warn!(partition = %tp, leader, error = %e, "applying fetched data");
                     pause(&partitions, &tp);
                 }
@@ -245,26 +277,31 @@ fn pause(partitions: &Partitions, tp: &TopicPartition) {
 
 async fn build_request(core: &CoreState, partitions: &Partitions) -> Option<FetchRequest> {
     let now = Instant::now();
-    let wanted: Vec<(TopicPartition, i32, Option<i32>)> = partitions
+    let wanted: Vec<(TopicPartition, i32)> = partitions
         .borrow()
         .iter()
         .filter(|(_, f)| f.paused_until.is_none_or(|t| t <= now))
-        .map(|(tp, f)| (tp.clone(), f.leader_epoch, f.ask_epoch))
+        .map(|(tp, f)| (tp.clone(), f.leader_epoch()))
         .collect();
     let mut topics: Vec<FetchTopic> = Vec::new();
-    for (tp, leader_epoch, ask_epoch) in wanted {
+    for (tp, leader_epoch) in wanted {
         let Some(partition) = core.shard.local(&tp) else {
             continue;
         };
-        let last_epoch = match ask_epoch {
-            Some(e) => e,
-            None => partition.latest_epoch().await.ok().flatten().unwrap_or(-1),
+        let position = match prepare_fetch(partitions, &tp, &partition).await {
+            Ok(Some(position)) => position,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(partition = %tp, error = %e, "preparing the fetch");
+                pause(partitions, &tp);
+                continue;
+            }
         };
         let fp = FetchPartition::default()
             .with_partition(tp.partition)
             .with_current_leader_epoch(leader_epoch)
-            .with_fetch_offset(partition.durable_end())
-            .with_last_fetched_epoch(last_epoch)
+            .with_fetch_offset(position.fetch_offset)
+            .with_last_fetched_epoch(position.last_fetched_epoch)
             .with_log_start_offset(-1)
             .with_partition_max_bytes(FETCH_PARTITION_BYTES);
         match topics.last_mut() {
@@ -290,6 +327,58 @@ async fn build_request(core: &CoreState, partitions: &Partitions) -> Option<Fetc
             .with_session_epoch(-1)
             .with_topics(topics),
     )
+}
+
+/// The log as the follower rules see it, read under one lock.
+pub async fn local_log(partition: &Partition) -> Result<LocalLog, skiff_engine::LogError> {
+    let (log_start_offset, log_end_offset, latest_epoch) = partition.epoch_position().await?;
+    Ok(LocalLog {
+        log_start_offset,
+        log_end_offset,
+        // Read right after, with no await between: the same moment.
+        durable_end_offset: partition.durable_end(),
+        latest_epoch,
+    })
+}
+
+/// Brings the log to where it may be fetched from (`next_fetch`: the
+/// unflushed tail of a former leader flushed, records without an epoch
+/// history cut to the high watermark) and records the fetch as sent. `None`:
+/// not followed any more.
+async fn prepare_fetch(
+    partitions: &Partitions,
+    tp: &TopicPartition,
+    partition: &Partition,
+) -> Result<Option<FetchPosition>, skiff_engine::LogError> {
+    // Each step moves the state on; two are the most a log needs.
+    for _ in 0..3 {
+        let log = local_log(partition).await?;
+        let next = match partitions.borrow().get(tp) {
+            Some(f) => f.replica.next_fetch(log),
+            None => return Ok(None),
+        };
+        match next {
+            NextFetch::Fetch(position) => {
+                return Ok(partitions.borrow_mut().get_mut(tp).map(|f| {
+                    f.replica.on_sent(position);
+                    position
+                }));
+            }
+            NextFetch::FlushTo(end) => partition.flush_to(end).await?,
+            NextFetch::TruncateToHighWatermark => {
+                let hw = partition.high_watermark();
+                tracing::warn!(
+                    partition = %tp, log_end_offset = log.log_end_offset, high_watermark = hw,
+                    "the log has records but no leader-epoch history: truncating to the high watermark"
+                );
+                partition.truncate_to(hw).await?;
+                if let Some(f) = partitions.borrow_mut().get_mut(tp) {
+                    f.replica.on_truncated_to_high_watermark();
+                }
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// One request to the leader at `version` and its response, on the fetcher's
@@ -367,12 +456,15 @@ enum ApplyError {
     Leader(ResponseError),
     #[error("the leader answered error code {0}")]
     Code(i16),
+    #[error(transparent)]
+    Fetched(#[from] skiff_replication::ReplicationError),
 }
 
 async fn apply(
     core: &Rc<CoreState>,
     partitions: &Partitions,
     tp: &TopicPartition,
+    sent: FetchPosition,
     p: kafka_protocol::messages::fetch_response::PartitionData,
 ) -> Result<(), ApplyError> {
     if !partitions.borrow().contains_key(tp) {
@@ -389,51 +481,19 @@ async fn apply(
     }
     if p.diverging_epoch.epoch >= 0 {
         let diverging = (p.diverging_epoch.epoch, p.diverging_epoch.end_offset);
-        truncate(partitions, tp, &partition, diverging).await?;
+        truncate(partitions, tp, &partition, sent, diverging).await?;
         return Ok(());
     }
-    if let Some(f) = partitions.borrow_mut().get_mut(tp) {
-        f.ask_epoch = None;
-    }
-    let mut appended = false;
-    if let Some(records) = p.records.filter(|r| !r.is_empty()) {
-        let mut rest = records;
-        while rest.len() >= skiff_engine::batch::BATCH_HEADER_LEN {
-            let Ok(header) = BatchHeader::parse(&rest) else {
-                break;
-            };
-            let len = header.total_len();
-            if len > rest.len() {
-                break; // a partial batch at the end, as Fetch allows
-            }
-            let batch = rest.split_to(len);
-            let end = partition.log_end();
-            if header.next_offset() <= end {
-                continue; // already have it (a retried fetch)
-            }
-            if header.base_offset < end && partition.log_start_offset().await? == end {
-                // Our empty log starts at the leader's log start, which is inside
-                // this batch (DeleteRecords on the leader): as Kafka's follower
-                // does, the log starts over at the batch's base offset; the
-                // leader's log start is applied below.
-                tracing::info!(
-                    partition = %tp, log_start_offset = end, batch_base_offset = header.base_offset,
-                    "the first batch starts before our empty log: starting the log at its base offset"
-                );
-                partition
-                    .truncate_fully_and_start_at(header.base_offset)
-                    .await?;
-            }
-            partition
-                .append_buffered(BytesMut::from(&batch[..]), AppendMode::Replica)
-                .await?;
-            appended = true;
-        }
-    }
-    if appended {
-        // Durable before the next fetch reports this end to the leader.
+    let appended = match p.records.filter(|r| !r.is_empty()) {
+        Some(records) => append_fetched(tp, &partition, records).await,
+        None => Ok(false),
+    };
+    if appended.as_ref().is_ok_and(|a| *a) || appended.is_err() {
+        // Durable before the next fetch reports this end to the leader
+        // (also what was appended before a batch that did not fit).
         partition.flush_to(partition.log_end()).await?;
     }
+    appended?;
     let hw = p.high_watermark.min(partition.durable_end());
     if hw >= 0 {
         partition.set_replicated_high_watermark(Some(hw));
@@ -451,35 +511,82 @@ async fn apply(
     Ok(())
 }
 
+/// Appends the fetched batches, each at or past our log end
+/// (`check_fetched_batch`): a batch below it is an answer that does not
+/// continue this log, and nothing from it on is appended. Returns whether
+/// anything was.
+async fn append_fetched(
+    tp: &TopicPartition,
+    partition: &Partition,
+    records: Bytes,
+) -> Result<bool, ApplyError> {
+    let mut appended = false;
+    let mut rest = records;
+    while rest.len() >= skiff_engine::batch::BATCH_HEADER_LEN {
+        let Ok(header) = BatchHeader::parse(&rest) else {
+            break;
+        };
+        let len = header.total_len();
+        if len > rest.len() {
+            break; // a partial batch at the end, as Fetch allows
+        }
+        let batch = rest.split_to(len);
+        let end = partition.log_end();
+        let start = if header.base_offset < end {
+            partition.log_start_offset().await?
+        } else {
+            end
+        };
+        match check_fetched_batch(start, end, header.base_offset, header.next_offset())? {
+            FetchedBatch::Append => {}
+            FetchedBatch::StartOverAt(base_offset) => {
+                // Our empty log starts at the leader's log start, which is
+                // inside this batch (DeleteRecords on the leader): as Kafka's
+                // follower does, the log starts over at the batch's base
+                // offset; the leader's log start is applied after.
+                tracing::info!(
+                    partition = %tp, log_start_offset = end, batch_base_offset = base_offset,
+                    "the first batch starts before our empty log: starting the log at its base offset"
+                );
+                partition.truncate_fully_and_start_at(base_offset).await?;
+            }
+        }
+        partition
+            .append_buffered(BytesMut::from(&batch[..]), AppendMode::Replica)
+            .await?;
+        appended = true;
+    }
+    Ok(appended)
+}
+
 /// The leader says our logs part at `diverging` (its epoch and end offset for
-/// the epoch we last fetched in): cut our log where Kafka's rule says, or ask
-/// again about an older epoch.
+/// the epoch of our last record, as sent in `sent`): cut our log where
+/// Kafka's rule says. The next fetch asks from the new end with the epoch of
+/// the new last record.
 async fn truncate(
     partitions: &Partitions,
     tp: &TopicPartition,
     partition: &Partition,
+    sent: FetchPosition,
     diverging: (i32, i64),
 ) -> Result<(), ApplyError> {
-    let asked = partitions.borrow().get(tp).and_then(|f| f.ask_epoch);
-    let asked = match asked {
-        Some(e) => e,
-        None => partition.latest_epoch().await?.unwrap_or(-1),
-    };
     let local_epochs = partition.epoch_entries().await?;
     let local_end = partition.log_end();
-    let (cut, ask) =
-        match diverging_epoch_truncation(&local_epochs, local_end, asked, diverging.0, diverging.1)
-        {
-            Truncation::TruncateTo(offset) => (offset, None),
-            Truncation::AskAgain { epoch, truncate_to } => (truncate_to, Some(epoch)),
-            Truncation::TruncateToHighWatermark => (partition.high_watermark(), None),
-        };
+    let hw = partition.high_watermark();
+    let Some(cut) = partitions.borrow().get(tp).map(|f| {
+        f.replica
+            .on_diverging(sent, &local_epochs, local_end, diverging, hw)
+    }) else {
+        return Ok(());
+    };
     if cut < local_end {
-        tracing::warn!(partition = %tp, from = local_end, to = cut, "truncating a divergent tail");
+        tracing::warn!(
+            partition = %tp, from = local_end, to = cut,
+            last_fetched_epoch = sent.last_fetched_epoch,
+            leader_epoch_end = ?diverging,
+            "truncating a divergent tail"
+        );
         partition.truncate_to(cut).await?;
-    }
-    if let Some(f) = partitions.borrow_mut().get_mut(tp) {
-        f.ask_epoch = ask;
     }
     Ok(())
 }
@@ -512,7 +619,7 @@ async fn handle_out_of_range(
     tp: &TopicPartition,
     leader_start: i64,
 ) -> Result<(), OutOfRangeError> {
-    let Some(leader_epoch) = partitions.borrow().get(tp).map(|f| f.leader_epoch) else {
+    let Some(leader_epoch) = partitions.borrow().get(tp).map(|f| f.leader_epoch()) else {
         return Ok(()); // stopped following meanwhile
     };
     let Some(partition) = core.shard.local(tp) else {
@@ -526,7 +633,7 @@ async fn handle_out_of_range(
         partitions
             .borrow()
             .get(tp)
-            .is_some_and(|f| f.leader_epoch == leader_epoch)
+            .is_some_and(|f| f.leader_epoch() == leader_epoch)
     };
     let leader_start = if leader_start > local_end {
         leader_start
@@ -566,7 +673,6 @@ async fn handle_out_of_range(
 /// older one the truncation rule was asking about.
 fn reset_fetch_state(partitions: &Partitions, tp: &TopicPartition) {
     if let Some(f) = partitions.borrow_mut().get_mut(tp) {
-        f.ask_epoch = None;
         f.paused_until = None;
     }
 }

@@ -38,7 +38,7 @@ use glommio::sync::Semaphore;
 use kafka_protocol::ResponseError;
 use skiff_engine::{Partition, TopicPartition};
 use skiff_replication::{
-    check_leader_epoch, AckWaiters, IsrChange, LeaderConfig, LeaderReplica, ReplicationError,
+    AckWaiters, FollowerFetch, IsrChange, LeaderConfig, LeaderReplica, ReplicationError,
 };
 
 use crate::group::coordinator::Coordinator;
@@ -310,39 +310,46 @@ pub async fn await_replicated(
     })
 }
 
-/// A follower's fetch at `fetch_offset`, on the owner core: the leader epoch
-/// it believes in must be this one; its end is recorded (the high watermark
-/// may move, waiters may be answered, an ISR expansion may be proposed).
-/// Returns the high watermark to send back.
+/// A follower's fetch, on the owner core: the leader epoch it believes in
+/// must be this one; a follower whose log diverges from ours (`epoch_end`:
+/// our end offset for its last fetched epoch) gets the diverging epoch and
+/// nothing is recorded; otherwise its end is recorded (the high watermark may
+/// move, waiters may be answered, an ISR expansion may be proposed).
+/// Returns the high watermark to send back and the diverging epoch, if any.
 pub fn follower_fetch(
     core: &Rc<CoreState>,
     tp: &TopicPartition,
-    follower: i32,
-    fetch_offset: i64,
-    current_leader_epoch: i32,
+    fetch: FollowerFetch,
+    epoch_end: Option<(i32, i64)>,
     partition: &Partition,
-) -> Result<i64, Refusal> {
-    let (hw, expand) = with_role(tp, |role| match role {
+) -> Result<(i64, Option<(i32, i64)>), Refusal> {
+    let (hw, outcome) = with_role(tp, |role| match role {
         Some(Role::Leader(l)) => {
-            check_leader_epoch(current_leader_epoch, l.state.leader_epoch())?;
             let outcome =
                 l.state
-                    .on_follower_fetch(follower, fetch_offset, partition.log_end(), now_ms())?;
+                    .on_follower_fetch(fetch, epoch_end, partition.log_end(), now_ms())?;
             if let Some(hw) = outcome.high_watermark {
                 publish(l, partition, hw);
             }
-            Ok::<_, Refusal>((l.state.high_watermark(), outcome.expand))
+            Ok::<_, Refusal>((l.state.high_watermark(), outcome))
         }
         _ => Err(Refusal::new(
             ResponseError::NotLeaderOrFollower,
             format!("this node does not lead {tp}"),
         )),
     })?;
-    if let Some(change) = expand {
+    if let Some((epoch, end_offset)) = outcome.diverging {
+        tracing::info!(
+            partition = %tp, follower = fetch.follower, fetch_offset = fetch.fetch_offset,
+            last_fetched_epoch = fetch.last_fetched_epoch, epoch, end_offset,
+            "a follower's log diverges from ours: it must truncate"
+        );
+    }
+    if let Some(change) = outcome.expand {
         COUNTERS.with(|c| bump(&c.isr_expands, 1));
         send_alter(core.clone(), tp.clone(), change);
     }
-    Ok(hw)
+    Ok((hw, outcome.diverging))
 }
 
 /// Sends an ISR change to the controller (through core 0) and applies the
@@ -492,7 +499,18 @@ async fn become_leader(
     }
     fetcher::remove(tp);
     // A new leadership: what the log holds is the truth from here on; the
+    // epoch starts at the log end (in the epoch cache before any record, so
+    // followers' divergence checks see where older epochs end here); the
     // high watermark starts where this replica knew it to be.
+    let epoch_start = match partition.assign_leader_epoch(a.leader_epoch).await {
+        Ok(offset) => offset,
+        Err(e) => {
+            // The log is offline: it cannot lead. Metadata answers it as
+            // unavailable (offline_partitions); nothing is appended to it.
+            tracing::error!(partition = %tp, leader_epoch = a.leader_epoch, error = %e, "cannot start the leader epoch");
+            partition.log_end()
+        }
+    };
     let log_end = partition.durable_end();
     let start = partition.log_start_offset().await.unwrap_or(0);
     let hw = match partition
@@ -513,7 +531,8 @@ async fn become_leader(
         hw.clamp(start, log_end),
         now_ms(),
         leader_config(core, info),
-    );
+    )
+    .with_epoch_start_offset(epoch_start);
     // Recomputed at once: an ISR of this replica alone has its end as the
     // high watermark; a larger one waits for the followers' fetches.
     let mut state = state;
@@ -568,6 +587,17 @@ async fn become_follower(
         let hw = partition.checkpointed_high_watermark().unwrap_or(start);
         partition.set_replicated_high_watermark(Some(hw));
     }
+    // Produces admitted while this node led an older epoch must not land
+    // in the log now that another node leads (they get NOT_LEADER).
+    let fenced = partition.fence_leader_appends(leader_epoch + 1).await;
+    let log = match fenced.and(fetcher::local_log(partition).await) {
+        Ok(log) => log,
+        Err(e) => {
+            tracing::error!(partition = %tp, error = %e, "cannot follow: the log cannot be read");
+            stop_replicating(tp);
+            return;
+        }
+    };
     core.forget_partition(tp);
     ROLES.with(|r| {
         r.borrow_mut().insert(
@@ -578,7 +608,7 @@ async fn become_follower(
             }),
         )
     });
-    fetcher::add(core, tp.clone(), leader, leader_epoch);
+    fetcher::add(core, tp.clone(), leader, leader_epoch, log);
     Coordinator::current().on_resign(tp);
     tracing::info!(partition = %tp, leader, leader_epoch, "following");
 }
