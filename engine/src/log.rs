@@ -694,6 +694,15 @@ impl PartitionLog {
     pub async fn truncate_to(&mut self, offset: i64) -> Result<()> {
         self.check_online()?;
         if offset >= self.log_end_offset {
+            // Nothing to cut, but an epoch that starts at the log end has no
+            // records here: a former leader's entry from a leadership that
+            // never appended. Kafka drops it too (`UnifiedLog.truncateTo`);
+            // kept, it would make this follower's last epoch one the leader
+            // never had, and every fetch would diverge again.
+            if self.epochs.truncate_from_end(self.log_end_offset) {
+                let persisted = self.epochs.persist().await;
+                self.offline_on_error(persisted)?;
+            }
             return Ok(());
         }
         let result = self.truncate_inner(offset).await;

@@ -254,6 +254,12 @@ fn a_leader_epoch_starts_at_the_log_end_before_its_first_record() {
         // An older or equal epoch changes nothing.
         assert_eq!(log.assign_leader_epoch(4).await.unwrap(), 3);
         assert_eq!(log.leader_epochs().latest_epoch(), Some(5));
+        // As a follower it cuts nothing at its end, but the record-less
+        // epoch goes (Kafka's truncateTo): the leader never had it.
+        log.truncate_to(3).await.unwrap();
+        assert_eq!(log.log_end_offset(), 3);
+        assert_eq!(log.leader_epochs().latest_epoch(), Some(3));
+        log.assign_leader_epoch(5).await.unwrap();
         log.close().await.unwrap();
         // Persisted, then cut at recovery: no record carries it yet.
         let mut log = open(&path, small_config()).await.unwrap();

@@ -586,8 +586,10 @@ async fn truncate(
             leader_epoch_end = ?diverging,
             "truncating a divergent tail"
         );
-        partition.truncate_to(cut).await?;
     }
+    // Also at the log end: an epoch entry without records there goes (the
+    // leader never had that epoch).
+    partition.truncate_to(cut).await?;
     Ok(())
 }
 
