@@ -78,6 +78,18 @@ pub struct Broker {
     /// table broadcast): what admin requests wait for.
     published: Cell<u64>,
     fenced: Cell<bool>,
+    /// When the last acknowledged heartbeat was sent: the controller heard
+    /// from this node no earlier, so its session there lasts at least until
+    /// this + `broker.session.timeout.ms` (the node's lease on its
+    /// leaderships).
+    lease_from: Cell<Instant>,
+    /// This node gave up its leaderships (fenced, or its lease ran out: the
+    /// controller may have elected other leaders by now). Tables derived
+    /// meanwhile show none of its partitions led by it and itself fenced.
+    stepped_down: Cell<bool>,
+    /// One table derivation and broadcast at a time (the follower and the
+    /// lease watchdog both publish), so the last one derived lands last.
+    publishing: Rc<glommio::sync::Semaphore>,
     stopping: Cell<bool>,
 }
 
@@ -146,6 +158,9 @@ pub async fn start(
         applied: Cell::new(0),
         published: Cell::new(0),
         fenced: Cell::new(true),
+        lease_from: Cell::new(Instant::now()),
+        stepped_down: Cell::new(false),
+        publishing: Rc::new(glommio::sync::Semaphore::new(1)),
         stopping: Cell::new(false),
     });
     BROKER.with(|b| *b.borrow_mut() = Some(broker.clone()));
@@ -188,6 +203,7 @@ pub async fn start(
         metadata_offset = broker.applied.get(),
         "registered and unfenced"
     );
+    glommio::spawn_local(lease_watchdog(core.clone(), broker.clone())).detach();
     Ok(())
 }
 
@@ -273,6 +289,9 @@ async fn follow(core: Rc<CoreState>, broker: Rc<Broker>) {
             Ok(false) => {}
             Ok(true) => {
                 quiet_errors = 0;
+                let Ok(_permit) = broker.publishing.acquire_permit(1).await else {
+                    return;
+                };
                 let old = core.topics();
                 let new = Arc::new(derive_table(&broker));
                 // New partitions exist before any core's table shows them;
@@ -318,9 +337,11 @@ async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
             want_fence: false,
             want_shutdown: false,
         };
+        let sent = Instant::now();
         match broker.heartbeats.heartbeat(beat).await {
             Ok(reply) => {
                 last_ack = Instant::now();
+                broker.lease_from.set(sent);
                 if reply.is_fenced != broker.fenced.get() {
                     tracing::info!(
                         "the controller {} this node",
@@ -346,7 +367,8 @@ async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
             }
             Err(e) => {
                 // No acknowledged heartbeat for a whole session: the controller
-                // has fenced this node by now, or cannot be reached to say.
+                // has fenced this node by now, or cannot be reached to say
+                // (the lease watchdog steps down from the leaderships).
                 if last_ack.elapsed() > session && !broker.fenced.get() {
                     tracing::warn!(error = %e, "no heartbeat acknowledged for {session:?}: counting this node as fenced");
                     broker.fenced.set(true);
@@ -363,6 +385,46 @@ async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
             interval
         })
         .await;
+    }
+}
+
+/// How often the lease is checked against the clock.
+const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Steps down from every leadership when this node is fenced or its lease
+/// ran out (no heartbeat acknowledged for a session: the controller may
+/// already have moved its leaderships, or the quorum is gone), and takes
+/// them back from the metadata when a heartbeat is acknowledged unfenced.
+/// Clients of a stepped-down node get NOT_LEADER_OR_FOLLOWER at once, and its
+/// Metadata shows no partition led by it, so they move to the new leaders
+/// instead of waiting for an answer that cannot come.
+async fn lease_watchdog(core: Rc<CoreState>, broker: Rc<Broker>) {
+    let session = Duration::from_millis(core.node.config.broker_session_timeout_ms);
+    while !broker.stopping.get() {
+        let expired = broker.lease_from.get().elapsed() > session;
+        if expired && !broker.fenced.get() {
+            tracing::warn!(
+                "no heartbeat acknowledged for {session:?}: counting this node as fenced"
+            );
+            broker.fenced.set(true);
+            set_phase(&core, &broker);
+        }
+        let down = broker.fenced.get() || expired;
+        if down != broker.stepped_down.get() {
+            if let Ok(_permit) = broker.publishing.acquire_permit(1).await {
+                broker.stepped_down.set(down);
+                if down {
+                    tracing::warn!("fenced or out of touch with the controller: stepping down from every leadership");
+                } else {
+                    tracing::info!("unfenced: leading again where the metadata says so");
+                }
+                let table = Arc::new(derive_table(&broker));
+                if let Err(e) = topics::broadcast(&core.shard, table).await {
+                    tracing::warn!(error = %e, "sending the new metadata to the cores");
+                }
+            }
+        }
+        sleep(LEASE_CHECK_INTERVAL).await;
     }
 }
 
@@ -419,6 +481,7 @@ pub async fn shut_down() {
 /// The table every core reads, from the broker's committed state.
 fn derive_table(broker: &Broker) -> TopicTable {
     let state = broker.state.borrow();
+    let stepped_down = broker.stepped_down.get();
     let brokers = state
         .nodes()
         .map(|n| {
@@ -428,7 +491,8 @@ fn derive_table(broker: &Broker) -> TopicTable {
                 host: endpoint.map(|e| e.host.clone()).unwrap_or_default(),
                 port: endpoint.map_or(0, |e| e.port),
                 rack: n.rack.clone(),
-                fenced: n.fenced,
+                // A node that stepped down counts itself out.
+                fenced: n.fenced || (n.node_id == broker.node_id && stepped_down),
                 in_controlled_shutdown: n.in_controlled_shutdown,
             }
         })
@@ -441,7 +505,11 @@ fn derive_table(broker: &Broker) -> TopicTable {
                     Some(p) => Assignment {
                         replicas: p.replicas.clone(),
                         isr: p.isr.clone(),
-                        leader: p.leader,
+                        leader: if stepped_down && p.leader == broker.node_id {
+                            NO_LEADER
+                        } else {
+                            p.leader
+                        },
                         leader_epoch: p.leader_epoch,
                         partition_epoch: p.partition_epoch,
                     },

@@ -138,8 +138,8 @@ def test_acknowledged_writes_survive_ten_leader_kills(cluster_factory, topic_nam
     assert logs[0] and logs[0] == logs[1] == logs[2], "replicas differ below the high watermark"
 
 
-def read_all(bootstrap, topic, timeout_s=60):
-    """(offset, value) of every record of partition 0, through the leader."""
+def read_all(bootstrap, topic, timeout_s=60, partition=0):
+    """(offset, value) of every record of a partition, through the leader."""
     from confluent_kafka import Consumer, TopicPartition
 
     cons = Consumer({
@@ -148,7 +148,7 @@ def read_all(bootstrap, topic, timeout_s=60):
     })
     out = []
     try:
-        cons.assign([TopicPartition(topic, 0, 0)])
+        cons.assign([TopicPartition(topic, partition, 0)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             m = cons.poll(0.5)
