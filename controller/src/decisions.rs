@@ -175,6 +175,11 @@ pub struct Heartbeat {
     pub metadata_offset: u64,
     pub want_fence: bool,
     pub want_shutdown: bool,
+    /// Partitions whose local log is offline on the node (a failed write or
+    /// fdatasync: Kafka's offline log directory, KIP-858 in KRaft): the
+    /// controller moves their leadership away and takes the node out of
+    /// their ISRs, as for a fenced node, partition by partition.
+    pub offline_partitions: Vec<(TopicId, u32)>,
 }
 
 /// What the heartbeat's sender is told (computed after the decision's records
@@ -435,17 +440,47 @@ pub fn heartbeat(
     if request.want_fence {
         return Ok(fence_node(state, id, config));
     }
+    let mut out = move_offline_replicas(state, id, &request.offline_partitions, config);
     if request.want_shutdown && !node.in_controlled_shutdown {
         tracing::info!(node = id, "controlled shutdown: moving leaderships away");
-        let mut out = move_away_from(state, id, config);
+        // Every partition moves away: the offline ones are among them.
+        out = move_away_from(state, id, config);
         out.push(registration_change(
             id,
             node.broker_epoch,
             RegistrationChange::ControlledShutdown,
         ));
-        return Ok(out);
     }
-    Ok(Vec::new())
+    Ok(out)
+}
+
+/// Leaderships and ISR places of `node` for the partitions it reports
+/// offline, moved as if `node` were ineligible for them alone. A partition
+/// whose ISR is `node` alone is left as it is: nobody else holds its data,
+/// and re-electing it from there would only move it back.
+fn move_offline_replicas(
+    state: &ClusterState,
+    node: NodeId,
+    offline: &[(TopicId, u32)],
+    config: &ControllerConfig,
+) -> Vec<MetadataRecord> {
+    let eligible = |n: NodeId| n != node && is_eligible(state, n);
+    state
+        .partitions()
+        .filter(|(t, i, _)| offline.contains(&(*t, *i)))
+        .filter(|(_, _, p)| p.leader == node || p.isr.contains(&node))
+        .filter(|(_, _, p)| p.isr.iter().any(|n| *n != node))
+        .filter_map(|(t, i, p)| {
+            let change =
+                rebalance_partition(t, i, p, &eligible, unclean_allowed(state, t, config))?;
+            tracing::warn!(
+                node, topic = ?t, partition = i,
+                "the node reports its replica offline: moving its leadership and ISR place"
+            );
+            Some(change)
+        })
+        .map(MetadataRecord::PartitionChange)
+        .collect()
 }
 
 /// The heartbeat reply, from the state after the heartbeat's records applied.

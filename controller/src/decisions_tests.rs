@@ -68,6 +68,7 @@ impl Harness {
                 metadata_offset: self.offset,
                 want_fence: false,
                 want_shutdown: shutdown,
+                offline_partitions: Vec::new(),
             },
             now,
             &CFG,
@@ -133,6 +134,7 @@ fn registration_is_fenced_until_caught_up_and_retry_is_idempotent() {
             metadata_offset: registered - 1,
             want_fence: false,
             want_shutdown: false,
+            offline_partitions: Vec::new(),
         },
         0,
         &CFG,
@@ -151,6 +153,7 @@ fn registration_is_fenced_until_caught_up_and_retry_is_idempotent() {
             metadata_offset: 0,
             want_fence: false,
             want_shutdown: false,
+            offline_partitions: Vec::new(),
         },
         0,
         &CFG,
@@ -195,6 +198,82 @@ fn session_timeout_fences_and_moves_leaderships_to_isr() {
     }
     // Nothing more to fence.
     assert!(fence_one_expired(&h.state, &mut h.sessions, 9001, &CFG).is_empty());
+}
+
+/// Issue 14, item 5: a node whose log for a partition went offline reports
+/// it; the controller moves that partition's leadership and the node's ISR
+/// place away, and nothing else of the node's.
+#[test]
+fn a_reported_offline_replica_loses_leadership_and_isr_place() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 3, 3).unwrap();
+    let led_by_3 = (0..3).find(|i| h.part(1, *i).leader == 3).unwrap();
+    let other = (0..3).find(|i| *i != led_by_3).unwrap();
+    let before = h.part(1, led_by_3);
+    let untouched = h.part(1, other);
+    let report = |h: &mut Harness, offline: Vec<(TopicId, u32)>| {
+        let epoch = h.state.node(3).unwrap().broker_epoch;
+        let records = heartbeat(
+            &h.state,
+            &mut h.sessions,
+            &Heartbeat {
+                node_id: 3,
+                broker_epoch: epoch,
+                metadata_offset: h.offset,
+                want_fence: false,
+                want_shutdown: false,
+                offline_partitions: offline,
+            },
+            10,
+            &CFG,
+        )
+        .unwrap();
+        h.commit(&records);
+        records.len()
+    };
+    assert_eq!(report(&mut h, vec![(tid(1), led_by_3)]), 1);
+    let after = h.part(1, led_by_3);
+    assert_ne!(after.leader, 3);
+    assert!(!after.isr.contains(&3));
+    assert_eq!(after.leader_epoch, before.leader_epoch + 1);
+    assert_eq!(
+        h.part(1, other),
+        untouched,
+        "only the reported partition moves"
+    );
+    assert!(!h.state.node(3).unwrap().fenced);
+    // Reported again: nothing left to move.
+    assert_eq!(report(&mut h, vec![(tid(1), led_by_3)]), 0);
+    // An unknown partition in the report changes nothing.
+    assert_eq!(report(&mut h, vec![(tid(9), 0)]), 0);
+}
+
+/// The only ISR member's offline replica stays where it is: nobody else
+/// holds the data, and electing from the ISR would choose it again.
+#[test]
+fn a_sole_isr_member_reporting_offline_keeps_the_partition() {
+    let mut h = Harness::cluster(2, None);
+    h.create("t", 1, 2, 1).unwrap();
+    let on_2 = (0..2).find(|i| h.part(1, *i).replicas == vec![2]).unwrap();
+    let before = h.part(1, on_2);
+    let epoch = h.state.node(2).unwrap().broker_epoch;
+    let records = heartbeat(
+        &h.state,
+        &mut h.sessions,
+        &Heartbeat {
+            node_id: 2,
+            broker_epoch: epoch,
+            metadata_offset: h.offset,
+            want_fence: false,
+            want_shutdown: false,
+            offline_partitions: vec![(tid(1), on_2)],
+        },
+        10,
+        &CFG,
+    )
+    .unwrap();
+    assert!(records.is_empty());
+    assert_eq!(h.part(1, on_2), before);
 }
 
 #[test]

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use glommio::timer::sleep;
 use skiff_controller::client::{ClientError, ControllerClient, CreateTopicRequest};
 use skiff_controller::decisions::{Heartbeat, Registration};
-use skiff_controller::records::{Endpoint, NO_LEADER};
+use skiff_controller::records::{Endpoint, TopicId, NO_LEADER};
 use skiff_controller::rpc::{MetadataFetch, RpcError};
 use skiff_controller::state::ClusterState;
 use skiff_engine::{shard::list_partition_dirs, TopicPartition};
@@ -336,6 +336,7 @@ async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
             metadata_offset: broker.applied.get(),
             want_fence: false,
             want_shutdown: false,
+            offline_partitions: offline_replicas(&core, &broker).await,
         };
         let sent = Instant::now();
         match broker.heartbeats.heartbeat(beat).await {
@@ -428,6 +429,43 @@ async fn lease_watchdog(core: Rc<CoreState>, broker: Rc<Broker>) {
     }
 }
 
+/// The partitions whose local log is offline (a failed write or fdatasync),
+/// as the controller names them: reported with every heartbeat, so their
+/// leadership and this node's ISR places move away (KIP-858's offline log
+/// directories, per partition). Asks every core.
+async fn offline_replicas(core: &CoreState, broker: &Broker) -> Vec<(TopicId, u32)> {
+    let mut offline = Vec::new();
+    for target in 0..core.shard.table().shards() {
+        let found = core
+            .shard
+            .invoke_on(target, |shard| async move {
+                let mut found = Vec::new();
+                for (tp, p) in shard.local_partition_handles() {
+                    if matches!(p.offline_reason().await, Ok(Some(_))) {
+                        found.push(tp);
+                    }
+                }
+                found
+            })
+            .await;
+        match found {
+            Ok(found) => offline.extend(found),
+            Err(e) => tracing::debug!(core = target, error = %e, "asking for offline partitions"),
+        }
+    }
+    if offline.is_empty() {
+        return Vec::new();
+    }
+    let state = broker.state.borrow();
+    offline
+        .iter()
+        .filter_map(|tp| {
+            let topic = state.topics().find(|t| t.name == tp.topic)?;
+            Some((topic.topic_id, u32::try_from(tp.partition).ok()?))
+        })
+        .collect()
+}
+
 fn set_phase(core: &CoreState, broker: &Broker) {
     if matches!(core.phase.get(), Phase::Serving | Phase::Fenced) {
         core.phase.set(if broker.fenced.get() {
@@ -453,6 +491,8 @@ pub async fn shut_down() {
             metadata_offset: broker.applied.get(),
             want_fence: false,
             want_shutdown: true,
+            // Controlled shutdown moves every partition away anyway.
+            offline_partitions: Vec::new(),
         };
         // The client retries an unreachable controller for a whole request
         // timeout (the session timeout); the stop waits no longer than its

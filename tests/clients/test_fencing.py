@@ -1,4 +1,5 @@
-"""Issue 14, item 4: a leader cut off from the controller steps aside.
+"""Issue 14, items 4 and 5: a leader cut off from the controller steps aside,
+and a replica whose disk fails leaves the leadership and the ISR.
 
 One controller-only node and three brokers; broker 2 reaches the controller
 only through a proxy the test controls (`netproxy.Proxy`), while clients reach
@@ -124,3 +125,90 @@ def test_a_leader_cut_off_from_the_controller_steps_aside(topic_name):
         c.cleanup()
         if proxy is not None:
             proxy.close()
+
+
+FULL_DISK_LIMIT = 4 << 20
+
+
+def test_a_replica_whose_disk_fails_leaves_leadership_and_the_isr(topic_name):
+    """Issue 14, item 5: broker 2 runs under a file-size limit (`prlimit
+    --fsize`, SIGXFSZ ignored), so the write that takes its segment past 4 MiB
+    fails as on a full disk and its log for the partition goes offline. Its
+    heartbeats report the partition; the controller moves the leadership and
+    takes broker 2 out of the ISR, and acks=all writes go on through the new
+    leader. Restarted without the limit, broker 2 recovers and rejoins."""
+    c = Cluster(controllers=1, brokers=3, settings=SETTINGS)
+    try:
+        full_disk = c.node(2)
+        plain_args = full_disk.args
+        full_disk.args = lambda: [
+            "sh", "-c", f"trap '' XFSZ; exec prlimit --fsize={FULL_DISK_LIMIT} -- \"$0\" \"$@\"",
+        ] + plain_args()
+        c.start()
+        bootstrap = ",".join(n.bootstrap for n in c.brokers)
+        ck.create_topic(c.node(3).bootstrap, topic_name, PARTITIONS, replication_factor=3)
+        full = lambda d: all(len(d[p][2]) == 3 for p in range(PARTITIONS))  # noqa: E731
+        d = wait_partition(bootstrap, topic_name, full, "full ISRs")
+        part = next((p for p in range(PARTITIONS) if d[p][0] == 2), None)
+        assert part is not None, f"broker 2 leads none of {d}"
+
+        acked = {}
+        errors = []
+        stop = threading.Event()
+        value = b"x" * (60 << 10)
+
+        def on_delivery(err, msg):
+            if err is None:
+                acked[msg.key()] = msg.offset()
+            else:
+                errors.append(err)
+
+        def produce():
+            p = ck.producer(bootstrap, {
+                "acks": "all", "enable.idempotence": True, "linger.ms": 2,
+                "message.timeout.ms": 120000, "queue.buffering.max.messages": 50,
+            })
+            i = 0
+            while not stop.is_set():
+                try:
+                    p.produce(topic_name, key=b"k%08d" % i, value=value, partition=part,
+                              on_delivery=on_delivery)
+                    i += 1
+                except BufferError:
+                    pass
+                p.poll(0.01)
+            assert p.flush(150) == 0, "messages still undelivered"
+
+        writer = threading.Thread(target=produce)
+        writer.start()
+        try:
+            # Far past 4 MiB goes through: the leadership moved on.
+            moved = wait_partition(
+                bootstrap, topic_name,
+                lambda d: d[part][0] in (3, 4) and 2 not in d[part][2],
+                "broker 2 out of the leadership and the ISR", timeout_s=90,
+            )
+            print(f"partition {part} after the failed write: {moved[part]}")
+            deadline = time.monotonic() + 60
+            while len(acked) * len(value) < 2 * FULL_DISK_LIMIT:
+                assert time.monotonic() < deadline, f"only {len(acked)} writes acknowledged"
+                time.sleep(0.2)
+            log = open(full_disk.log_path, "rb").read().decode(errors="replace")
+            assert "partition log goes offline" in log, "the limit never failed a write"
+        finally:
+            stop.set()
+            writer.join(timeout=180)
+        assert not errors, errors[:5]
+
+        # Without the limit it recovers its log and rejoins the ISR.
+        full_disk.kill()
+        full_disk.args = plain_args
+        full_disk.start()
+        wait_partition(bootstrap, topic_name, full, "broker 2 back in every ISR", timeout_s=90)
+        records = read_all(bootstrap, topic_name, partition=part)
+        assert len(records) >= len(acked)
+        offsets = {o for o, _ in records}
+        missing = [(k, o) for k, o in acked.items() if o is not None and o not in offsets]
+        assert not missing, f"acknowledged writes missing: {missing[:5]}"
+    finally:
+        c.cleanup()

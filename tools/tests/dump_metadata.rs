@@ -78,6 +78,7 @@ fn build_log(dir: &Path, snapshot_interval_entries: u64) -> PathBuf {
         metadata_offset: node.applied_offset(),
         want_fence: false,
         want_shutdown: false,
+        offline_partitions: Vec::new(),
     };
     let records = decisions::heartbeat(
         node.state(),

@@ -587,6 +587,12 @@ async fn become_follower(
         let hw = partition.checkpointed_high_watermark().unwrap_or(start);
         partition.set_replicated_high_watermark(Some(hw));
     }
+    // An offline log (failed write or fdatasync) cannot follow: its
+    // heartbeat reports it, and the controller takes it out of the ISR.
+    if matches!(partition.offline_reason().await, Ok(Some(_)) | Err(_)) {
+        stop_replicating(tp);
+        return;
+    }
     // Produces admitted while this node led an older epoch must not land
     // in the log now that another node leads (they get NOT_LEADER).
     let fenced = partition.fence_leader_appends(leader_epoch + 1).await;
