@@ -98,6 +98,7 @@ fn heartbeat(node_id: i32, broker_epoch: i64, metadata_offset: u64) -> Heartbeat
         metadata_offset,
         want_fence: false,
         want_shutdown: false,
+        offline_partitions: Vec::new(),
     }
 }
 

@@ -448,6 +448,7 @@ fn decide(node: &QuorumNode, seq: u64, now: u64) -> Option<Vec<MetadataRecord>> 
                 metadata_offset: node.applied_offset(),
                 want_fence: false,
                 want_shutdown: seq % 20 == 1,
+                offline_partitions: Vec::new(),
             };
             let mut sessions = decisions::Sessions::new();
             decisions::heartbeat(state, &mut sessions, &heartbeat, now, &config).ok()
