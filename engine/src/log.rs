@@ -133,7 +133,18 @@ impl PartitionLog {
         std::fs::create_dir_all(dir).map_err(|e| LogError::io("create dir", dir, e))?;
         let recovered = recovery::recover(dir, &config).await?;
         if recovered.truncated_bytes > 0 {
-            tracing::warn!(dir = %dir.display(), bytes = recovered.truncated_bytes, "recovery cut an invalid tail");
+            tracing::warn!(
+                dir = %dir.display(), bytes = recovered.truncated_bytes,
+                log_end_offset = recovered.log_end_offset,
+                "recovery cut torn or invalid data (and what followed it) from the end of the log"
+            );
+        }
+        if recovered.unwritten_bytes > 0 {
+            tracing::debug!(
+                dir = %dir.display(), bytes = recovered.unwritten_bytes,
+                log_end_offset = recovered.log_end_offset,
+                "recovery trimmed preallocated space never written"
+            );
         }
         // Producer snapshots above the recovered end describe records the
         // crash took away (a `.snapshot.tmp` went with recovery's other

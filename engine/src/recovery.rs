@@ -64,8 +64,13 @@ pub struct Recovered {
     pub segments: BTreeMap<i64, Segment>,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
-    /// Bytes cut from the end of the log (torn writes, garbage).
+    /// Bytes cut from the end of the log that held something: torn or
+    /// garbled batches and whatever followed them, later segments.
     pub truncated_bytes: u64,
+    /// Zeros trimmed after the last batch: space preallocated ahead of the
+    /// active segment and never written, the normal end of a log after a
+    /// crash (nothing of the log is lost there).
+    pub unwritten_bytes: u64,
 }
 
 /// What a full scan of one segment found.
@@ -73,6 +78,9 @@ pub struct ScannedSegment {
     pub state: SegmentState,
     /// Where and why the valid data stops, if not at the end of the file.
     pub problem: Option<(u64, String)>,
+    /// The data stops at `problem`'s position because only zeros follow
+    /// (preallocated space never written), not because of a bad batch.
+    pub unwritten: bool,
 }
 
 /// Reads `[0, end)` of a segment and rebuilds its state (indexes, next offset, max
@@ -113,8 +121,10 @@ pub async fn scan_segment(
         },
     )
     .await?;
+    let unwritten = matches!(outcome.stop, ScanStop::Unwritten);
     let problem = match outcome.stop {
         ScanStop::End => None,
+        ScanStop::Unwritten => Some((outcome.position, "space never written".into())),
         ScanStop::Visitor => Some((outcome.position, bad.unwrap_or_default())),
         ScanStop::Partial => Some((
             outcome.position,
@@ -122,7 +132,11 @@ pub async fn scan_segment(
         )),
         ScanStop::BadHeader(e) => Some((outcome.position, e)),
     };
-    Ok(ScannedSegment { state, problem })
+    Ok(ScannedSegment {
+        state,
+        problem,
+        unwritten,
+    })
 }
 
 pub async fn read_recovery_point(dir: &Path) -> Result<i64> {
@@ -187,6 +201,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
 
     let mut segments = BTreeMap::new();
     let mut truncated_bytes = 0u64;
+    let mut unwritten_bytes = 0u64;
     let mut i = 0;
     while i < bases.len() {
         let base = bases[i];
@@ -228,13 +243,20 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
                         .into());
                     }
                     let contiguous = next_base == Some(state.next_offset);
-                    if !contiguous {
-                        tracing::warn!(
-                            path = %path.display(), position, offset = state.next_offset, %reason,
-                            "truncating the log at the first invalid batch past the recovery point"
-                        );
+                    if scanned.unwritten {
+                        // The end of an active segment (or of one a crash
+                        // during a roll left): nothing damaged, nothing lost.
+                        unwritten_bytes += file_size - position;
+                    } else {
+                        if !contiguous {
+                            tracing::warn!(
+                                path = %path.display(), position, offset = state.next_offset,
+                                cut_bytes = file_size - position, %reason,
+                                "truncating the log at the first invalid batch past the recovery point"
+                            );
+                        }
+                        truncated_bytes += file_size - position;
                     }
-                    truncated_bytes += file_size - position;
                     file.truncate(position)
                         .await
                         .map_err(|e| LogError::io("truncate", &path, e))?;
@@ -321,6 +343,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         log_start_offset,
         log_end_offset,
         truncated_bytes,
+        unwritten_bytes,
     })
 }
 

@@ -1091,3 +1091,49 @@ fn truncate_fully_deletes_every_producer_snapshot() {
         log.close().await.unwrap();
     });
 }
+
+/// Issue 14: recovery after a crash says plainly what it cut. The zeros
+/// preallocated after an active segment's data are the log's normal end, not
+/// an invalid tail; garbage there is.
+#[test]
+fn recovery_tells_unwritten_space_from_an_invalid_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let config = small_config();
+        let mut log = open(&path, config.clone()).await.unwrap();
+        for i in 0..5 {
+            log.append(mutable(&batch(i, 3, 100, 0)), LEADER)
+                .await
+                .unwrap();
+        }
+        log.flush().await.unwrap();
+        let end = log.log_end_offset();
+        // A crash: no close, the preallocated space stays on disk.
+        drop(log);
+        let segment = path.join("00000000000000000000.log");
+        let on_disk = std::fs::metadata(&segment).unwrap().len();
+        let recovered = skiff_engine::recovery::recover(&path, &config)
+            .await
+            .unwrap();
+        assert_eq!(recovered.log_end_offset, end);
+        assert_eq!(recovered.truncated_bytes, 0, "nothing invalid was cut");
+        assert!(
+            recovered.unwritten_bytes > 0,
+            "the preallocated space was trimmed"
+        );
+        let data = std::fs::metadata(&segment).unwrap().len();
+        assert_eq!(data + recovered.unwritten_bytes, on_disk);
+        drop(recovered);
+        // Garbage after the data: an invalid tail, counted as cut.
+        let mut bytes = std::fs::read(&segment).unwrap();
+        bytes.extend_from_slice(&[0xAB; 300]);
+        std::fs::write(&segment, &bytes).unwrap();
+        let recovered = skiff_engine::recovery::recover(&path, &config)
+            .await
+            .unwrap();
+        assert_eq!(recovered.log_end_offset, end);
+        assert_eq!(recovered.truncated_bytes, 300);
+        assert_eq!(recovered.unwritten_bytes, 0);
+    });
+}

@@ -19,9 +19,23 @@ pub enum ScanStop {
     /// A batch header at `position` declares more bytes than the file holds: a
     /// torn write.
     Partial,
-    /// The bytes at `position` are not a batch header (zeros after the data of an
-    /// active segment, or garbage).
+    /// The bytes at `position` are not a batch header (garbage, or a header
+    /// torn by a crash).
     BadHeader(String),
+    /// Zeros from `position` to the end of what was read: space preallocated
+    /// ahead of an active segment's data and never written (where a crash
+    /// leaves the end of the log), not a damaged batch.
+    Unwritten,
+}
+
+/// The stop at `position` when the bytes there are `rest`: zeros are space
+/// never written, anything else is `otherwise`.
+fn classify(rest: &[u8], otherwise: ScanStop) -> ScanStop {
+    if !rest.is_empty() && rest.iter().all(|b| *b == 0) {
+        ScanStop::Unwritten
+    } else {
+        otherwise
+    }
 }
 
 #[derive(Debug)]
@@ -72,7 +86,7 @@ pub async fn scan(
         if let Some(e) = scanner.error() {
             return Ok(ScanOutcome {
                 position: pos + consumed as u64,
-                stop: ScanStop::BadHeader(e.to_string()),
+                stop: classify(&chunk[consumed..], ScanStop::BadHeader(e.to_string())),
             });
         }
         let rest = &chunk[consumed..];
@@ -95,14 +109,14 @@ pub async fn scan(
                 Err(e) => {
                     return Ok(ScanOutcome {
                         position: pos,
-                        stop: ScanStop::BadHeader(e.to_string()),
+                        stop: classify(rest, ScanStop::BadHeader(e.to_string())),
                     })
                 }
             }
         } else if pos + BATCH_HEADER_LEN as u64 > end {
             return Ok(ScanOutcome {
                 position: pos,
-                stop: ScanStop::Partial,
+                stop: classify(rest, ScanStop::Partial),
             });
         } else if consumed == 0 {
             want = want.max(BATCH_HEADER_LEN);
