@@ -18,6 +18,9 @@ pub struct LeaderEpochCache {
     path: PathBuf,
     /// Strictly increasing in both fields.
     entries: Vec<EpochEntry>,
+    /// Changed in memory since the last `persist` (a leadership's epoch
+    /// assigned before its first record): the next append persists it.
+    dirty: bool,
 }
 
 impl LeaderEpochCache {
@@ -40,7 +43,11 @@ impl LeaderEpochCache {
             .position(|w| w[1].epoch <= w[0].epoch || w[1].start_offset < w[0].start_offset)
             .map_or(entries.len(), |i| i + 1);
         entries.truncate(valid);
-        Ok(LeaderEpochCache { path, entries })
+        Ok(LeaderEpochCache {
+            path,
+            entries,
+            dirty: false,
+        })
     }
 
     pub fn entries(&self) -> &[EpochEntry] {
@@ -116,6 +123,21 @@ impl LeaderEpochCache {
         Some(self.entries.get(i.checked_sub(1)?)?.epoch)
     }
 
+    /// `assign`, in memory only: a leadership's epoch at the log end before
+    /// its first record. Not worth an fdatasync on the leader-election path:
+    /// recovery drops an epoch without records anyway; the first append in
+    /// it persists the cache (`is_dirty`).
+    pub fn assign_in_memory(&mut self, epoch: i32, start_offset: i64) {
+        if self.assign(epoch, start_offset) {
+            self.dirty = true;
+        }
+    }
+
+    /// Changed in memory since the last `persist`.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
     /// Forgets epochs that start at or after `offset` (the log was cut there).
     pub fn truncate_from_end(&mut self, offset: i64) -> bool {
         let before = self.entries.len();
@@ -149,7 +171,8 @@ impl LeaderEpochCache {
         changed
     }
 
-    pub async fn persist(&self) -> Result<()> {
+    pub async fn persist(&mut self) -> Result<()> {
+        self.dirty = false;
         let rows: Vec<Vec<String>> = self
             .entries
             .iter()
@@ -167,6 +190,7 @@ mod tests {
         LeaderEpochCache {
             path: PathBuf::from("unused"),
             entries: Vec::new(),
+            dirty: false,
         }
     }
 

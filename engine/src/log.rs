@@ -313,16 +313,14 @@ impl PartitionLog {
     /// cache before its first record, so OffsetsForLeaderEpoch and a
     /// follower's divergence check see where the older epochs end on this
     /// leader. An epoch not newer than the latest changes nothing. Returns
-    /// the epoch's start offset (the log end). A failed checkpoint write
-    /// takes the log offline, as any failed write does.
-    pub async fn assign_leader_epoch(&mut self, leader_epoch: i32) -> Result<i64> {
+    /// the epoch's start offset (the log end). In memory until the epoch's
+    /// first record is appended: recovery drops a record-less epoch anyway,
+    /// and an fdatasync here would slow every leader election.
+    pub fn assign_leader_epoch(&mut self, leader_epoch: i32) -> Result<i64> {
         self.check_writable()?;
         self.fence_leader_appends(leader_epoch);
         let start = self.log_end_offset;
-        if self.epochs.assign(leader_epoch, start) {
-            let persisted = self.epochs.persist().await;
-            self.offline_on_error(persisted)?;
-        }
+        self.epochs.assign_in_memory(leader_epoch, start);
         Ok(start)
     }
 
@@ -372,10 +370,10 @@ impl PartitionLog {
     /// The I/O half of `append` (the batch is valid and stamped): every error
     /// from here on is a write-path failure.
     async fn write_batch(&mut self, batch: BytesMut, header: BatchHeader) -> Result<AppendInfo> {
-        if self
+        let assigned = self
             .epochs
-            .assign(header.partition_leader_epoch, header.base_offset)
-        {
+            .assign(header.partition_leader_epoch, header.base_offset);
+        if assigned || self.epochs.is_dirty() {
             self.epochs.persist().await?;
         }
         if self.should_roll(&header) {

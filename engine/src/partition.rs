@@ -257,7 +257,7 @@ impl Partition {
     /// A new leadership at `leader_epoch` starts at the log end
     /// (`PartitionLog::assign_leader_epoch`); returns that offset.
     pub async fn assign_leader_epoch(&self, leader_epoch: i32) -> Result<i64> {
-        self.write().await?.assign_leader_epoch(leader_epoch).await
+        self.write().await?.assign_leader_epoch(leader_epoch)
     }
 
     /// Refuses leader appends below `epoch` from now on

@@ -248,23 +248,23 @@ fn a_leader_epoch_starts_at_the_log_end_before_its_first_record() {
         log.append(mutable(&batch(1, 3, 10, 0)), LEADER)
             .await
             .unwrap();
-        assert_eq!(log.assign_leader_epoch(5).await.unwrap(), 3);
+        assert_eq!(log.assign_leader_epoch(5).unwrap(), 3);
         assert_eq!(log.leader_epochs().latest_epoch(), Some(5));
         assert_eq!(log.leader_epochs().end_offset_for(3, 3), Some((3, 3)));
         // An older or equal epoch changes nothing.
-        assert_eq!(log.assign_leader_epoch(4).await.unwrap(), 3);
+        assert_eq!(log.assign_leader_epoch(4).unwrap(), 3);
         assert_eq!(log.leader_epochs().latest_epoch(), Some(5));
         // As a follower it cuts nothing at its end, but the record-less
         // epoch goes (Kafka's truncateTo): the leader never had it.
         log.truncate_to(3).await.unwrap();
         assert_eq!(log.log_end_offset(), 3);
         assert_eq!(log.leader_epochs().latest_epoch(), Some(3));
-        log.assign_leader_epoch(5).await.unwrap();
+        log.assign_leader_epoch(5).unwrap();
         log.close().await.unwrap();
-        // Persisted, then cut at recovery: no record carries it yet.
+        // Gone after a reopen: no record carries it yet.
         let mut log = open(&path, small_config()).await.unwrap();
         assert_eq!(log.leader_epochs().latest_epoch(), Some(3));
-        log.assign_leader_epoch(6).await.unwrap();
+        log.assign_leader_epoch(6).unwrap();
         log.append(
             mutable(&batch(2, 2, 10, 0)),
             AppendMode::Leader { leader_epoch: 6 },
@@ -310,7 +310,7 @@ fn leader_appends_below_the_fence_are_refused() {
             .unwrap();
         // Never lowered; leading epoch 7 lets epoch-7 appends through.
         log.fence_leader_appends(2);
-        log.assign_leader_epoch(7).await.unwrap();
+        log.assign_leader_epoch(7).unwrap();
         log.append(
             mutable(&batch(4, 1, 10, 0)),
             AppendMode::Leader { leader_epoch: 7 },
