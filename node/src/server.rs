@@ -1,8 +1,10 @@
 //! The Kafka listener of one core, and the connection loop.
 //!
-//! Every core binds the same address (glommio sets SO_REUSEPORT, so the kernel
-//! spreads connections over all cores) and serves the connections it accepts to
-//! the end: a connection never moves. Per connection, a reader task decodes frames
+//! The node listens on one socket, bound without SO_REUSEPORT so that no other
+//! process can listen on the port beside it (`crate::listeners`). Every core
+//! accepts from it on its own duplicate of the descriptor and serves the
+//! connections it accepts to the end: a connection never moves. Per
+//! connection, a reader task decodes frames
 //! and starts each request in order (a produce's appends happen there, so a
 //! connection's produce requests are applied in the order sent, as Kafka
 //! promises), then runs the rest of it as its own task (pipelining: up to
