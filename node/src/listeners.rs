@@ -24,12 +24,17 @@
 //!   process of the same user binds the same port and the kernel spreads
 //!   clients over both, two unrelated clusters behind one address. The Kafka
 //!   port is one listening socket; every core accepts on its own duplicate of
-//!   its descriptor, all from one accept queue.
+//!   its descriptor (`for_this_core`), all from one accept queue, and deals
+//!   what it accepts over all cores (`accept_and_deal`).
 
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use glommio::channels::local_channel::LocalReceiver;
+use glommio::net::TcpStream;
+use skiff_engine::shard::Shard;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 /// How long a bind is retried while its address is in use.
@@ -210,6 +215,88 @@ pub fn into_glommio(listener: std::net::TcpListener) -> glommio::net::TcpListene
     }
 }
 
+/// Accepts on this core's descriptor of the Kafka socket until `stop` fires,
+/// and deals the connections round-robin over all cores, starting with this
+/// one; `adopt` serves each on the core it was dealt to.
+///
+/// Why deal: from one shared accept queue the core that happens to be awake
+/// takes whatever is queued, so a burst of connections (every client
+/// reconnecting after a failover) lands on one core, and Kafka connections
+/// stay for hours. SO_REUSEPORT spread them by a hash of the addresses; here
+/// each core deals its own accepts evenly, so the cores' shares are even
+/// (within one per core) whichever cores accepted them. A dealt connection
+/// costs one message between cores, once.
+pub async fn accept_and_deal(
+    listener: &glommio::net::TcpListener,
+    shard: &Rc<Shard>,
+    stop: &LocalReceiver<()>,
+    adopt: fn(TcpStream),
+) {
+    let (me, cores) = (shard.id(), shard.table().shards().max(1));
+    let mut next = me;
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            let _ = stop.recv().await;
+            None
+        })
+        .await;
+        let stream = match accepted {
+            None => return,
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let target = next;
+        next = (next + 1) % cores;
+        if target == me {
+            adopt(stream);
+            continue;
+        }
+        match sendable(&stream) {
+            Ok(sendable) => {
+                // This core's descriptor goes; the duplicate carries the
+                // connection over.
+                drop(stream);
+                glommio::spawn_local(hand_over(shard.clone(), target, sendable, adopt)).detach();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot hand a connection to core {target}; serving it here");
+                adopt(stream);
+            }
+        }
+    }
+}
+
+/// A duplicate of the connection's descriptor that may cross threads (and
+/// closes the connection if it is dropped on the way, where glommio's
+/// `AcceptedTcpStream` would leak it).
+fn sendable(stream: &TcpStream) -> std::io::Result<std::net::TcpStream> {
+    // SAFETY: the descriptor is `stream`'s, open for the whole borrow (it is
+    // only duplicated here).
+    #[allow(unsafe_code)]
+    let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+    Ok(std::net::TcpStream::from(fd.try_clone_to_owned()?))
+}
+
+async fn hand_over(
+    shard: Rc<Shard>,
+    target: usize,
+    stream: std::net::TcpStream,
+    adopt: fn(TcpStream),
+) {
+    let handed = shard
+        .invoke_on(target, move |_| async move {
+            adopt(TcpStream::from(Socket::from(stream)));
+        })
+        .await;
+    if let Err(e) = handed {
+        tracing::debug!(error = %e, "core {target} gone; connection closed");
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -258,5 +345,108 @@ mod tests {
         let bound = bind_within(Which::Kafka, addr, Duration::from_secs(30)).unwrap();
         assert_eq!(bound.addr(), addr);
         freeing.join().unwrap();
+    }
+
+    /// Which core of `deals_connections_evenly`'s runtime this thread is,
+    /// and what it adopted (held open).
+    mod dealt {
+        use std::cell::{Cell, RefCell};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        thread_local! {
+            pub static CORE: Cell<usize> = const { Cell::new(usize::MAX) };
+            static HELD: RefCell<Vec<glommio::net::TcpStream>> = const { RefCell::new(Vec::new()) };
+        }
+        pub static ADOPTED: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+        pub fn adopt(stream: glommio::net::TcpStream) {
+            HELD.with(|h| h.borrow_mut().push(stream));
+            ADOPTED[CORE.with(Cell::get)].fetch_add(1, Ordering::AcqRel);
+        }
+
+        pub fn close_all() {
+            HELD.with(|h| h.borrow_mut().clear());
+        }
+    }
+
+    /// One listening socket, every core accepting on its own duplicate and
+    /// dealing: a burst of connections (which one awake core would take
+    /// whole) ends up evenly on both cores, each connection open and served
+    /// where it was dealt.
+    #[test]
+    fn deals_connections_evenly() {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        const CONNECTIONS: usize = 64;
+        let dir = tempfile::tempdir().unwrap();
+        let runtime =
+            skiff_engine::Runtime::start(skiff_engine::ShardConfig::unpinned(dir.path(), 2))
+                .unwrap();
+        let listener = bind(Which::Kafka, LOOPBACK).unwrap().listen().unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut stops = Vec::new();
+        for core in 0..2 {
+            let own = listener.try_clone().unwrap();
+            let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+            stops.push(stop_tx);
+            runtime
+                .block_on(core, move |shard| async move {
+                    dealt::CORE.with(|c| c.set(core));
+                    let (tx, rx) = glommio::channels::local_channel::new_bounded(1);
+                    glommio::spawn_local(async move {
+                        let l = into_glommio(own);
+                        accept_and_deal(&l, &shard, &rx, dealt::adopt).await;
+                        dealt::close_all();
+                    })
+                    .detach();
+                    // The test thread's stop, polled on this core.
+                    glommio::spawn_local(async move {
+                        while stop_rx.try_recv().is_err() {
+                            glommio::timer::sleep(Duration::from_millis(10)).await;
+                        }
+                        let _ = tx.send(()).await;
+                    })
+                    .detach();
+                })
+                .unwrap();
+        }
+        drop(listener);
+        // All at once, as clients reconnecting after a failover do.
+        let clients: Vec<TcpStream> = (0..CONNECTIONS)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let adopted = || {
+            [
+                dealt::ADOPTED[0].load(Ordering::Acquire),
+                dealt::ADOPTED[1].load(Ordering::Acquire),
+            ]
+        };
+        while adopted().iter().sum::<usize>() < CONNECTIONS {
+            assert!(Instant::now() < deadline, "adopted {:?}", adopted());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Each acceptor dealt its own evenly: at most one off per acceptor.
+        let per_core = adopted();
+        assert!(
+            per_core.iter().all(|n| *n >= CONNECTIONS / 2 - 2),
+            "connections per core: {per_core:?}"
+        );
+        // Nothing was closed on the way: every client is still connected
+        // (a read would see the end of a closed one).
+        for mut c in clients.iter() {
+            c.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+            let mut byte = [0u8; 1];
+            match c.read(&mut byte) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                other => panic!("a dealt connection was closed: {other:?}"),
+            }
+            c.write_all(b"x").unwrap();
+        }
+        for stop in stops {
+            stop.send(()).unwrap();
+        }
+        runtime.shutdown().unwrap();
     }
 }

@@ -263,12 +263,23 @@ fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
     for core in 0..runtime.shards() {
         runtime.block_on(core, |_| async move { Coordinator::current().close() })?;
     }
+    // Every core stops accepting first, then each drains: a core still
+    // accepting would deal new connections to one already draining (which
+    // closes them).
     for core in 0..runtime.shards() {
         runtime.block_on(core, |_| async move {
-            let Some((stop, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {
+            LISTENER.with(|l| {
+                if let Some((stop, _)) = l.borrow().as_ref() {
+                    let _ = stop.try_send(());
+                }
+            });
+        })?;
+    }
+    for core in 0..runtime.shards() {
+        runtime.block_on(core, |_| async move {
+            let Some((_, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {
                 return;
             };
-            let _ = stop.try_send(());
             let _ = serve.await;
         })?;
     }
