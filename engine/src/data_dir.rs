@@ -3,13 +3,20 @@
 //!
 //! Written once when a node first uses a data directory and checked at every
 //! start, so a directory cannot silently move to another node id.
+//!
+//! And the directory's lock, `.lock` (`lock`): one process at a time uses a data
+//! directory, as Kafka locks every log directory. Two nodes writing one directory
+//! would each recover, truncate and append the other's segments.
 
 use std::io::Write;
-use std::path::Path;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
 pub const META_FILE: &str = "meta.properties";
+/// The data directory's lock file (Kafka's name); holds the holder's pid.
+pub const LOCK_FILE: &str = ".lock";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetaProperties {
@@ -71,6 +78,92 @@ pub enum DataDirError {
         found: i32,
         expected: i32,
     },
+    #[error("data directory {dir} is in use by another skiff process ({holder})")]
+    InUse {
+        dir: String,
+        /// "pid N", or why the pid is not known.
+        holder: String,
+    },
+}
+
+/// The exclusive lock on a data directory, held until dropped (or the process
+/// ends: the kernel releases a `flock` when its file is closed, SIGKILL
+/// included, so a crashed holder never leaves the directory locked).
+#[derive(Debug)]
+pub struct DirLock {
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+impl DirLock {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Takes the exclusive lock on `<data_dir>/.lock` (created if missing) and
+/// writes this process's pid into it, or fails at once with `InUse` naming
+/// the holder's pid when another process holds it. `flock`, not `fcntl`
+/// locks: those are per process and dropped when any descriptor of the file
+/// closes, so a library opening the file by accident would unlock it.
+pub fn lock(data_dir: &Path) -> Result<DirLock, DataDirError> {
+    let path = data_dir.join(LOCK_FILE);
+    let shown = path.display().to_string();
+    let io = |source| DataDirError::Io {
+        path: shown.clone(),
+        source,
+    };
+    // Not truncated on open: until the lock is ours the pid in it is the
+    // holder's, which the error below names.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    loop {
+        // SAFETY: flock on a descriptor `file` owns and keeps open for the
+        // call; no memory is passed.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::Interrupted => continue,
+            std::io::ErrorKind::WouldBlock => {
+                return Err(DataDirError::InUse {
+                    dir: data_dir.display().to_string(),
+                    holder: holder(&path),
+                })
+            }
+            _ => return Err(io(e)),
+        }
+    }
+    file.set_len(0).map_err(io)?;
+    file.write_all(format!("{}\n", std::process::id()).as_bytes())
+        .map_err(io)?;
+    Ok(DirLock { _file: file, path })
+}
+
+/// The holder's pid from the lock file. A holder writes it right after it
+/// locks, so an empty file is read again a few times before giving up.
+fn holder(path: &Path) -> String {
+    for _ in 0..10 {
+        match std::fs::read_to_string(path) {
+            Ok(text) if !text.trim().is_empty() => {
+                return match text.trim().parse::<u32>() {
+                    Ok(pid) => format!("pid {pid}"),
+                    Err(_) => format!("{} does not hold a pid", path.display()),
+                };
+            }
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(e) => return format!("pid unknown: {e}"),
+        }
+    }
+    "pid unknown".to_string()
 }
 
 /// Reads `meta.properties`, or writes a fresh one (with a new cluster id) when the
@@ -184,5 +277,30 @@ mod tests {
             load_or_create(dir.path(), 8),
             Err(DataDirError::NodeIdMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn one_lock_at_a_time_naming_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock(dir.path()).unwrap();
+        let pid = std::process::id().to_string();
+        assert_eq!(
+            std::fs::read_to_string(held.path()).unwrap().trim(),
+            pid.as_str()
+        );
+        // flock locks open files, not processes: a second open in this very
+        // process is refused as another process's would be.
+        let e = lock(dir.path()).unwrap_err();
+        let shown = e.to_string();
+        assert!(matches!(e, DataDirError::InUse { .. }), "{shown}");
+        assert!(shown.contains(&dir.path().display().to_string()), "{shown}");
+        assert!(shown.contains(&format!("pid {pid}")), "{shown}");
+        drop(held);
+        let again = lock(dir.path()).unwrap();
+        // The lock file is not a partition directory.
+        assert!(crate::shard::list_partition_dirs(dir.path())
+            .unwrap()
+            .is_empty());
+        drop(again);
     }
 }

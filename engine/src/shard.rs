@@ -387,6 +387,8 @@ pub fn list_partition_dirs(data_dir: &Path) -> Result<Vec<TopicPartition>> {
     let entries = std::fs::read_dir(data_dir).map_err(|e| LogError::io("list", data_dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| LogError::io("list", data_dir, e))?;
+        // Files are never partitions: `meta.properties`, the lock `.lock`,
+        // the producer id block.
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }

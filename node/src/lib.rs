@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod config;
 pub mod group;
 pub mod handlers;
+pub mod listeners;
 pub mod metrics;
 pub mod node;
 pub mod producer;

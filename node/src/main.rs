@@ -95,7 +95,7 @@ struct NodeArgs {
     config: Option<PathBuf>,
     #[arg(long)]
     node_id: Option<i32>,
-    /// HOST:PORT to listen on (every core listens on it).
+    /// HOST:PORT to listen on (one socket; every core accepts from it).
     #[arg(long)]
     listen: Option<String>,
     /// HOST:PORT of the HTTP endpoint for Prometheus (/metrics) and health

@@ -1,6 +1,12 @@
 //! Starting and stopping a node: the shard runtime, per-core state, topics, the
 //! listeners; SIGTERM/SIGINT stop accepting, let in-flight requests finish, then
 //! flush and checkpoint every partition.
+//!
+//! The start, in order: the data directory's lock (`data_dir::lock`: one process
+//! per directory); every listener bound but not listening (`listeners`: a port
+//! that cannot be had fails the start before anything of the node is reachable);
+//! `meta.properties`; the controller (its listener listens); the engine; the
+//! metrics listener; joining the cluster; groups; the Kafka listener last.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -8,7 +14,6 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use glommio::channels::local_channel;
-use glommio::net::TcpListener;
 use glommio::task::JoinHandle;
 use skiff_engine::{data_dir, CleanerConfig, Runtime, ShardConfig};
 use std::time::Duration;
@@ -16,6 +21,7 @@ use std::time::Duration;
 use crate::cluster;
 use crate::config::NodeConfig;
 use crate::group::coordinator::{self, Coordinator};
+use crate::listeners::{self, Bound, Which};
 use crate::metrics::{self, Phase};
 use crate::server;
 use crate::state::{CoreState, NodeContext, ProducerIdAllocator};
@@ -43,10 +49,18 @@ pub struct Node {
     pub metrics_addr: Option<SocketAddr>,
     pub data_dir: std::path::PathBuf,
     _temp_dir: Option<tempfile::TempDir>,
+    /// The data directory's lock; released when the node is dropped, after
+    /// everything else of it stopped (or by the kernel when the process dies).
+    _lock: data_dir::DirLock,
 }
 
 impl Node {
-    pub fn start(config: NodeConfig) -> anyhow::Result<Node> {
+    pub fn start(mut config: NodeConfig) -> anyhow::Result<Node> {
+        config.check_roles()?;
+        let node_id = u64::try_from(config.node_id)
+            .ok()
+            .filter(|id| *id >= 1)
+            .context("node.id must be >= 1 in a cluster")?;
         let (data_dir, temp_dir) = match &config.data_dir {
             Some(dir) => (dir.clone(), None),
             None => {
@@ -57,16 +71,49 @@ impl Node {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        config.check_roles()?;
-        // The controller first: a broker needs a quorum to join.
-        // The data dir's identity first: its cluster id is what a first
-        // active controller names the cluster with.
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?;
+        // Before any other file of the directory is read or written, and
+        // before any port is taken: a second process on this directory
+        // leaves no trace.
+        let lock = data_dir::lock(&data_dir)?;
+        // Every listener is bound (its port reserved, nothing answering yet)
+        // before anything else starts: a port this node cannot have fails it
+        // here, before it registers with the controller or a client or
+        // probe can reach any part of it.
+        let controller_socket = match config.roles.controller {
+            true => Some(listeners::bind(
+                Which::Controller,
+                controller_listen(&config, node_id),
+            )?),
+            false => None,
+        };
+        let (kafka_socket, metrics_socket) = match config.roles.broker {
+            true => {
+                let kafka = listeners::bind(Which::Kafka, config.listen)?;
+                // A port of 0 resolved: the broker registers where it listens.
+                config.listen = kafka.addr();
+                let metrics = match config.metrics_listen {
+                    Some(addr) => Some(listeners::bind(Which::Metrics, addr)?),
+                    None => None,
+                };
+                (Some(kafka), metrics)
+            }
+            false => (None, None),
+        };
+        // The data dir's identity before the controller: its cluster id is
+        // what a first active controller names the cluster with. The
+        // controller before the broker: a broker needs a quorum to join.
         let meta = data_dir::load_or_create(&data_dir, config.node_id)?;
-        let (controller, quorum_addrs) = start_controller(&config, &data_dir, &meta.cluster_id)?;
+        let (controller, quorum_addrs) = start_controller(
+            &config,
+            node_id,
+            controller_socket,
+            &data_dir,
+            &meta.cluster_id,
+        )?;
         let controller_addr = controller.as_ref().map(ControllerHandle::listen_addr);
-        if !config.roles.broker {
+        let Some(kafka_socket) = kafka_socket else {
             return Ok(Node {
                 runtime: None,
                 addr: None,
@@ -75,8 +122,9 @@ impl Node {
                 metrics_addr: None,
                 data_dir,
                 _temp_dir: temp_dir,
+                _lock: lock,
             });
-        }
+        };
         let mut shard_config = ShardConfig::unpinned(&data_dir, 1);
         shard_config.node_id = config.node_id;
         shard_config.cpus = config.cpus();
@@ -114,14 +162,17 @@ impl Node {
             })?;
         }
         // The metrics listener opens first, so `/health` says "starting" while
-        // groups load; a port it cannot bind fails the start.
-        let metrics_addr = match config.metrics_listen {
+        // groups load.
+        let metrics_addr = match metrics_socket {
             None => None,
-            Some(addr) => Some(runtime.block_on(0, move |_| async move { listen_metrics(addr) })??),
+            Some(socket) => {
+                let addr = socket.addr();
+                let listener = socket.listen()?;
+                runtime.block_on(0, move |_| async move { listen_metrics(listener) })??;
+                tracing::info!("serving metrics and health on http://{addr} (/metrics, /health)");
+                Some(addr)
+            }
         };
-        if let Some(addr) = metrics_addr {
-            tracing::info!("serving metrics and health on http://{addr} (/metrics, /health)");
-        }
         // The broker joins the cluster on core 0: registration, the metadata
         // log up to it, the local partitions it assigns here, unfencing.
         let quorum = quorum_addrs;
@@ -155,11 +206,20 @@ impl Node {
         }
         tracing::info!(groups, "loaded consumer groups");
 
-        // Core 0 binds first, so a port of 0 resolves to one port for all cores.
-        let addr = runtime.block_on(0, move |_| async move { listen(config.listen) })??;
-        for core in 1..runtime.shards() {
-            runtime.block_on(core, move |_| async move { listen(addr) })??;
+        // One listening socket; every core accepts on its own duplicate of
+        // it (see `listeners`).
+        let addr = kafka_socket.addr();
+        let listener = kafka_socket.listen()?;
+        for core in 0..runtime.shards() {
+            let own = listener
+                .try_clone()
+                .with_context(|| format!("duplicating the Kafka listener {addr}"))?;
+            runtime.block_on(core, move |_| async move { listen(own) })??;
         }
+        // Not kept: once the cores close theirs at a stop, a descriptor left
+        // here would keep the port listening, queueing connections nobody
+        // accepts instead of refusing them.
+        drop(listener);
         set_phase(&runtime, Phase::Serving)?;
         Ok(Node {
             runtime: Some(runtime),
@@ -169,6 +229,7 @@ impl Node {
             metrics_addr,
             data_dir,
             _temp_dir: temp_dir,
+            _lock: lock,
         })
     }
 
@@ -202,12 +263,23 @@ fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
     for core in 0..runtime.shards() {
         runtime.block_on(core, |_| async move { Coordinator::current().close() })?;
     }
+    // Every core stops accepting first, then each drains: a core still
+    // accepting would deal new connections to one already draining (which
+    // closes them).
     for core in 0..runtime.shards() {
         runtime.block_on(core, |_| async move {
-            let Some((stop, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {
+            LISTENER.with(|l| {
+                if let Some((stop, _)) = l.borrow().as_ref() {
+                    let _ = stop.try_send(());
+                }
+            });
+        })?;
+    }
+    for core in 0..runtime.shards() {
+        runtime.block_on(core, |_| async move {
+            let Some((_, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {
                 return;
             };
-            let _ = stop.try_send(());
             let _ = serve.await;
         })?;
     }
@@ -236,23 +308,11 @@ fn snapshot_producers(runtime: &Runtime) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts this node's controller when it has the role, and returns it with
-/// the quorum's addresses (every voter's controller listener). A node alone
-/// (no quorum configured) is a quorum of itself on `DEFAULT_CONTROLLER_LISTEN`
-/// unless `controller.listen` says otherwise.
-fn start_controller(
-    config: &NodeConfig,
-    data_dir: &std::path::Path,
-    cluster_id: &str,
-) -> anyhow::Result<(Option<ControllerHandle>, Quorum)> {
-    let node_id = u64::try_from(config.node_id)
-        .ok()
-        .filter(|id| *id >= 1)
-        .context("node.id must be >= 1 in a cluster")?;
-    if !config.roles.controller {
-        return Ok((None, config.controller_quorum.clone()));
-    }
-    let listen = config
+/// Where this node's controller listens: `controller.listen`, else its own
+/// quorum entry; a node alone (no quorum configured) is a quorum of itself on
+/// `DEFAULT_CONTROLLER_LISTEN`.
+fn controller_listen(config: &NodeConfig, node_id: u64) -> SocketAddr {
+    config
         .controller_listen
         .or_else(|| {
             config
@@ -261,10 +321,24 @@ fn start_controller(
                 .find(|(id, _)| *id == node_id)
                 .map(|(_, addr)| *addr)
         })
-        .unwrap_or(DEFAULT_CONTROLLER_LISTEN);
-    let listener = std::net::TcpListener::bind(listen)
-        .with_context(|| format!("binding the controller listener {listen}"))?;
-    let bound = listener.local_addr()?;
+        .unwrap_or(DEFAULT_CONTROLLER_LISTEN)
+}
+
+/// Starts this node's controller on its bound socket when it has the role
+/// (`socket`: None without it), and returns it with the quorum's addresses
+/// (every voter's controller listener).
+fn start_controller(
+    config: &NodeConfig,
+    node_id: u64,
+    socket: Option<Bound>,
+    data_dir: &std::path::Path,
+    cluster_id: &str,
+) -> anyhow::Result<(Option<ControllerHandle>, Quorum)> {
+    let Some(socket) = socket else {
+        return Ok((None, config.controller_quorum.clone()));
+    };
+    let bound = socket.addr();
+    let listener = socket.listen()?;
     let peers = if config.controller_quorum.is_empty() {
         vec![(node_id, bound)]
     } else {
@@ -300,28 +374,24 @@ pub const DEFAULT_CONTROLLER_LISTEN: SocketAddr =
 /// The controller's Raft tick: elections after 1-2 s of silence.
 const CONTROLLER_TICK: Duration = Duration::from_millis(100);
 
-/// Binds this core's listener and starts serving on it.
-fn listen(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)
-        .map_err(std::io::Error::from)
-        .with_context(|| format!("binding {addr}"))?;
-    let bound = listener.local_addr().map_err(std::io::Error::from)?;
+/// Serves Kafka on this core from its own descriptor of the listening socket.
+fn listen(listener: std::net::TcpListener) -> anyhow::Result<()> {
+    let listener = listeners::into_glommio(listener);
     let core = CoreState::current().ok_or_else(|| anyhow::anyhow!("core state missing"))?;
     let (tx, rx) = local_channel::new_bounded(1);
     let serve = glommio::spawn_local(server::serve(core, listener, rx)).detach();
     LISTENER.with(|l| *l.borrow_mut() = Some((tx, serve)));
-    Ok(bound)
+    Ok(())
 }
 
-/// Binds the metrics listener on this core (core 0) and starts serving it.
-fn listen_metrics(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
-    let listener = metrics::http::bind(addr)?;
-    let bound = listener.local_addr().map_err(std::io::Error::from)?;
+/// Serves the metrics listener on this core (core 0).
+fn listen_metrics(listener: std::net::TcpListener) -> anyhow::Result<()> {
+    let listener = listeners::into_glommio(listener);
     let core = CoreState::current().ok_or_else(|| anyhow::anyhow!("core state missing"))?;
     let (tx, rx) = local_channel::new_bounded(1);
     let serve = glommio::spawn_local(metrics::http::serve(core, listener, rx)).detach();
     METRICS_LISTENER.with(|l| *l.borrow_mut() = Some((tx, serve)));
-    Ok(bound)
+    Ok(())
 }
 
 /// Core 0 answers `/health`; its phase is the node's.

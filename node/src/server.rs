@@ -1,8 +1,12 @@
 //! The Kafka listener of one core, and the connection loop.
 //!
-//! Every core binds the same address (glommio sets SO_REUSEPORT, so the kernel
-//! spreads connections over all cores) and serves the connections it accepts to
-//! the end: a connection never moves. Per connection, a reader task decodes frames
+//! The node listens on one socket, bound without SO_REUSEPORT so that no other
+//! process can listen on the port beside it (`crate::listeners`). Every core
+//! accepts from it on its own duplicate of the descriptor and deals the
+//! connections it accepts round-robin over all cores
+//! (`listeners::accept_and_deal`: one queue alone would give a burst of
+//! connections to whichever core is awake). A connection is served to the end
+//! on the core it was dealt to: it never moves again. Per connection, a reader task decodes frames
 //! and starts each request in order (a produce's appends happen there, so a
 //! connection's produce requests are applied in the order sent, as Kafka
 //! promises), then runs the rest of it as its own task (pipelining: up to
@@ -10,6 +14,7 @@
 //! order. A malformed frame closes the connection with a logged reason;
 //! the node stays up.
 
+use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
@@ -23,6 +28,7 @@ use skiff_protocol::frame::FrameReader;
 use skiff_protocol::response::ResponseFrame;
 
 use crate::handlers;
+use crate::listeners;
 use crate::sendmsg;
 use crate::state::CoreState;
 
@@ -34,48 +40,28 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 /// their in-flight requests.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A served connection's task and its end flag (set when it ended).
+type Connection = (Rc<Cell<bool>>, JoinHandle<()>);
+
+thread_local! {
+    /// The connections this core serves (whichever core accepted them), so
+    /// the list stays bounded (ended ones are dropped) and a stop can wait
+    /// for them.
+    static CONNECTIONS: RefCell<Vec<Connection>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Accepts connections until the core is told to stop, then waits (bounded) for
-/// open connections to finish their in-flight requests.
+/// the connections this core serves to finish their in-flight requests.
 pub async fn serve(
     core: Rc<CoreState>,
     listener: TcpListener,
     stop: local_channel::LocalReceiver<()>,
 ) {
-    // Connections report their end here so the list stays bounded.
-    let mut connections: Vec<(Rc<std::cell::Cell<bool>>, JoinHandle<()>)> = Vec::new();
-    let stop = Rc::new(stop);
-    loop {
-        let accepted = {
-            let accept = listener.accept();
-            let stopped = stop.recv();
-            futures_lite::future::or(async { Some(accept.await) }, async {
-                let _ = stopped.await;
-                None
-            })
-            .await
-        };
-        match accepted {
-            None => break,
-            Some(Ok(stream)) => {
-                let core = core.clone();
-                connections.retain(|(done, _)| !done.get());
-                let done = Rc::new(std::cell::Cell::new(false));
-                let flag = done.clone();
-                let task = glommio::spawn_local(async move {
-                    connection(core, stream).await;
-                    flag.set(true);
-                })
-                .detach();
-                connections.push((done, task));
-            }
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    listeners::accept_and_deal(&listener, &core.shard, &stop, adopt).await;
+    // From here connections dealt to this core are closed (`adopt`).
     core.stopping.set(true);
     drop(listener);
+    let connections = CONNECTIONS.with(|c| std::mem::take(&mut *c.borrow_mut()));
     // One deadline for all of them (not one each: N stuck connections must
     // not hold a stop for N times the timeout).
     let deadline = std::time::Instant::now() + DRAIN_TIMEOUT;
@@ -88,6 +74,29 @@ pub async fn serve(
             break;
         }
     }
+}
+
+/// Serves a connection dealt to this core, or closes it when this core has
+/// stopped serving (the node is stopping: no new connections).
+fn adopt(stream: TcpStream) {
+    let Some(core) = CoreState::current() else {
+        return;
+    };
+    if core.stopping.get() {
+        return;
+    }
+    let done = Rc::new(Cell::new(false));
+    let flag = done.clone();
+    let task = glommio::spawn_local(async move {
+        connection(core, stream).await;
+        flag.set(true);
+    })
+    .detach();
+    CONNECTIONS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.retain(|(done, _)| !done.get());
+        c.push((done, task));
+    });
 }
 
 async fn connection(core: Rc<CoreState>, stream: TcpStream) {

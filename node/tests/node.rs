@@ -50,7 +50,21 @@ impl NodeProcess {
     /// ignored): a write past `fsize_limit` bytes of any file fails with EFBIG,
     /// as a write to a full disk fails with ENOSPC.
     fn start_with(dir: &Path, port: u16, extra: &[&str], fsize_limit: Option<u64>) -> NodeProcess {
-        let metrics_port = free_port();
+        let ports = Ports {
+            kafka: port,
+            metrics: free_port(),
+            controller: 0,
+        };
+        NodeProcess::launch(dir, ports, extra, fsize_limit)
+    }
+
+    /// `start` on the given ports (a restart on all of the same ones).
+    fn start_on(dir: &Path, ports: Ports, extra: &[&str]) -> NodeProcess {
+        NodeProcess::launch(dir, ports, extra, None)
+    }
+
+    fn launch(dir: &Path, ports: Ports, extra: &[&str], fsize_limit: Option<u64>) -> NodeProcess {
+        let (port, metrics_port) = (ports.kafka, ports.metrics);
         let mut command = match fsize_limit {
             None => Command::new(env!("CARGO_BIN_EXE_skiff")),
             Some(limit) => {
@@ -66,20 +80,7 @@ impl NodeProcess {
             }
         };
         let mut child = command
-            .args([
-                "node",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--metrics-listen",
-                &format!("127.0.0.1:{metrics_port}"),
-                "--controller-listen",
-                "127.0.0.1:0",
-                "--cores",
-                "2",
-                "--data-dir",
-            ])
-            .arg(dir)
-            .args(extra.iter().flat_map(|s| ["--set", s]))
+            .args(node_args(dir, ports, extra))
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
             .spawn()
@@ -181,6 +182,140 @@ impl Drop for NodeProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A node's ports (0: any, the kernel's pick).
+#[derive(Debug, Clone, Copy)]
+struct Ports {
+    kafka: u16,
+    controller: u16,
+    metrics: u16,
+}
+
+impl Ports {
+    /// Three ports free now, below the kernel's ephemeral range (32768 and
+    /// up on Linux): no outgoing connection of this or any test, and no bind
+    /// to port 0, can take one while a node restarts on it.
+    fn free() -> Ports {
+        let ports = ports_below_ephemeral(3);
+        Ports {
+            kafka: ports[0],
+            controller: ports[1],
+            metrics: ports[2],
+        }
+    }
+}
+
+/// `n` distinct loopback ports in 20000..32000 that can be bound now, from a
+/// start that differs between tests and processes.
+fn ports_below_ephemeral(n: usize) -> Vec<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id()
+        .wrapping_mul(7919)
+        .wrapping_add(CALLS.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729))
+        .wrapping_add(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos()),
+        );
+    let mut ports = Vec::new();
+    let mut candidate = 20_000 + seed % 12_000;
+    for _ in 0..12_000 {
+        let port = u16::try_from(candidate).unwrap();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+            if ports.len() == n {
+                return ports;
+            }
+        }
+        candidate = 20_000 + (candidate - 20_000 + 1) % 12_000;
+    }
+    panic!("no {n} free ports in 20000..32000");
+}
+
+/// `skiff node`'s arguments: 2 cores on loopback, `extra` as `--set`s.
+fn node_args(dir: &Path, ports: Ports, extra: &[&str]) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
+        "node".to_string(),
+        "--listen".to_string(),
+        format!("127.0.0.1:{}", ports.kafka),
+        "--metrics-listen".to_string(),
+        format!("127.0.0.1:{}", ports.metrics),
+        "--controller-listen".to_string(),
+        format!("127.0.0.1:{}", ports.controller),
+        "--cores".to_string(),
+        "2".to_string(),
+        "--data-dir".to_string(),
+    ]
+    .into_iter()
+    .map(Into::into)
+    .collect();
+    args.push(dir.into());
+    for s in extra {
+        args.push("--set".into());
+        args.push((*s).into());
+    }
+    args
+}
+
+/// Starts a node that must not come up and waits (at most `limit`) for it to
+/// exit, calling `meanwhile` every 50 ms while it runs: its exit status and
+/// everything it wrote to stderr.
+fn start_failing(
+    dir: &Path,
+    ports: Ports,
+    limit: Duration,
+    mut meanwhile: impl FnMut(),
+) -> (std::process::ExitStatus, String) {
+    /// Kills the node if the test fails while it runs (`meanwhile` panics).
+    struct Guard(Child);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Guard(
+        Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args(node_args(dir, ports, &[]))
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stderr = child.0.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            drop(child);
+            let text = reader.join().unwrap();
+            panic!("the node did not exit within {limit:?}\n{text}");
+        }
+        meanwhile();
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status, reader.join().unwrap())
+}
+
+/// Whether anything accepts connections on the loopback port.
+fn answers(port: u16) -> bool {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+}
+
+/// ApiVersions answered without error.
+fn api_versions_ok(client: &mut AdminClient) -> bool {
+    let versions: ApiVersionsResponse = client.call(&ApiVersionsRequest::default(), 3).unwrap();
+    versions.error_code == 0
 }
 
 fn batch(values: &[&str], producer: Option<(i64, i16, i32)>) -> Bytes {
@@ -1818,4 +1953,179 @@ fn leader_epochs_offsets_for_leader_epoch_and_fencing() {
     assert_eq!(list(&mut c, -2, second), (0, 0, first));
     assert_eq!(list(&mut c, -1, second), (0, 5, second));
     node.terminate();
+}
+
+/// SIGKILL, then a start at once on every one of the same ports and the same
+/// data directory, as systemd's `Restart=always` does: the dead process's
+/// listening sockets outlive it for some milliseconds (io_uring tears them
+/// down after the reaping), which failed the start with "Address already in
+/// use". Clients are connected at every kill, so their connections linger too.
+#[test]
+fn restart_at_once_after_sigkill_on_the_same_ports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = Ports::free();
+    let mut node = NodeProcess::start_on(tmp.path(), ports, &[]);
+    let mut c = node.client();
+    create_topic(&mut c, "crashes", 2);
+    let mut expected = Vec::new();
+    for round in 0..5 {
+        assert!(
+            api_versions_ok(&mut c),
+            "round {round}\n{}",
+            node.log_tail()
+        );
+        let value = format!("r{round}");
+        let (error, offset) = produce(&mut c, "crashes", 0, batch(&[value.as_str()], None));
+        assert_eq!(error, 0, "round {round}\n{}", node.log_tail());
+        expected.push((offset, value));
+        // Killed with this client and a metrics scrape's connection open.
+        let _scrape = TcpStream::connect(("127.0.0.1", ports.metrics)).unwrap();
+        node.child.kill().unwrap();
+        node.child.wait().unwrap();
+        drop(node);
+        // No pause: the next start must cope with what the killed one left.
+        node = NodeProcess::start_on(tmp.path(), ports, &[]);
+        c = node.client();
+    }
+    assert!(api_versions_ok(&mut c), "{}", node.log_tail());
+    assert_eq!(get(ports.metrics, "/health").0, 200, "{}", node.log_tail());
+    // Every acknowledged record survived the kills.
+    assert_eq!(fetch_values(&mut c, "crashes", 0), expected);
+    drop(c);
+    node.terminate();
+}
+
+/// A second node on a Kafka port another node listens on (its own data
+/// directory and controller port) must fail as Kafka does, not share the port
+/// (SO_REUSEPORT across processes spread clients over two clusters).
+#[test]
+fn a_second_node_on_the_same_kafka_port_fails() {
+    let first_dir = tempfile::tempdir().unwrap();
+    let second_dir = tempfile::tempdir().unwrap();
+    let ports = Ports::free();
+    let first = NodeProcess::start_on(first_dir.path(), ports, &[]);
+    let mut c = first.client();
+    create_topic(&mut c, "mine", 1);
+    assert_eq!(produce(&mut c, "mine", 0, batch(&["a"], None)), (0, 0));
+
+    let theirs = Ports {
+        kafka: ports.kafka,
+        ..Ports::free()
+    };
+    let (status, stderr) = start_failing(second_dir.path(), theirs, Duration::from_secs(60), || {});
+    assert!(!status.success(), "{stderr}");
+    let expected = format!("Kafka listener 127.0.0.1:{}", ports.kafka);
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(
+        stderr.to_lowercase().contains("address already in use"),
+        "{stderr}"
+    );
+    // It took nothing else either (all its ports are free again).
+    for port in [theirs.controller, theirs.metrics] {
+        std::net::TcpListener::bind(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("port {port} still taken: {e}\n{stderr}"));
+    }
+
+    // The first node still serves every connection, with its own data.
+    for _ in 0..8 {
+        let mut other = first.client();
+        assert!(api_versions_ok(&mut other));
+        assert_eq!(fetch_values(&mut other, "mine", 0), [(0, "a".to_string())]);
+    }
+    assert_eq!(produce(&mut c, "mine", 0, batch(&["b"], None)), (0, 1));
+    drop(c);
+    first.terminate();
+}
+
+/// A second node on a data directory another node uses must refuse to start,
+/// naming the directory and the holder; the lock goes with its holder, even
+/// when SIGKILLed.
+#[test]
+fn a_second_node_on_the_same_data_dir_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = NodeProcess::start_on(tmp.path(), Ports::free(), &[]);
+    let pid = first.child.id();
+
+    let other_ports = Ports::free();
+    let (status, stderr) = start_failing(tmp.path(), other_ports, Duration::from_secs(60), || {
+        // It fails before any of its ports answers.
+        for port in [
+            other_ports.kafka,
+            other_ports.controller,
+            other_ports.metrics,
+        ] {
+            assert!(!answers(port), "port {port} answered");
+        }
+    });
+    assert!(!status.success(), "{stderr}");
+    let expected = format!(
+        "data directory {} is in use by another skiff process (pid {pid})",
+        tmp.path().display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    // The holder's pid is in the lock file.
+    let lock_file = tmp.path().join(".lock");
+    assert_eq!(
+        std::fs::read_to_string(&lock_file).unwrap().trim(),
+        pid.to_string()
+    );
+    let mut c = first.client();
+    assert!(api_versions_ok(&mut c));
+    drop(c);
+
+    // SIGKILL: the kernel drops the lock with the process; a node starts on
+    // the directory at once.
+    let mut first = first;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(first);
+    let next = NodeProcess::start_on(tmp.path(), other_ports, &[]);
+    assert_eq!(
+        std::fs::read_to_string(&lock_file).unwrap().trim(),
+        next.child.id().to_string()
+    );
+    let mut c = next.client();
+    assert!(api_versions_ok(&mut c));
+    drop(c);
+    next.terminate();
+}
+
+/// A node whose metrics or controller port an unrelated process holds (past
+/// the bind's retry window) fails with an error naming the listener and the
+/// address, after retrying, and none of its ports ever answered meanwhile:
+/// every listener is bound before any listens.
+#[test]
+fn a_node_whose_port_is_taken_fails_before_anything_answers() {
+    for taken in ["metrics", "controller"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let ports = Ports::free();
+        let held = match taken {
+            "metrics" => ports.metrics,
+            _ => ports.controller,
+        };
+        let holder = std::net::TcpListener::bind(("127.0.0.1", held)).unwrap();
+        let (status, stderr) = start_failing(tmp.path(), ports, Duration::from_secs(120), || {
+            for port in [ports.kafka, ports.controller, ports.metrics] {
+                if port != held {
+                    assert!(!answers(port), "port {port} answered ({taken} taken)");
+                }
+            }
+        });
+        assert!(!status.success(), "{stderr}");
+        let expected = format!("binding the {taken} listener 127.0.0.1:{held}");
+        assert!(stderr.contains(&expected), "{stderr}");
+        assert!(stderr.contains("address already in use"), "{stderr}");
+        assert!(
+            stderr.contains("retrying"),
+            "the bind was retried\n{stderr}"
+        );
+        // Everything it had bound is free again.
+        for port in [ports.kafka, ports.controller, ports.metrics] {
+            if port != held {
+                std::net::TcpListener::bind(("127.0.0.1", port))
+                    .unwrap_or_else(|e| panic!("port {port} still taken: {e}\n{stderr}"));
+            }
+        }
+        drop(holder);
+    }
 }

@@ -34,6 +34,20 @@ fn clean_partition_verifies() {
 }
 
 #[test]
+fn a_locked_data_dir_verifies() {
+    let fx = Fixture::new();
+    // As a running node holds it (its pid inside): `.lock` is neither a
+    // partition nor a problem, and verify does not wait for the lock.
+    let lock = skiff_engine::data_dir::lock(&fx.data_dir).unwrap();
+    assert!(lock.path().exists());
+    let out = verify(&fx.data_dir);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.starts_with("OK: 1 partitions, 2 segments, "), "{text}");
+}
+
+#[test]
 fn flipped_bit_names_file_position_and_offset() {
     let fx = Fixture::new();
     let position = fx.positions[0][1];

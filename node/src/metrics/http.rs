@@ -7,12 +7,10 @@
 //! request body is never read. Anything malformed gets 400, other paths 404,
 //! other methods 405; nothing a client sends can stop the listener.
 //!
-//! The socket is bound without SO_REUSEPORT (glommio's `TcpListener::bind`
-//! sets it), so a second node configured with the same address fails to start
-//! instead of silently sharing the port and answering half the scrapes.
+//! The socket is bound by `crate::listeners` (no SO_REUSEPORT, so a second node
+//! configured with the same address fails to start instead of silently sharing
+//! the port and answering half the scrapes).
 
-use std::net::SocketAddr;
-use std::os::fd::IntoRawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -28,31 +26,6 @@ pub const REQUEST_HEAD_BYTES_MAX: usize = 8 << 10;
 pub const CONNECTIONS_MAX: usize = 64;
 /// Time for a client to send its request head and read the answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-#[derive(Debug, thiserror::Error)]
-pub enum HttpError {
-    #[error("binding the metrics listener on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-}
-
-/// Binds `addr` (no SO_REUSEPORT) and turns it into a glommio listener. Must
-/// run on the executor that will serve it.
-pub fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
-    let listener =
-        std::net::TcpListener::bind(addr).map_err(|source| HttpError::Bind { addr, source })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|source| HttpError::Bind { addr, source })?;
-    let fd = listener.into_raw_fd();
-    // SAFETY: `fd` is a bound, listening TCP socket we own (`into_raw_fd` gave up
-    // std's ownership); glommio takes it over and closes it on drop.
-    #[allow(unsafe_code)]
-    let listener = unsafe { <TcpListener as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    Ok(listener)
-}
 
 /// Serves until `stop` fires. Runs on core 0.
 pub async fn serve(
