@@ -28,6 +28,9 @@ def test_three_nodes_serve_one_cluster(cluster_factory, topic_name):
     assert len(ids) == 1 and len(next(iter(ids))) == 22, ids
 
     ck.create_topic(c.node(1).bootstrap, topic_name, 6)
+    # Created once node 1 applied it; the others follow the log a moment later.
+    for n in c.nodes:
+        wait_leaders(n.bootstrap, topic_name, lambda l: len(l) == 6, f"known to node {n.node_id}")
     got, md = leaders(c.bootstrap, topic_name)
     assert set(got.values()) == {1, 2, 3}, f"partitions are not spread over the nodes: {got}"
     # Every node answers the same metadata (they follow one log).
