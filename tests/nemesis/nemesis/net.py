@@ -1,0 +1,181 @@
+"""The suite's network: one namespace per node, one for the clients, and one
+holding the bridge that joins them (veth pairs), all named with PREFIX so a
+killed run's leftovers can be found and removed. Addresses come from one
+private /24 used only inside these namespaces; the root namespace's
+interfaces and routes are never touched.
+
+Packet drops without netem or tc's drop action: every namespace's eth0 gets
+an htb root qdisc whose default class passes traffic and a second class that
+ends in `pfifo limit 0` (it drops everything it is given); u32 filters
+matching the destination address steer the packets to drop into that class.
+A filter on A's eth0 for B's address drops A -> B; one on each side cuts both
+directions. Each rule gets its own filter priority so it can be removed alone
+(faults compose)."""
+
+import subprocess
+import time
+
+PREFIX = "skn-"
+SUBNET = "10.77.0"  # .0/24, only inside the suite's namespaces
+BRIDGE_NS = PREFIX + "br"
+CLIENT_NS = PREFIX + "cl"
+CLIENT_IP = f"{SUBNET}.100"
+CMD_TIMEOUT_S = 20.0
+
+
+class NetError(Exception):
+    pass
+
+
+def run(args, check=True, timeout=CMD_TIMEOUT_S):
+    p = subprocess.run(args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    if check and p.returncode != 0:
+        raise NetError(f"{' '.join(args)} exited {p.returncode}: {p.stderr.decode(errors='replace').strip()}")
+    return p
+
+
+def node_ns(node_id):
+    return f"{PREFIX}n{node_id}"
+
+
+def node_ip(node_id):
+    return f"{SUBNET}.{node_id}"
+
+
+def list_suite_namespaces():
+    p = run(["ip", "netns", "list"], check=False)
+    names = []
+    for line in p.stdout.decode(errors="replace").splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(PREFIX):
+            names.append(name)
+    return names
+
+
+def ns_pids(ns):
+    p = run(["ip", "netns", "pids", ns], check=False)
+    return [int(x) for x in p.stdout.decode().split() if x.isdigit()]
+
+
+def remove_namespaces(log=print):
+    """Kill every process left in a suite namespace (a killed run's nodes and
+    clients), then delete the namespaces; their veths and the bridge go with
+    them. Bounded: a few passes."""
+    import os
+    import signal
+
+    names = list_suite_namespaces()
+    for ns in names:
+        pids = ns_pids(ns)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if pids:
+            log(f"net: killed {len(pids)} leftover process(es) in {ns}: {pids}")
+    deadline = time.monotonic() + 10
+    for ns in names:
+        while ns_pids(ns) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        run(["ip", "netns", "del", ns], check=False)
+    left = list_suite_namespaces()
+    if left:
+        raise NetError(f"could not remove namespaces {left}")
+    return names
+
+
+class Net:
+    """The bridge namespace, a namespace per node and the client namespace;
+    drop rules on each namespace's eth0."""
+
+    def __init__(self, node_ids, log=print):
+        self.node_ids = list(node_ids)
+        self.log = log
+        self.hosts = {node_ns(i): node_ip(i) for i in self.node_ids}
+        self.hosts[CLIENT_NS] = CLIENT_IP
+        self.rules = {}  # rule id -> (ns, dst ip, prio)
+        self._next_prio = 1
+        self.up = False
+
+    # -- setup and teardown
+
+    def setup(self):
+        leftovers = remove_namespaces(self.log)
+        if leftovers:
+            self.log(f"net: removed leftovers of an earlier run: {', '.join(leftovers)}")
+        self.up = True  # from here teardown has something to remove
+        run(["ip", "netns", "add", BRIDGE_NS])
+        run(["ip", "-n", BRIDGE_NS, "link", "set", "lo", "up"])
+        run(["ip", "-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge"])
+        run(["ip", "-n", BRIDGE_NS, "link", "set", "br0", "up"])
+        for k, (ns, ip) in enumerate(self.hosts.items()):
+            run(["ip", "netns", "add", ns])
+            run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            peer = f"v{k}"
+            run(["ip", "-n", BRIDGE_NS, "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns])
+            run(["ip", "-n", BRIDGE_NS, "link", "set", peer, "master", "br0"])
+            run(["ip", "-n", BRIDGE_NS, "link", "set", peer, "up"])
+            run(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"])
+            run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            self._qdisc(ns)
+
+    def _qdisc(self, ns):
+        tc = ["ip", "netns", "exec", ns, "tc"]
+        run(tc + ["qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10"])
+        for cls in ("1:10", "1:20"):
+            run(tc + ["class", "add", "dev", "eth0", "parent", "1:", "classid", cls,
+                      "htb", "rate", "10gbit", "quantum", "60000"])
+        run(tc + ["qdisc", "add", "dev", "eth0", "parent", "1:20", "handle", "20:", "pfifo", "limit", "0"])
+
+    def teardown(self):
+        if not self.up:
+            return
+        self.up = False
+        remove_namespaces(self.log)
+
+    # -- drop rules
+
+    def drop(self, src_ns, dst_ns):
+        """Drop every IPv4 packet src_ns sends to dst_ns; returns the rule id."""
+        prio = self._next_prio
+        self._next_prio += 1
+        dst = self.hosts[dst_ns]
+        run(["ip", "netns", "exec", src_ns, "tc", "filter", "add", "dev", "eth0", "parent", "1:",
+             "protocol", "ip", "prio", str(prio), "u32", "match", "ip", "dst", f"{dst}/32", "flowid", "1:20"])
+        self.rules[prio] = (src_ns, dst_ns, prio)
+        return prio
+
+    def cut(self, a_ns, b_ns):
+        """Both directions between a and b: two rule ids."""
+        return [self.drop(a_ns, b_ns), self.drop(b_ns, a_ns)]
+
+    def remove(self, rule_ids):
+        for rid in rule_ids:
+            rule = self.rules.pop(rid, None)
+            if rule is None:
+                continue
+            ns, _, prio = rule
+            run(["ip", "netns", "exec", ns, "tc", "filter", "del", "dev", "eth0", "parent", "1:",
+                 "prio", str(prio)], check=False)
+
+    def heal_all(self):
+        self.remove(list(self.rules))
+        for ns in self.hosts:
+            run(["ip", "netns", "exec", ns, "tc", "filter", "del", "dev", "eth0", "parent", "1:"], check=False)
+
+    def dropped(self, ns):
+        """Packets dropped so far by ns's drop class (from `tc -s`)."""
+        p = run(["ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", "eth0"], check=False)
+        text = p.stdout.decode(errors="replace")
+        at = text.find("pfifo 20:")
+        if at < 0:
+            return None
+        import re
+
+        m = re.search(r"dropped (\d+)", text[at:])
+        return int(m.group(1)) if m else None
+
+    def describe(self, rule_ids):
+        return ", ".join(f"{self.rules[r][0]}->{self.rules[r][1]}" for r in rule_ids if r in self.rules)
