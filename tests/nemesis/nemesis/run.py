@@ -1,0 +1,616 @@
+"""One nemesis run: the network, three nodes, the workload, N seeded fault
+cycles, the final read, the replicas' logs, the checker; everything torn
+down at the end (also on Ctrl-C and exceptions). A failing run keeps its run
+directory (node logs, data directories, workload records, summary.json)."""
+
+import atexit
+import dataclasses
+import fcntl
+import glob
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+
+from . import checker, faults, net
+from .clients import Agent, AgentError, Workload, _env, _python_in
+from .nodes import CONTROLLER_PORT, Node, NodeError
+
+TOPIC = "nemesis"
+PARTITIONS = 3
+NODE_IDS = (1, 2, 3)
+LOCK_PATH = "/run/skiff-nemesis.lock"
+
+
+@dataclasses.dataclass
+class Config:
+    seed: int
+    cycles: int = 10
+    nemeses: tuple = faults.NAMES
+    concurrent: int = 1
+    min_fault_s: float = 3.0
+    max_fault_s: float = 8.0
+    rate: float = 100.0  # writes/s per producer
+    consumer: bool = True
+    skiff_bin: str = ""
+    tools_bin: str = ""
+    base_dir: str = os.path.join(tempfile.gettempdir(), "skiff-nemesis")
+    keep: bool = False
+    recover_timeout_s: float = 60.0
+    final_timeout_s: float = 180.0
+    flush_s: float = 120.0
+    max_gap_s: float = 0.0  # > 0: a longer stretch without an ack is an anomaly
+    json_out: str = ""
+
+
+class Abort(Exception):
+    pass
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return round(statistics.median(xs), 2) if xs else None
+
+
+def _max(xs):
+    xs = [x for x in xs if x is not None]
+    return round(max(xs), 2) if xs else None
+
+
+class Run:
+    def __init__(self, cfg, out=None):
+        self.cfg = cfg
+        self._out = out or (lambda s: print(s, flush=True))
+        self.rng = random.Random(cfg.seed)
+        self.nodes = {}
+        self.net = None
+        self.agent = None
+        self.workload = None
+        self.findings = []  # {"kind", ...}: anomalies and notes found on the way
+        self.cycles = []
+        self.run_dir = None
+        self.t0 = None
+        self._lock = None
+        self._cleaned = False
+        self._lines = []
+
+    # -- output
+
+    def out(self, s=""):
+        self._lines.append(s)
+        self._out(s)
+
+    def finding(self, kind, detail):
+        self.findings.append({"kind": kind, **detail})
+
+    def rel(self, t):
+        return t - self.t0 if self.t0 else 0.0
+
+    # -- cluster views
+
+    @property
+    def bootstrap(self):
+        return ",".join(n.addr for n in self.nodes.values())
+
+    def views(self, timeout=1.0):
+        """{node id: view or None} of the topic's partitions, asked of each node."""
+        try:
+            answer = self.agent.call("metadata", timeout=timeout + 10, nodes=[n.addr for n in self.nodes.values()],
+                                     topic=TOPIC, timeout_s=timeout)
+        except AgentError as e:
+            self.finding("note", {"what": f"agent restarted: {e}"})
+            self.agent.close()
+            self.agent = Agent(self.run_dir)
+            return {i: None for i in self.nodes}
+        out = {}
+        for i, n in self.nodes.items():
+            v = answer["views"].get(n.addr)
+            if v and v.get("ok"):
+                out[i] = {int(p): d for p, d in v["partitions"].items()}
+            else:
+                out[i] = None
+        return out
+
+    def leader_of(self, partition):
+        votes = {}
+        for v in self.views().values():
+            if v and partition in v and v[partition]["leader"] > 0:
+                lead = v[partition]["leader"]
+                votes[lead] = votes.get(lead, 0) + 1
+        if not votes:
+            return None
+        return max(sorted(votes), key=lambda k: votes[k])
+
+    @staticmethod
+    def agreed(views, full):
+        """Every node answers, names the same leader for every partition, and
+        (full) an ISR of every replica."""
+        if any(v is None for v in views.values()):
+            return False
+        for p in range(PARTITIONS):
+            leaders = set()
+            for v in views.values():
+                d = v.get(p)
+                if d is None or d["leader"] <= 0 or d["error"] != 0:
+                    return False
+                if full and len(d["isr"]) < len(NODE_IDS):
+                    return False
+                leaders.add(d["leader"])
+            if len(leaders) != 1:
+                return False
+        return True
+
+    def wait_recovered(self, since, timeout):
+        """Seconds from `since` until every partition had a leader all nodes
+        agree on, and until every ISR was full; None where the time ran out."""
+        deadline = time.monotonic() + timeout
+        leaders_s = full_s = None
+        last = None
+        while time.monotonic() < deadline:
+            last = self.views()
+            if leaders_s is None and self.agreed(last, full=False):
+                leaders_s = time.time() - since
+            if leaders_s is not None and self.agreed(last, full=True):
+                full_s = time.time() - since
+                return round(leaders_s, 2), round(full_s, 2), last
+            time.sleep(0.25)
+        return (round(leaders_s, 2) if leaders_s is not None else None), None, last
+
+    # -- steps
+
+    def _lock_run(self):
+        self._lock = open(LOCK_PATH, "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Abort(f"another nemesis run holds {LOCK_PATH}; runs share the namespace names, "
+                        f"so only one can run at a time")
+
+    def smoke_check(self):
+        """Prove the drop rules drop: a TCP server in node 2's namespace,
+        probed from node 1's before, during and after a drop rule, and from
+        the client namespace."""
+        target = f"{net.node_ip(2)}:7000"
+        server = subprocess.Popen(_python_in(net.node_ns(2), "nemesis.netcheck", "serve", target, "30"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(),
+                                  start_new_session=True)
+        try:
+            line = b""
+            deadline = time.monotonic() + 15
+            while b"listening" not in line and time.monotonic() < deadline and server.poll() is None:
+                line = server.stdout.readline()
+            if b"listening" not in line:
+                raise Abort(f"netcheck server did not start: {line!r}")
+
+            def probe(ns):
+                p = subprocess.run(_python_in(ns, "nemesis.netcheck", "connect", target), capture_output=True,
+                                   timeout=20, env=_env())
+                return p.stdout.decode().strip()
+
+            results = {"before": probe(net.node_ns(1)), "client": probe(net.CLIENT_NS)}
+            before = self.net.dropped(net.node_ns(1)) or 0
+            rules = self.net.drop(net.node_ns(1), net.node_ns(2))
+            results["during"] = probe(net.node_ns(1))
+            dropped = (self.net.dropped(net.node_ns(1)) or 0) - before
+            self.net.remove([rules])
+            results["after"] = probe(net.node_ns(1))
+            ok = (results["before"] == "ok" and results["client"] == "ok" and results["after"] == "ok"
+                  and results["during"].startswith("fail") and dropped > 0)
+            if not ok:
+                raise Abort(f"the drop rules do not work here: {results}, {dropped} packets dropped")
+            self.out(f"net: drop rules checked (a TCP connect from n1 to n2 fails under a rule, "
+                     f"{dropped} packets dropped; succeeds before and after)")
+        finally:
+            server.kill()
+            server.wait(timeout=10)
+
+    def start_nodes(self):
+        quorum = ",".join(f"{i}@{net.node_ip(i)}:{CONTROLLER_PORT}" for i in NODE_IDS)
+        for i in NODE_IDS:
+            self.nodes[i] = Node(i, quorum, self.cfg.skiff_bin, self.run_dir)
+        for n in self.nodes.values():
+            n.launch()
+        for n in self.nodes.values():
+            n.wait_listening()
+        self.out(f"nodes: {', '.join(f'{n.id}@{n.addr} pid {n.proc.pid}' for n in self.nodes.values())}")
+
+    def check_nodes(self, when):
+        """A node that exited on its own is a crash: recorded, started again."""
+        for n in self.nodes.values():
+            if not n.alive():
+                code = n.proc.returncode if n.proc else None
+                detail = {"node": n.id, "when": when, "exit": code, "error": n.last_error(),
+                          "t": round(self.rel(time.time()), 2)}
+                self.finding("crashed", detail)
+                self.out(f"  !! node {n.id} exited ({code}) {when}: {detail['error']}")
+                try:
+                    for f in n.start_with_retries():
+                        self.finding("restart_failed", {"node": n.id, **f})
+                except NodeError as e:
+                    raise Abort(str(e))
+
+    def setup(self):
+        self._lock_run()
+        os.makedirs(self.cfg.base_dir, exist_ok=True)
+        self.run_dir = tempfile.mkdtemp(prefix=f"seed{self.cfg.seed}-", dir=self.cfg.base_dir)
+        self.out(f"run directory {self.run_dir}")
+        self.net = net.Net(NODE_IDS, log=self.out)
+        self.net.setup()
+        self.smoke_check()
+        self.start_nodes()
+        self.agent = Agent(self.run_dir)
+        self.agent.call("create_topic", timeout=60, bootstrap=self.bootstrap, topic=TOPIC,
+                        partitions=PARTITIONS, rf=len(NODE_IDS))
+        leaders_s, full_s, last = self.wait_recovered(time.time(), 60)
+        if full_s is None:
+            raise Abort(f"topic {TOPIC} never had full ISRs: {last}")
+        self.workload = Workload(self.run_dir, {
+            "bootstrap": self.bootstrap, "topic": TOPIC, "partitions": PARTITIONS, "rate": self.cfg.rate,
+            "consumer": self.cfg.consumer, "producers": ["a", "b"], "flush_s": self.cfg.flush_s,
+        })
+        deadline = time.monotonic() + 60
+        while len(self.workload.acked_partitions()) < PARTITIONS:
+            if time.monotonic() > deadline or self.workload.proc.poll() is not None:
+                raise Abort(f"the workload acknowledged no write on some partition within 60 s "
+                            f"(see {self.workload.out_path})")
+            time.sleep(0.2)
+        time.sleep(1.0)
+
+    def cycle(self, index, schedule):
+        quiet, fs = schedule.next_cycle()
+        time.sleep(quiet)
+        self.check_nodes(f"before cycle {index}")
+        for f in fs:
+            f.resolve(self)
+        start = time.time()
+        started = []
+        try:
+            for f in fs:
+                f.start(self)
+                started.append(f)
+            while time.time() < start + fs[0].duration:
+                for f in started:
+                    f.tick(self)
+                time.sleep(min(0.05, max(0.0, start + fs[0].duration - time.time())))
+        finally:
+            heal = time.time()
+            for f in reversed(started):
+                try:
+                    f.heal(self)
+                except Exception as e:
+                    self.finding("heal_failed", {"cycle": index, "fault": f.name, "error": str(e)})
+                    f.note += f"heal failed: {e}; "
+        healed = time.time()
+        leaders_s, full_s, last = self.wait_recovered(healed, self.cfg.recover_timeout_s)
+        rec = {
+            "cycle": index, "faults": [{"name": f.name, "target": f.target(), "node": f.node,
+                                        "partition": f.partition, "note": f.note} for f in fs],
+            "duration_s": fs[0].duration, "fault_start": start, "heal": heal, "healed": healed,
+            "leaders_s": leaders_s, "isr_s": full_s, "window_end": time.time(),
+        }
+        self.cycles.append(rec)
+        what = " + ".join(f"{f.name} {f.target()}" for f in fs)
+        notes = "".join(f.note for f in fs).strip("; ")
+        self.out(f"{self.rel(start):8.1f}s {index:>5}  {what:<58} {self.rel(heal):8.1f}s "
+                 f"{_fmt(leaders_s):>8} {_fmt(full_s):>6}" + (f"  {notes}" if notes else ""))
+        if full_s is None:
+            self.finding("unrecovered", {"cycle": index, "faults": [f.name for f in fs],
+                                         "after_s": self.cfg.recover_timeout_s, "last_views": last})
+            self.out(f"  !! cycle {index}: no leader and full ISR for every partition "
+                     f"{self.cfg.recover_timeout_s:.0f}s after the heal; last views {last}")
+            self.net.heal_all()
+            for n in self.nodes.values():
+                n.resume()
+
+    def finish(self):
+        """Heal everything, stop the workload, read every partition through
+        the leaders, stop the nodes, read every replica's log."""
+        self.net.heal_all()
+        for n in self.nodes.values():
+            n.resume()
+        self.check_nodes("after the last cycle")
+        t = time.time()
+        if not self.workload.stop(timeout=self.cfg.flush_s + 60):
+            self.finding("note", {"what": "the workload did not finish its flush in time; killed"})
+        self.out(f"workload stopped in {time.time() - t:.1f}s")
+        leaders_s, full_s, last = self.wait_recovered(time.time(), self.cfg.final_timeout_s)
+        if full_s is None:
+            self.finding("unrecovered", {"cycle": "final", "after_s": self.cfg.final_timeout_s, "last_views": last})
+            raise Abort(f"no full ISRs {self.cfg.final_timeout_s:.0f}s after the last heal: {last}")
+        final_path = os.path.join(self.run_dir, "final.json")
+        answer = self.agent.call("read_all", timeout=self.cfg.final_timeout_s + 30, bootstrap=self.bootstrap,
+                                 topic=TOPIC, partitions=PARTITIONS, out=final_path,
+                                 timeout_s=self.cfg.final_timeout_s)
+        self.watermarks = {int(p): m for p, m in answer["watermarks"].items()}
+        self.agent.close()
+        for n in self.nodes.values():
+            code = n.stop()
+            if code != 0:
+                self.finding("note", {"what": f"node {n.id} exited {code} at SIGTERM"})
+        with open(final_path) as f:
+            return {int(p): [tuple(r) for r in recs] for p, recs in json.load(f).items()}
+
+    def replica_batches(self, node, partition, below):
+        pdir = os.path.join(node.data_dir, f"{TOPIC}-{partition}")
+        out = []
+        for seg in sorted(glob.glob(os.path.join(pdir, "*.log"))):
+            p = subprocess.run([self.cfg.tools_bin, "dump-log", "--json", seg], capture_output=True, timeout=120)
+            if p.returncode not in (0, 1):
+                raise Abort(f"skiff-tools dump-log {seg}: {p.stderr.decode(errors='replace')}")
+            for line in p.stdout.decode().splitlines():
+                row = json.loads(line)
+                if row.get("type") == "batch" and row["lastOffset"] < below:
+                    out.append((row["baseOffset"], row["lastOffset"], row["partitionLeaderEpoch"], row["crc"],
+                                row["isvalid"]))
+        return out
+
+    def scan_logs(self):
+        """Node logs, every start: panics (an anomaly), and the kinds of
+        ERROR and WARN lines with their counts (the message up to its first
+        key=value field, digits folded)."""
+        panics, kinds = [], {}
+        for n in self.nodes.values():
+            try:
+                with open(n.log_path, errors="replace") as f:
+                    for line in f:
+                        if "panicked" in line:
+                            panics.append(f"node {n.id}: {line.strip()[:300]}")
+                        m = re.match(r"^\S+\s+(ERROR|WARN)\s+(.*)$", line.rstrip())
+                        if m:
+                            msg = re.split(r"\s\w[\w.]*=", m.group(2), maxsplit=1)[0]
+                            key = f"{m.group(1)} {re.sub(r'[0-9]+', 'N', msg)[:160]}"
+                            kinds[key] = kinds.get(key, 0) + 1
+            except FileNotFoundError:
+                pass
+        return panics, dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+    def load_records(self):
+        wdir = self.workload.dir
+        acks, errors = [], []
+        for tag in ("a", "b"):
+            try:
+                with open(os.path.join(wdir, f"acks-{tag}.jsonl")) as f:
+                    for line in f:
+                        try:
+                            r = json.loads(line)
+                        except ValueError:
+                            continue  # a torn last line
+                        (errors if "err" in r else acks).append(r)
+            except FileNotFoundError:
+                pass
+        seen = []
+        consumer_errors = []
+        try:
+            with open(os.path.join(wdir, "seen.jsonl")) as f:
+                for line in f:
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        continue
+                    (consumer_errors if "err" in r else seen).append(r)
+        except FileNotFoundError:
+            pass
+        try:
+            with open(os.path.join(wdir, "workload.json")) as f:
+                wl = json.load(f)
+        except (FileNotFoundError, ValueError):
+            wl = {}
+        return acks, errors, seen, consumer_errors, wl
+
+    # -- the whole run
+
+    def execute(self):
+        atexit.register(self.cleanup)
+        old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        ok = False
+        result = {"seed": self.cfg.seed}
+        try:
+            self.setup()
+            schedule = faults.Schedule(self.rng, self.cfg.nemeses, self.cfg.concurrent, self.cfg.min_fault_s,
+                                       self.cfg.max_fault_s, PARTITIONS)
+            self.t0 = time.time()
+            self.out(f"{'start':>9} {'cycle':>5}  {'fault, target':<58} {'heal':>9} {'leaders':>8} {'ISRs':>6}"
+                     f"  (times from the first cycle; leaders, ISRs: seconds after the heal until every "
+                     f"partition had one leader all nodes name / a full ISR)")
+            for i in range(self.cfg.cycles):
+                self.cycle(i, schedule)
+            self.t_end = time.time()
+            final = self.finish()
+            result = self.check(final)
+            ok = result["anomalies"] == 0
+            return result
+        except Abort as e:
+            self.out(f"ABORTED: {e}")
+            result.update({"aborted": str(e), "anomalies": None})
+            return result
+        except KeyboardInterrupt:
+            result["interrupted"] = True
+            raise
+        except Exception as e:
+            self.out(f"ERROR in the suite itself: {e!r}")
+            result.update({"error": repr(e), "anomalies": None})
+            raise
+        finally:
+            result["ok"] = ok
+            result["run_dir"] = self.run_dir
+            if self.run_dir and os.path.isdir(self.run_dir):
+                with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
+                    json.dump(result, f, indent=1, default=str)
+                with open(os.path.join(self.run_dir, "output.txt"), "w") as f:
+                    f.write("\n".join(self._lines) + "\n")
+            if self.cfg.json_out:
+                with open(self.cfg.json_out, "w") as f:
+                    json.dump(result, f, indent=1, default=str)
+            self.cleanup()
+            signal.signal(signal.SIGTERM, old_term)
+            if ok and not self.cfg.keep:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+                result["run_dir"] = None
+            elif self.run_dir:
+                self.out(f"kept {self.run_dir} (node logs: node*/node.log, data: node*/data, workload records: "
+                         f"workload/, summary.json)")
+            if result.get("interrupted"):
+                self.out("interrupted: nodes, clients and namespaces removed")
+            elif not ok:
+                self.out(f"FAILED; reproduce with: scripts/nemesis --seed {self.cfg.seed} "
+                         f"--cycles {self.cfg.cycles} --nemesis {','.join(self.cfg.nemeses)}"
+                         + (f" --concurrent {self.cfg.concurrent}" if self.cfg.concurrent > 1 else ""))
+
+    def cleanup(self):
+        if self._cleaned:
+            return
+        self._cleaned = True
+        for closer in (lambda: self.workload and self.workload.kill(),
+                       lambda: self.agent and self.agent.close()):
+            try:
+                closer()
+            except Exception:
+                pass
+        for n in self.nodes.values():
+            try:
+                n.resume()
+                n.kill()
+            except Exception:
+                pass
+        if self.net is not None:
+            try:
+                self.net.teardown()
+            except Exception as e:
+                self._out(f"net teardown: {e}")
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    # -- checking and the summary
+
+    def check(self, final):
+        acks, errors, seen, consumer_errors, wl = self.load_records()
+        sent = {tag: d.get("sent", 0) for tag, d in wl.get("producers", {}).items()} or None
+        q = checker.check_queue(acks, final, seen, sent)
+        replicas = {}
+        for p in range(PARTITIONS):
+            below = self.watermarks[p][1]
+            replicas[p] = {n.id: self.replica_batches(n, p, below) for n in self.nodes.values()}
+        divergent = checker.check_replicas(replicas)
+        invalid = [(p, i, b) for p, by in replicas.items() for i, bs in by.items() for b in bs if not b[4]]
+        avail = checker.availability(acks, PARTITIONS, self.t0, self.t_end, self.cycles)
+        by_cycle = {c["cycle"]: c for c in avail["per_cycle"]}
+        for c in self.cycles:
+            a = by_cycle[c["cycle"]]
+            c["longest_gap_s"] = max(a["longest_gap_s"].values())
+            sv = [v for v in a["serving_s"].values()]
+            c["serving_s"] = None if any(v is None for v in sv) else max(sv)
+        fatal = {tag: d.get("fatal") for tag, d in wl.get("producers", {}).items() if d.get("fatal")}
+        panics, log_kinds = self.scan_logs()
+        kinds = [f["kind"] for f in self.findings]
+        over_gap = [c for c in self.cycles if self.cfg.max_gap_s > 0 and c["longest_gap_s"] > self.cfg.max_gap_s]
+        anomalies = {
+            **{k: v["count"] for k, v in q.items()},
+            "divergent": len(divergent),
+            "invalid_batches": len(invalid),
+            "unrecovered": kinds.count("unrecovered"),
+            "crashed": kinds.count("crashed"),
+            "panics": len(panics),
+            "producer_fatal": len(fatal),
+            "over_max_gap": len(over_gap),
+        }
+        result = {
+            "seed": self.cfg.seed, "cycles": self.cfg.cycles, "nemeses": list(self.cfg.nemeses),
+            "concurrent": self.cfg.concurrent,
+            "acknowledged": len(acks), "acknowledged_without_offset": sum(1 for a in acks if a["o"] is None),
+            "failed_writes": len(errors), "sent": sent, "undelivered": {t: d.get("undelivered")
+                                                                        for t, d in wl.get("producers", {}).items()},
+            "consumer_seen": len(seen), "consumer_errors": len(consumer_errors),
+            "final_records": sum(len(v) for v in final.values()), "watermarks": self.watermarks,
+            "anomalies": sum(anomalies.values()), "by_kind": anomalies,
+            "examples": {k: v["examples"] for k, v in q.items() if v["count"]},
+            "divergent": divergent, "invalid_batches": invalid[:5], "producer_fatal": fatal,
+            "availability": avail["whole"], "cycles_detail": self.cycles,
+            "findings": [f for f in self.findings if f["kind"] != "unrecovered"] +
+                        [{k: v for k, v in f.items() if k != "last_views"} for f in self.findings
+                         if f["kind"] == "unrecovered"],
+            "fault_phase_s": round(self.t_end - self.t0, 1),
+            "panics": panics[:10], "node_log_kinds": log_kinds,
+        }
+        self.print_summary(result, errors, consumer_errors)
+        return result
+
+    def print_summary(self, r, errors, consumer_errors):
+        o = self.out
+        o("")
+        o("cycle  fault(s)                    longest gap  serving   leaders   full ISRs   (seconds; gap = longest "
+          "stretch without an ack on any partition during the cycle, serving = fault start to every partition "
+          "acknowledging a write sent after it, leaders/ISRs = after the heal)")
+        for c in self.cycles:
+            names = "+".join(f["name"] for f in c["faults"])
+            o(f"{c['cycle']:>5}  {names:<27} {c['longest_gap_s']:>11.1f}  {_fmt(c['serving_s']):>7}  "
+              f"{_fmt(c['leaders_s']):>8}  {_fmt(c['isr_s']):>10}")
+        o("")
+        o(f"== summary: seed {r['seed']}, {r['cycles']} cycles of {','.join(r['nemeses'])}"
+          + (f", {r['concurrent']} at once" if r['concurrent'] > 1 else "")
+          + f"; fault phase {r['fault_phase_s']}s")
+        o(f"acknowledged writes   {r['acknowledged']} ({r['acknowledged_without_offset']} without an offset; "
+          f"sent {sum((r['sent'] or {}).values())}, failed {r['failed_writes']}, undelivered at the end "
+          f"{sum(v or 0 for v in r['undelivered'].values())})")
+        o(f"final read            {r['final_records']} records, high watermarks "
+          f"{ {p: m[1] for p, m in r['watermarks'].items()} }")
+        o(f"live consumer         {r['consumer_seen']} records seen, {r['consumer_errors']} errors")
+        k = r["by_kind"]
+        o(f"lost {k['lost']}  duplicated {k['duplicated']}  inconsistent {k['inconsistent']}  "
+          f"divergent {k['divergent']}  non-monotonic {k['non_monotonic']}  phantom {k['phantom']}  "
+          f"gaps {k['gaps']}  invalid batches {k['invalid_batches']}  unrecovered {k['unrecovered']}  "
+          f"crashed {k['crashed']}  panics {k['panics']}  producer fatal {k['producer_fatal']}"
+          + (f"  over --max-gap {k['over_max_gap']}" if self.cfg.max_gap_s > 0 else ""))
+        for kind, ex in r["examples"].items():
+            o(f"  {kind}: {ex}")
+        for d in r["divergent"]:
+            o(f"  divergent: {d}")
+        if errors:
+            o(f"failed writes (not anomalies: never acknowledged): {errors[:3]}")
+        if consumer_errors:
+            o(f"consumer errors: {[e['err'] for e in consumer_errors[:3]]}")
+        o("availability:")
+        o("  longest stretch without an acknowledged write, whole fault phase: "
+          + ", ".join(f"p{p} {a['longest_s']:.1f}s (at {a['from_s']:.0f}s)" for p, a in r["availability"].items()))
+        by = {}
+        for c in self.cycles:
+            by.setdefault("+".join(f["name"] for f in c["faults"]), []).append(c)
+        o(f"  {'nemesis':<27} {'n':>4}  {'gap med/max':>13}  {'serving med/max':>16}  {'leaders med/max':>16}  "
+          f"{'ISRs med/max':>13}")
+        for name, cs in sorted(by.items()):
+            def mm(key):
+                return f"{_fmt(_median([c[key] for c in cs]))}/{_fmt(_max([c[key] for c in cs]))}"
+            o(f"  {name:<27} {len(cs):>4}  {mm('longest_gap_s'):>13}  {mm('serving_s'):>16}  "
+              f"{mm('leaders_s'):>16}  {mm('isr_s'):>13}")
+        notes = [f for f in r["findings"] if f["kind"] not in ("crashed", "unrecovered")]
+        if notes:
+            o("findings:")
+            for f in notes[:20]:
+                o(f"  {f}")
+            if len(notes) > 20:
+                o(f"  ... {len(notes) - 20} more in summary.json")
+        for f in r["findings"]:
+            if f["kind"] in ("crashed", "unrecovered"):
+                o(f"  !! {f}")
+        for p in r["panics"]:
+            o(f"  !! panic: {p}")
+        if r["node_log_kinds"]:
+            o("node logs, ERROR and WARN lines by kind (all nodes, all starts):")
+            for kind, count in list(r["node_log_kinds"].items())[:12]:
+                o(f"  {count:>6}  {kind}")
+        o(f"RESULT: {'PASS' if r['anomalies'] == 0 else 'FAIL'} ({r['anomalies']} anomalies), seed {r['seed']}")
+
+
+def _fmt(x):
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
