@@ -25,12 +25,13 @@ class Fault:
         self.node = None
         self.note = ""
 
-    def resolve(self, run):
-        """The leader of the drawn partition now (or, with none known, the
-        node the partition number names)."""
-        leader = run.leader_of(self.partition)
+    def resolve(self, leaders, nodes):
+        """The leader of the drawn partition now (`leaders`: {partition:
+        leader or None}), or, with none known, the node the partition
+        number names."""
+        leader = leaders.get(self.partition)
         if leader is None:
-            leader = 1 + self.partition % len(run.nodes)
+            leader = 1 + self.partition % len(nodes)
             self.note = "no leader known; "
         self.node = leader
         return leader
@@ -45,7 +46,12 @@ class Fault:
         """Called every ~50 ms while the fault lasts."""
 
     def heal(self, run):
+        """Undo the fault at once (every fault of the cycle heals before
+        any settles)."""
         raise NotImplementedError
+
+    def settle(self, run):
+        """Wait (bounded) for what the heal started, e.g. a restart."""
 
 
 class Kill(Fault):
@@ -80,6 +86,11 @@ class Kill(Fault):
         time.sleep(min(0.02 * 2 ** len(self.failures), 1.0))
 
     def heal(self, run):
+        pass  # started again already
+
+    def settle(self, run):
+        """Until the restarted node serves (after the cycle's network rules
+        are gone: a node cut off cannot register)."""
         node = run.nodes[self.node]
         for _ in range(10):
             try:

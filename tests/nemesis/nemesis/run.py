@@ -117,15 +117,17 @@ class Run:
                 out[i] = None
         return out
 
-    def leader_of(self, partition):
-        votes = {}
-        for v in self.views().values():
-            if v and partition in v and v[partition]["leader"] > 0:
-                lead = v[partition]["leader"]
-                votes[lead] = votes.get(lead, 0) + 1
-        if not votes:
-            return None
-        return max(sorted(votes), key=lambda k: votes[k])
+    def leaders(self, views=None):
+        """{partition: the leader most nodes name, or None}."""
+        views = self.views() if views is None else views
+        out = {}
+        for p in range(PARTITIONS):
+            votes = {}
+            for v in views.values():
+                if v and p in v and v[p]["leader"] > 0:
+                    votes[v[p]["leader"]] = votes.get(v[p]["leader"], 0) + 1
+            out[p] = max(sorted(votes), key=lambda k: votes[k]) if votes else None
+        return out
 
     @staticmethod
     def agreed(views, full):
@@ -266,32 +268,37 @@ class Run:
         quiet, fs = schedule.next_cycle()
         time.sleep(quiet)
         self.check_nodes(f"before cycle {index}")
+        leaders = self.leaders()
         for f in fs:
-            f.resolve(self)
-        start = time.time()
+            f.resolve(leaders, self.nodes)
+        called = start = time.time()
         started = []
         try:
             for f in fs:
                 f.start(self)
                 started.append(f)
+            start = time.time()  # in effect (a network rule takes some tc calls)
             while time.time() < start + fs[0].duration:
                 for f in started:
                     f.tick(self)
                 time.sleep(min(0.05, max(0.0, start + fs[0].duration - time.time())))
         finally:
             heal = time.time()
-            for f in reversed(started):
-                try:
-                    f.heal(self)
-                except Exception as e:
-                    self.finding("heal_failed", {"cycle": index, "fault": f.name, "error": str(e)})
-                    f.note += f"heal failed: {e}; "
+            for step in ("heal", "settle"):
+                for f in reversed(started):
+                    try:
+                        getattr(f, step)(self)
+                    except Exception as e:
+                        self.finding("heal_failed", {"cycle": index, "fault": f.name, "error": str(e)})
+                        f.note += f"{step} failed: {e}; "
         healed = time.time()
         leaders_s, full_s, last = self.wait_recovered(healed, self.cfg.recover_timeout_s)
         rec = {
             "cycle": index, "faults": [{"name": f.name, "target": f.target(), "node": f.node,
                                         "partition": f.partition, "note": f.note} for f in fs],
-            "duration_s": fs[0].duration, "fault_start": start, "heal": heal, "healed": healed,
+            "duration_s": fs[0].duration, "fault_called": called, "fault_start": start, "heal": heal,
+            "healed": healed, "leaders_before": leaders,
+            "touched": sorted(p for p, lead in leaders.items() if lead in {f.node for f in fs}),
             "leaders_s": leaders_s, "isr_s": full_s, "window_end": time.time(),
         }
         self.cycles.append(rec)
@@ -504,6 +511,8 @@ class Run:
         for c in self.cycles:
             a = by_cycle[c["cycle"]]
             c["longest_gap_s"] = max(a["longest_gap_s"].values())
+            others = [g for p, g in a["longest_gap_s"].items() if p not in c["touched"]]
+            c["untouched_gap_s"] = max(others) if others else None
             sv = [v for v in a["serving_s"].values()]
             c["serving_s"] = None if any(v is None for v in sv) else max(sv)
         fatal = {tag: d.get("fatal") for tag, d in wl.get("producers", {}).items() if d.get("fatal")}
@@ -516,6 +525,7 @@ class Run:
             "invalid_batches": len(invalid),
             "unrecovered": kinds.count("unrecovered"),
             "crashed": kinds.count("crashed"),
+            "heal_failed": kinds.count("heal_failed"),
             "panics": len(panics),
             "producer_fatal": len(fatal),
             "over_max_gap": len(over_gap),
@@ -544,13 +554,14 @@ class Run:
     def print_summary(self, r, errors, consumer_errors):
         o = self.out
         o("")
-        o("cycle  fault(s)                    longest gap  serving   leaders   full ISRs   (seconds; gap = longest "
-          "stretch without an ack on any partition during the cycle, serving = fault start to every partition "
-          "acknowledging a write sent after it, leaders/ISRs = after the heal)")
+        o("cycle  fault(s)                    gap  others  serving  leaders  ISRs   (seconds; gap: longest "
+          "stretch without an ack on any partition from the fault to the full ISRs; others: the same on the "
+          "partitions the faulted node did not lead; serving: until every partition acknowledged a write sent "
+          "after the fault; leaders, ISRs: after the heal)")
         for c in self.cycles:
             names = "+".join(f["name"] for f in c["faults"])
-            o(f"{c['cycle']:>5}  {names:<27} {c['longest_gap_s']:>11.1f}  {_fmt(c['serving_s']):>7}  "
-              f"{_fmt(c['leaders_s']):>8}  {_fmt(c['isr_s']):>10}")
+            o(f"{c['cycle']:>5}  {names:<27} {c['longest_gap_s']:>4.1f}  {_fmt(c['untouched_gap_s']):>6}  "
+              f"{_fmt(c['serving_s']):>7}  {_fmt(c['leaders_s']):>7}  {_fmt(c['isr_s']):>4}")
         o("")
         o(f"== summary: seed {r['seed']}, {r['cycles']} cycles of {','.join(r['nemeses'])}"
           + (f", {r['concurrent']} at once" if r['concurrent'] > 1 else "")
@@ -565,7 +576,7 @@ class Run:
         o(f"lost {k['lost']}  duplicated {k['duplicated']}  inconsistent {k['inconsistent']}  "
           f"divergent {k['divergent']}  non-monotonic {k['non_monotonic']}  phantom {k['phantom']}  "
           f"gaps {k['gaps']}  invalid batches {k['invalid_batches']}  unrecovered {k['unrecovered']}  "
-          f"crashed {k['crashed']}  panics {k['panics']}  producer fatal {k['producer_fatal']}"
+          f"crashed {k['crashed']}  heal failed {k['heal_failed']}  panics {k['panics']}  producer fatal {k['producer_fatal']}"
           + (f"  over --max-gap {k['over_max_gap']}" if self.cfg.max_gap_s > 0 else ""))
         for kind, ex in r["examples"].items():
             o(f"  {kind}: {ex}")
@@ -581,12 +592,13 @@ class Run:
         by = {}
         for c in self.cycles:
             by.setdefault("+".join(f["name"] for f in c["faults"]), []).append(c)
-        o(f"  {'nemesis':<27} {'n':>4}  {'gap med/max':>13}  {'serving med/max':>16}  {'leaders med/max':>16}  "
-          f"{'ISRs med/max':>13}")
+        o(f"  {'nemesis':<27} {'n':>4}  {'gap med/max':>13}  {'others med/max':>15}  {'serving med/max':>16}  "
+          f"{'leaders med/max':>16}  {'ISRs med/max':>13}")
         for name, cs in sorted(by.items()):
             def mm(key):
                 return f"{_fmt(_median([c[key] for c in cs]))}/{_fmt(_max([c[key] for c in cs]))}"
-            o(f"  {name:<27} {len(cs):>4}  {mm('longest_gap_s'):>13}  {mm('serving_s'):>16}  "
+            o(f"  {name:<27} {len(cs):>4}  {mm('longest_gap_s'):>13}  {mm('untouched_gap_s'):>15}  "
+              f"{mm('serving_s'):>16}  "
               f"{mm('leaders_s'):>16}  {mm('isr_s'):>13}")
         notes = [f for f in r["findings"] if f["kind"] not in ("crashed", "unrecovered")]
         if notes:
