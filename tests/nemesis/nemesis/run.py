@@ -415,6 +415,7 @@ class Run:
     def execute(self):
         atexit.register(self.cleanup)
         old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        old_hup = signal.signal(signal.SIGHUP, _raise_interrupt)
         ok = False
         result = {"seed": self.cfg.seed}
         try:
@@ -456,6 +457,7 @@ class Run:
                     json.dump(result, f, indent=1, default=str)
             self.cleanup()
             signal.signal(signal.SIGTERM, old_term)
+            signal.signal(signal.SIGHUP, old_hup)
             if ok and not self.cfg.keep:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
                 result["run_dir"] = None
