@@ -64,6 +64,8 @@ def check_queue(acks, final, seen=(), sent=None):
 
     for a in acks:
         v, p, o = a["v"], a["p"], a["o"]
+        if o is not None and o < 0:  # librdkafka's "no offset" (-1001) as a number
+            o = None
         places = where.get(v)
         if not places:
             report("lost", {"value": v, "acked_at": (p, o)})

@@ -7,7 +7,6 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 
 from . import net
 from .nodes import die_with_parent
@@ -49,11 +48,27 @@ class Agent:
             self.answers.put(line)
         self.answers.put(None)
 
-    def call(self, op, timeout=30.0, **kw):
+    def send(self, op, **kw):
+        """Send a request without waiting; take its answer with receive()
+        before the next call."""
         if self.proc.poll() is not None:
             raise AgentError(f"agent exited with {self.proc.returncode} (see {self.err_path})")
         self.proc.stdin.write((json.dumps({"op": op, **kw}) + "\n").encode())
         self.proc.stdin.flush()
+
+    def receive(self, timeout):
+        """The answer to the request sent, or None if it is not in yet
+        (timeout 0: never waits)."""
+        try:
+            line = self.answers.get(timeout=timeout) if timeout > 0 else self.answers.get_nowait()
+        except queue.Empty:
+            return None
+        if line is None:
+            raise AgentError(f"agent exited (see {self.err_path})")
+        return json.loads(line)
+
+    def call(self, op, timeout=30.0, **kw):
+        self.send(op, **kw)
         try:
             line = self.answers.get(timeout=timeout)
         except queue.Empty:

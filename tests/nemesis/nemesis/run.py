@@ -84,7 +84,10 @@ class Run:
 
     def out(self, s=""):
         self._lines.append(s)
-        self._out(s)
+        try:
+            self._out(s)
+        except BrokenPipeError:  # stdout went away (| head): output.txt still has it all
+            self._out = lambda s: None
 
     def finding(self, kind, detail):
         self.findings.append({"kind": kind, **detail})
@@ -108,6 +111,9 @@ class Run:
             self.agent.close()
             self.agent = Agent(self.run_dir)
             return {i: None for i in self.nodes}
+        return self._views_of(answer)
+
+    def _views_of(self, answer):
         out = {}
         for i, n in self.nodes.items():
             v = answer["views"].get(n.addr)
@@ -129,6 +135,18 @@ class Run:
             out[p] = max(sorted(votes), key=lambda k: votes[k]) if votes else None
         return out
 
+    def active_controller(self):
+        """The active controller per `skiff cluster status` (asked from the
+        client namespace), or None."""
+        quorum = ",".join(f"{i}@{net.node_ip(i)}:{CONTROLLER_PORT}" for i in self.nodes)
+        try:
+            p = subprocess.run(["ip", "netns", "exec", net.CLIENT_NS, self.cfg.skiff_bin, "cluster", "status",
+                                "--controller", quorum, "--timeout-ms", "2000"], capture_output=True, timeout=15)
+        except subprocess.TimeoutExpired:
+            return None
+        m = re.search(r"active controller: node (\d+)", p.stdout.decode(errors="replace"))
+        return int(m.group(1)) if m else None
+
     @staticmethod
     def agreed(views, full):
         """Every node answers, names the same leader for every partition, and
@@ -147,6 +165,63 @@ class Run:
             if len(leaders) != 1:
                 return False
         return True
+
+    class Failover:
+        """While a fault lasts, metadata is polled without blocking the fault's
+        ticks: the seconds until the nodes the fault did not hit all name one
+        leader, not a faulted node, for every partition a faulted node led."""
+
+        def __init__(self, run, fs, leaders, start):
+            self.run = run
+            self.start = start
+            self.hit = {f.node for f in fs}
+            self.touched = [p for p, lead in leaders.items() if lead in self.hit]
+            self.others = [i for i in run.nodes if i not in self.hit]
+            self.pending = False
+            self.at = None
+
+        def tick(self):
+            if self.at is not None or not self.touched or not self.others:
+                return
+            try:
+                if not self.pending:
+                    self.run.agent.send("metadata", nodes=[self.run.nodes[i].addr for i in self.others],
+                                        topic=TOPIC, timeout_s=0.5)
+                    self.pending = True
+                    return
+                answer = self.run.agent.receive(0)
+            except (AgentError, OSError):
+                self.at, self.touched = None, []  # measured no further; views() restarts the agent
+                return
+            if answer is None:
+                return
+            self.pending = False
+            views = self.run._views_of(answer) if answer.get("ok") else {}
+            names = set()
+            for p in self.touched:
+                for i in self.others:
+                    v = views.get(i)
+                    d = v.get(p) if v else None
+                    if d is None or d["leader"] <= 0 or d["leader"] in self.hit:
+                        return
+                    names.add((p, d["leader"]))
+            if len(names) == len(self.touched):
+                self.at = time.time() - self.start
+
+        def finish(self):
+            if self.pending:
+                self.pending = False
+                try:
+                    if self.run.agent.receive(5.0) is not None:
+                        return
+                except AgentError:
+                    pass
+                # No answer: a late one would be taken for the next call's.
+                self.run.agent.close()
+                self.run.agent = Agent(self.run.run_dir)
+
+        def seconds(self):
+            return None if self.at is None else round(self.at, 2)
 
     def wait_recovered(self, since, timeout):
         """Seconds from `since` until every partition had a leader all nodes
@@ -269,19 +344,24 @@ class Run:
         time.sleep(quiet)
         self.check_nodes(f"before cycle {index}")
         leaders = self.leaders()
+        controller = self.active_controller()
         for f in fs:
             f.resolve(leaders, self.nodes)
         called = start = time.time()
         started = []
+        failover = None
         try:
             for f in fs:
                 f.start(self)
                 started.append(f)
             start = time.time()  # in effect (a network rule takes some tc calls)
+            failover = self.Failover(self, fs, leaders, start)
             while time.time() < start + fs[0].duration:
                 for f in started:
                     f.tick(self)
+                failover.tick()
                 time.sleep(min(0.05, max(0.0, start + fs[0].duration - time.time())))
+            failover.finish()
         finally:
             heal = time.time()
             for step in ("heal", "settle"):
@@ -297,15 +377,18 @@ class Run:
             "cycle": index, "faults": [{"name": f.name, "target": f.target(), "node": f.node,
                                         "partition": f.partition, "note": f.note} for f in fs],
             "duration_s": fs[0].duration, "fault_called": called, "fault_start": start, "heal": heal,
-            "healed": healed, "leaders_before": leaders,
+            "healed": healed, "leaders_before": leaders, "controller_before": controller,
+            "hit_controller": controller in {f.node for f in fs},
             "touched": sorted(p for p, lead in leaders.items() if lead in {f.node for f in fs}),
             "leaders_s": leaders_s, "isr_s": full_s, "window_end": time.time(),
+            "failover_s": failover.seconds() if failover else None,
         }
         self.cycles.append(rec)
         what = " + ".join(f"{f.name} {f.target()}" for f in fs)
         notes = "".join(f.note for f in fs).strip("; ")
         self.out(f"{self.rel(start):8.1f}s {index:>5}  {what:<58} {self.rel(heal):8.1f}s "
-                 f"{_fmt(leaders_s):>8} {_fmt(full_s):>6}" + (f"  {notes}" if notes else ""))
+                 f"{_fmt(rec['failover_s']):>8} {_fmt(leaders_s):>8} {_fmt(full_s):>6}"
+                 + (f"  {notes}" if notes else ""))
         if full_s is None:
             self.finding("unrecovered", {"cycle": index, "faults": [f.name for f in fs],
                                          "after_s": self.cfg.recover_timeout_s, "last_views": last})
@@ -423,9 +506,10 @@ class Run:
             schedule = faults.Schedule(self.rng, self.cfg.nemeses, self.cfg.concurrent, self.cfg.min_fault_s,
                                        self.cfg.max_fault_s, PARTITIONS)
             self.t0 = time.time()
-            self.out(f"{'start':>9} {'cycle':>5}  {'fault, target':<58} {'heal':>9} {'leaders':>8} {'ISRs':>6}"
-                     f"  (times from the first cycle; leaders, ISRs: seconds after the heal until every "
-                     f"partition had one leader all nodes name / a full ISR)")
+            self.out(f"{'start':>9} {'cycle':>5}  {'fault, target':<58} {'heal':>9} {'failover':>8} {'leaders':>8} "
+                     f"{'ISRs':>6}  (times from the first cycle; failover: seconds from the fault until the "
+                     f"other nodes named a new leader for every partition a faulted node led; leaders, ISRs: "
+                     f"seconds after the heal until every partition had one leader all nodes name / a full ISR)")
             for i in range(self.cfg.cycles):
                 self.cycle(i, schedule)
             self.t_end = time.time()
@@ -433,7 +517,7 @@ class Run:
             result = self.check(final)
             ok = result["anomalies"] == 0
             return result
-        except Abort as e:
+        except (Abort, NodeError, AgentError, net.NetError) as e:
             self.out(f"ABORTED: {e}")
             result.update({"aborted": str(e), "anomalies": None})
             return result
@@ -556,14 +640,15 @@ class Run:
     def print_summary(self, r, errors, consumer_errors):
         o = self.out
         o("")
-        o("cycle  fault(s)                    gap  others  serving  leaders  ISRs   (seconds; gap: longest "
-          "stretch without an ack on any partition from the fault to the full ISRs; others: the same on the "
-          "partitions the faulted node did not lead; serving: until every partition acknowledged a write sent "
-          "after the fault; leaders, ISRs: after the heal)")
+        o("cycle  fault(s)                    gap  others  serving  failover  leaders  ISRs   (seconds; gap: "
+          "longest stretch without an ack on any partition from the fault to the full ISRs; others: the same on "
+          "the partitions the faulted node did not lead; serving: until every partition acknowledged a write "
+          "sent after the fault; failover: until a new leader was named; leaders, ISRs: after the heal)")
         for c in self.cycles:
             names = "+".join(f["name"] for f in c["faults"])
             o(f"{c['cycle']:>5}  {names:<27} {c['longest_gap_s']:>4.1f}  {_fmt(c['untouched_gap_s']):>6}  "
-              f"{_fmt(c['serving_s']):>7}  {_fmt(c['leaders_s']):>7}  {_fmt(c['isr_s']):>4}")
+              f"{_fmt(c['serving_s']):>7}  {_fmt(c['failover_s']):>8}  {_fmt(c['leaders_s']):>7}  "
+              f"{_fmt(c['isr_s']):>4}")
         o("")
         o(f"== summary: seed {r['seed']}, {r['cycles']} cycles of {','.join(r['nemeses'])}"
           + (f", {r['concurrent']} at once" if r['concurrent'] > 1 else "")
@@ -595,13 +680,21 @@ class Run:
         for c in self.cycles:
             by.setdefault("+".join(f["name"] for f in c["faults"]), []).append(c)
         o(f"  {'nemesis':<27} {'n':>4}  {'gap med/max':>13}  {'others med/max':>15}  {'serving med/max':>16}  "
-          f"{'leaders med/max':>16}  {'ISRs med/max':>13}")
+          f"{'failover med/max (none)':>24}  {'leaders med/max':>16}  {'ISRs med/max':>13}")
         for name, cs in sorted(by.items()):
             def mm(key):
                 return f"{_fmt(_median([c[key] for c in cs]))}/{_fmt(_max([c[key] for c in cs]))}"
+            none = sum(1 for c in cs if c["failover_s"] is None)
             o(f"  {name:<27} {len(cs):>4}  {mm('longest_gap_s'):>13}  {mm('untouched_gap_s'):>15}  "
-              f"{mm('serving_s'):>16}  "
+              f"{mm('serving_s'):>16}  {mm('failover_s') + f' ({none})':>24}  "
               f"{mm('leaders_s'):>16}  {mm('isr_s'):>13}")
+        o("  others' gap (med/max, cycles) when the faulted node was / was not the active controller:")
+        for name, cs in sorted(by.items()):
+            parts = []
+            for hit in (True, False):
+                sel = [c["untouched_gap_s"] for c in cs if c.get("hit_controller") == hit]
+                parts.append(f"{_fmt(_median(sel))}/{_fmt(_max(sel))} ({len(sel)})" if sel else "-")
+            o(f"  {name:<27} {parts[0]:>16}  {parts[1]:>16}")
         notes = [f for f in r["findings"] if f["kind"] not in ("crashed", "unrecovered")]
         if notes:
             o("findings:")
