@@ -551,9 +551,22 @@ class Run:
             if result.get("interrupted"):
                 self.out("interrupted: nodes, clients and namespaces removed")
             elif not ok:
-                self.out(f"FAILED; reproduce with: scripts/nemesis --seed {self.cfg.seed} "
-                         f"--cycles {self.cfg.cycles} --nemesis {','.join(self.cfg.nemeses)}"
-                         + (f" --concurrent {self.cfg.concurrent}" if self.cfg.concurrent > 1 else ""))
+                self.out(f"FAILED; reproduce with: {self.repro_command()}")
+
+    def repro_command(self):
+        c, d = self.cfg, Config(seed=0)
+        cmd = f"scripts/nemesis --seed {c.seed} --cycles {c.cycles} --nemesis {','.join(c.nemeses)}"
+        for flag, value, default in (("--concurrent", c.concurrent, d.concurrent),
+                                     ("--fault-min", c.min_fault_s, d.min_fault_s),
+                                     ("--fault-max", c.max_fault_s, d.max_fault_s),
+                                     ("--rate", c.rate, d.rate),
+                                     ("--recover-timeout", c.recover_timeout_s, d.recover_timeout_s),
+                                     ("--max-gap", c.max_gap_s, d.max_gap_s)):
+            if value != default:
+                cmd += f" {flag} {value:g}"
+        if not c.consumer:
+            cmd += " --no-consumer"
+        return cmd
 
     def cleanup(self):
         if self._cleaned:
