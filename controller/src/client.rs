@@ -52,6 +52,11 @@ pub enum ClientError {
 pub struct ControllerClient {
     quorum: Vec<(u64, SocketAddr)>,
     request_timeout: Duration,
+    /// How long one voter gets to answer before the next is tried (None: the
+    /// whole request timeout). A voter that is paused or cut off accepts the
+    /// connection and never answers; without a bound per attempt the request
+    /// would spend its whole timeout on it while another voter leads.
+    attempt_timeout: Option<Duration>,
     /// One request at a time.
     lock: Semaphore,
     /// The open connection and where it goes.
@@ -76,11 +81,19 @@ impl ControllerClient {
         Self {
             quorum,
             request_timeout,
+            attempt_timeout: None,
             lock: Semaphore::new(1),
             conn: RefCell::new(None),
             target: Cell::new(0),
             next_id: Cell::new(1),
         }
+    }
+
+    /// Each voter gets at most `timeout` (plus a long poll's wait) to answer
+    /// before the request goes to the next.
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = Some(timeout);
+        self
     }
 
     /// Registers this node: its broker epoch and the registration's offset
@@ -230,7 +243,11 @@ impl ControllerClient {
                     self.request_timeout + extra_wait
                 )));
             }
-            let attempt = match self.round_trip(addr, &request, deadline - now).await {
+            let budget = deadline - now;
+            let budget = self
+                .attempt_timeout
+                .map_or(budget, |a| budget.min(a + extra_wait));
+            let attempt = match self.round_trip(addr, &request, budget).await {
                 Ok(Response::NotController { leader }) => match leader
                     .and_then(|(id, hint)| self.leader_addr(id, &hint))
                     .filter(|a| *a != addr)

@@ -149,7 +149,12 @@ pub async fn start(
     let link = || ControllerClient::new(quorum.clone(), request_timeout);
     let broker = Rc::new(Broker {
         client: link(),
-        heartbeats: link(),
+        // A heartbeat must reach the active controller within the lease: a
+        // voter that does not answer (paused, cut off) gets a third of it.
+        heartbeats: link().with_attempt_timeout(
+            Duration::from_millis(config.broker_session_timeout_ms / 3)
+                .max(Duration::from_millis(200)),
+        ),
         metadata: link(),
         node_id: config.node_id,
         incarnation: skiff_engine::data_dir::random_id_bytes(),
