@@ -636,6 +636,7 @@ class Run:
             "failed_writes": len(errors), "sent": sent, "undelivered": {t: d.get("undelivered")
                                                                         for t, d in wl.get("producers", {}).items()},
             "consumer_seen": len(seen), "consumer_errors": len(consumer_errors),
+            "consumer_drained": wl.get("drained"),
             "final_records": sum(len(v) for v in final.values()), "watermarks": self.watermarks,
             "anomalies": sum(anomalies.values()), "by_kind": anomalies,
             "examples": {k: v["examples"] for k, v in q.items() if v["count"]},
@@ -671,7 +672,9 @@ class Run:
           f"{sum(v or 0 for v in r['undelivered'].values())})")
         o(f"final read            {r['final_records']} records, high watermarks "
           f"{ {p: m[1] for p, m in r['watermarks'].items()} }")
-        o(f"live consumer         {r['consumer_seen']} records seen, {r['consumer_errors']} errors")
+        drained = {True: "read up to every acknowledged offset", False: "did NOT reach every acknowledged offset "
+                   "within 30 s of the stop", None: "no consumer"}[r["consumer_drained"]]
+        o(f"live consumer         {r['consumer_seen']} records seen, {r['consumer_errors']} errors, {drained}")
         k = r["by_kind"]
         o(f"lost {k['lost']}  duplicated {k['duplicated']}  inconsistent {k['inconsistent']}  "
           f"divergent {k['divergent']}  non-monotonic {k['non_monotonic']}  phantom {k['phantom']}  "

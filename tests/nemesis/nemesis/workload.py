@@ -29,6 +29,11 @@ import time
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 
+# partition -> the highest acknowledged offset (the consumer drains to it)
+ACKED_MAX = {}
+ACKED_LOCK = threading.Lock()
+
+
 class Producing:
     def __init__(self, cfg, tag, stop):
         self.cfg = cfg
@@ -48,6 +53,10 @@ class Producing:
         ts = self.send_times.pop(v, None)
         if err is None:
             self.acked += 1
+            if msg.offset() is not None and msg.offset() >= 0:
+                with ACKED_LOCK:
+                    if msg.offset() > ACKED_MAX.get(msg.partition(), -1):
+                        ACKED_MAX[msg.partition()] = msg.offset()
             self.out.write(json.dumps({"v": v, "p": msg.partition(), "o": msg.offset(), "ts": ts, "ta": now}) + "\n")
         else:
             self.failed += 1
@@ -100,7 +109,9 @@ class Producing:
         self.out.close()
 
 
-def consume(cfg, stop, stats):
+def consume(cfg, stop, stats, drain_s=30.0):
+    """Reads until `stop`, then on (at most drain_s) until it has seen the
+    highest acknowledged offset of every partition."""
     out = open(os.path.join(cfg["dir"], "seen.jsonl"), "w", buffering=1 << 16)
     c = Consumer({
         "bootstrap.servers": cfg["bootstrap"],
@@ -113,8 +124,21 @@ def consume(cfg, stop, stats):
     nparts = int(cfg["partitions"])
     c.assign([TopicPartition(cfg["topic"], p, 0) for p in range(nparts)])
     last_flush = time.monotonic()
+    last = {}
+    drain_until = None
+
+    def drained():
+        with ACKED_LOCK:
+            return all(last.get(p, -1) >= o for p, o in ACKED_MAX.items())
+
     try:
-        while not stop.is_set():
+        while True:
+            if stop.is_set():
+                if drain_until is None:
+                    drain_until = time.monotonic() + drain_s
+                if drained() or time.monotonic() > drain_until:
+                    stats["drained"] = drained()
+                    break
             for m in c.consume(num_messages=1000, timeout=0.2):
                 err = m.error()
                 now = time.time()
@@ -124,6 +148,7 @@ def consume(cfg, stop, stats):
                         out.write(json.dumps({"err": str(err), "t": now}) + "\n")
                     continue
                 stats["seen"] += 1
+                last[m.partition()] = m.offset()
                 out.write(json.dumps({"p": m.partition(), "o": m.offset(), "v": m.value().decode(errors="replace"),
                                       "t": now}) + "\n")
             if time.monotonic() - last_flush > 0.5:
@@ -164,7 +189,7 @@ def main():
         t.join()
     stop_consumer.set()
     if consumer is not None:
-        consumer.join(30)
+        consumer.join(60)
     summary = {
         "started": started,
         "stopped": time.time(),
