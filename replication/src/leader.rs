@@ -120,6 +120,9 @@ pub struct LeaderReplica {
     /// Every replica but `me`.
     followers: BTreeMap<NodeId, Follower>,
     pending: Option<IsrChange>,
+    /// Replicas the controller would refuse in an ISR (fenced, shutting
+    /// down): never proposed (KIP-841), however caught up they are.
+    ineligible: Vec<NodeId>,
     config: LeaderConfig,
 }
 
@@ -181,8 +184,17 @@ impl LeaderReplica {
             high_watermark: hw.clamp(0, local_leo),
             followers,
             pending: None,
+            ineligible: Vec::new(),
             config,
         }
+    }
+
+    /// The replicas the controller counts as fenced or shutting down, from the
+    /// latest metadata: not proposed for the ISR until that changes (KIP-841;
+    /// the controller would refuse them, and the leader would ask again at
+    /// every fetch).
+    pub fn set_ineligible(&mut self, nodes: Vec<NodeId>) {
+        self.ineligible = nodes;
     }
 
     /// This epoch's records start at `log_end_offset`, the leader's log end
@@ -335,6 +347,7 @@ impl LeaderReplica {
     fn maybe_expand(&mut self, follower: NodeId, fetch_offset: i64) -> Option<IsrChange> {
         let eligible = self.pending.is_none()
             && !self.isr.contains(&follower)
+            && !self.ineligible.contains(&follower)
             && fetch_offset >= self.high_watermark
             && fetch_offset >= self.epoch_start_offset;
         if !eligible {

@@ -495,3 +495,22 @@ fn admission_waits_for_the_epoch_start() {
     assert_eq!(fetch(&mut l, 3, 9, 2).expand, None);
     assert!(fetch(&mut l, 3, 10, 3).expand.is_some());
 }
+
+/// KIP-841: a fenced or shutting-down replica is not proposed for the ISR,
+/// however caught up; once the metadata says it is back, it is.
+#[test]
+fn an_ineligible_follower_is_not_proposed() {
+    let mut l = leader(&[1, 2], 0, 0);
+    l.set_ineligible(vec![3]);
+    l.on_local_durable(10);
+    fetch(&mut l, 2, 10, 1);
+    for now in 2..20 {
+        assert_eq!(fetch(&mut l, 3, 10, now).expand, None);
+    }
+    assert!(l.pending().is_none());
+    l.set_ineligible(Vec::new());
+    assert_eq!(
+        fetch(&mut l, 3, 10, 21).expand.map(|c| c.new_isr),
+        Some(vec![1, 2, 3])
+    );
+}

@@ -419,6 +419,13 @@ pub async fn apply_table(core: Rc<CoreState>, table: std::sync::Arc<TopicTable>)
     };
     let me = table.node_id;
     let shard = &core.shard;
+    // Replicas the controller would refuse in an ISR (KIP-841).
+    let ineligible: Vec<i32> = table
+        .brokers
+        .iter()
+        .filter(|b| b.fenced || b.in_controlled_shutdown)
+        .map(|b| b.id)
+        .collect();
     let mut wanted: HashMap<TopicPartition, ()> = HashMap::new();
     for (name, info) in &table.topics {
         for (index, a) in info.assignment.iter().enumerate() {
@@ -431,7 +438,7 @@ pub async fn apply_table(core: Rc<CoreState>, table: std::sync::Arc<TopicTable>)
             };
             wanted.insert(tp.clone(), ());
             if a.leader == me {
-                become_leader(&core, &tp, &partition, a, info).await;
+                become_leader(&core, &tp, &partition, a, info, &ineligible).await;
             } else if a.leader != NO_LEADER {
                 become_follower(&core, &tp, &partition, a.leader, a.leader_epoch).await;
             } else {
@@ -471,6 +478,7 @@ async fn become_leader(
     partition: &Rc<Partition>,
     a: &crate::topics::Assignment,
     info: &crate::topics::TopicInfo,
+    ineligible: &[i32],
 ) {
     let current = with_role(tp, |role| match role {
         Some(Role::Leader(l)) => Some((l.state.leader_epoch(), l.state.partition_epoch())),
@@ -482,6 +490,7 @@ async fn become_leader(
             // coming back, or the controller's fencing).
             with_role(tp, |role| {
                 if let Some(Role::Leader(l)) = role {
+                    l.state.set_ineligible(ineligible.to_vec());
                     if a.partition_epoch > l.state.partition_epoch() {
                         match l.state.on_isr_committed(a.isr.clone(), a.partition_epoch) {
                             Ok(Some(hw)) => publish(l, partition, hw),
@@ -521,7 +530,7 @@ async fn become_leader(
         None if a.isr.len() == 1 => log_end,
         None => start,
     };
-    let state = LeaderReplica::new(
+    let mut state = LeaderReplica::new(
         core.node.config.node_id,
         a.replicas.clone(),
         a.isr.clone(),
@@ -533,9 +542,9 @@ async fn become_leader(
         leader_config(core, info),
     )
     .with_epoch_start_offset(epoch_start);
+    state.set_ineligible(ineligible.to_vec());
     // Recomputed at once: an ISR of this replica alone has its end as the
     // high watermark; a larger one waits for the followers' fetches.
-    let mut state = state;
     state.on_local_durable(log_end);
     let replicated = a.replicas.len() > 1;
     partition.set_replicated_high_watermark(replicated.then(|| state.high_watermark()));
