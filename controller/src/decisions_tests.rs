@@ -58,6 +58,19 @@ impl Harness {
         now: u64,
         shutdown: bool,
     ) -> Result<HeartbeatReply, ControllerError> {
+        self.heartbeat_reporting(id, now, shutdown, Vec::new())
+            .map(|(reply, _)| reply)
+    }
+
+    /// A heartbeat that reports `offline` partitions; also how many records
+    /// it committed.
+    fn heartbeat_reporting(
+        &mut self,
+        id: NodeId,
+        now: u64,
+        shutdown: bool,
+        offline: Vec<(TopicId, u32)>,
+    ) -> Result<(HeartbeatReply, usize), ControllerError> {
         let epoch = self.state.node(id).map_or(-1, |n| n.broker_epoch);
         let records = heartbeat(
             &self.state,
@@ -68,13 +81,13 @@ impl Harness {
                 metadata_offset: self.offset,
                 want_fence: false,
                 want_shutdown: shutdown,
-                offline_partitions: Vec::new(),
+                offline_partitions: offline,
             },
             now,
             &CFG,
         )?;
         self.commit(&records);
-        Ok(heartbeat_reply(&self.state, id, shutdown))
+        Ok((heartbeat_reply(&self.state, id, shutdown), records.len()))
     }
 
     /// Registers and unfences nodes `1..=n` (racks when given).
@@ -212,24 +225,7 @@ fn a_reported_offline_replica_loses_leadership_and_isr_place() {
     let before = h.part(1, led_by_3);
     let untouched = h.part(1, other);
     let report = |h: &mut Harness, offline: Vec<(TopicId, u32)>| {
-        let epoch = h.state.node(3).unwrap().broker_epoch;
-        let records = heartbeat(
-            &h.state,
-            &mut h.sessions,
-            &Heartbeat {
-                node_id: 3,
-                broker_epoch: epoch,
-                metadata_offset: h.offset,
-                want_fence: false,
-                want_shutdown: false,
-                offline_partitions: offline,
-            },
-            10,
-            &CFG,
-        )
-        .unwrap();
-        h.commit(&records);
-        records.len()
+        h.heartbeat_reporting(3, 10, false, offline).unwrap().1
     };
     assert_eq!(report(&mut h, vec![(tid(1), led_by_3)]), 1);
     let after = h.part(1, led_by_3);
@@ -256,23 +252,10 @@ fn a_sole_isr_member_reporting_offline_keeps_the_partition() {
     h.create("t", 1, 2, 1).unwrap();
     let on_2 = (0..2).find(|i| h.part(1, *i).replicas == vec![2]).unwrap();
     let before = h.part(1, on_2);
-    let epoch = h.state.node(2).unwrap().broker_epoch;
-    let records = heartbeat(
-        &h.state,
-        &mut h.sessions,
-        &Heartbeat {
-            node_id: 2,
-            broker_epoch: epoch,
-            metadata_offset: h.offset,
-            want_fence: false,
-            want_shutdown: false,
-            offline_partitions: vec![(tid(1), on_2)],
-        },
-        10,
-        &CFG,
-    )
-    .unwrap();
-    assert!(records.is_empty());
+    let (_, records) = h
+        .heartbeat_reporting(2, 10, false, vec![(tid(1), on_2)])
+        .unwrap();
+    assert_eq!(records, 0);
     assert_eq!(h.part(1, on_2), before);
 }
 
