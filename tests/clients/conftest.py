@@ -6,6 +6,7 @@ The binary comes from SKIFF_BIN, else <repo>/target/debug/skiff (scripts/test bu
 """
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -28,10 +29,28 @@ LOG_TAIL_LINES = 150
 _live_nodes = []
 
 
+# Ports for the nodes come from below the kernel's ephemeral range (32768+ by
+# default): a port the kernel handed out as free can be taken a moment later
+# as the source port of some client's connection, and a node's listener (no
+# SO_REUSEPORT, bound exclusively) then cannot have it.
+_PORT_RANGE = (20000, 32000)
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(*_PORT_RANGE)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {_PORT_RANGE}")
 
 
 class NodeError(Exception):
