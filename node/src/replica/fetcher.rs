@@ -671,8 +671,8 @@ async fn handle_out_of_range(
     Ok(())
 }
 
-/// After a truncation the next fetch carries our new latest epoch, not an
-/// older one the truncation rule was asking about.
+/// After a truncation the partition is fetched again at once (from the new
+/// log end, with the epoch of its new last record: `next_fetch`).
 fn reset_fetch_state(partitions: &Partitions, tp: &TopicPartition) {
     if let Some(f) = partitions.borrow_mut().get_mut(tp) {
         f.paused_until = None;
