@@ -26,10 +26,13 @@ pub struct LogConfig {
     pub segment_ms: Option<Duration>,
     /// `index.interval.bytes`: bytes of log between two offset-index entries.
     pub index_interval_bytes: u64,
-    /// Disk space reserved ahead of the write position, in steps of this size
-    /// (fallocate), so appends never wait on block allocation. 0 turns it off.
+    /// The largest step of disk space reserved ahead of the write position
+    /// (fallocate), so appends rarely wait on block allocation. Steps start at
+    /// 64 KiB and double as the segment uses them (see `segment::appender`).
+    /// 0 turns it off.
     pub preallocate_step_bytes: u64,
-    /// Size of the DMA buffer an active segment fills before writing it out.
+    /// The largest DMA buffer an active segment fills before writing it out;
+    /// buffers start at 64 KiB and double as they fill.
     pub append_chunk_bytes: usize,
     /// Chunk writes of one segment in flight at once; more appends wait.
     pub max_inflight_writes: usize,

@@ -37,6 +37,7 @@ use crate::error::{LogError, Result};
 use crate::fsutil;
 use crate::leader_epoch::LeaderEpochCache;
 use crate::recovery::{self, scan_segment, write_offset_checkpoint, write_recovery_point};
+use crate::segment::appender::Growth;
 use crate::segment::scan::scan;
 use crate::segment::{
     remove_segment_files, segment_path, swap_path, Segment, INDEX_SUFFIX, LOG_SUFFIX,
@@ -413,10 +414,11 @@ impl PartitionLog {
     /// Closes the active segment (flushed, trimmed, indexes written) and starts a
     /// new one at `base_offset`.
     async fn roll(&mut self, base_offset: i64) -> Result<()> {
+        let growth = self.active().growth();
         self.active().close_active().await?;
         let closed_end = self.active().next_offset();
         self.flushed_offset = self.flushed_offset.max(closed_end);
-        let segment = Segment::create(&self.dir, base_offset, &self.config).await?;
+        let segment = Segment::create(&self.dir, base_offset, &self.config, growth).await?;
         tracing::debug!(dir = %self.dir.display(), base_offset, "rolled segment");
         self.segments.insert(base_offset, segment);
         self.checkpoint_recovery_point().await
@@ -881,14 +883,14 @@ impl PartitionLog {
                 })
             }
             Some(_) => None,
-            None => Some(Segment::create(&self.dir, offset, &self.config).await?),
+            None => Some(Segment::create(&self.dir, offset, &self.config, Growth::SMALL).await?),
         };
         // 3. The commit point.
         self.write_checkpoint(LOG_START_OFFSET_FILE, offset).await?;
         let mut old = std::mem::take(&mut self.segments);
         let mut segment = match created.or_else(|| old.remove(&offset)) {
             Some(segment) => segment,
-            None => Segment::create(&self.dir, offset, &self.config).await?,
+            None => Segment::create(&self.dir, offset, &self.config, Growth::SMALL).await?,
         };
         if !segment.is_active() {
             segment.activate(&self.config).await?;

@@ -35,6 +35,7 @@ use crate::checkpoint::{self, RECOVERY_POINT_FILE};
 use crate::config::LogConfig;
 use crate::error::{LogError, Result};
 use crate::fsutil;
+use crate::segment::appender::Growth;
 use crate::segment::index::{OffsetIndex, TimeIndex};
 use crate::segment::scan::{scan, ScanStop};
 use crate::segment::{
@@ -327,7 +328,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let first_base = segments.values().next().map_or(0, |s| s.base_offset());
     if segments.is_empty() {
         let start = first_base.max(recovery_point).max(checkpointed_start);
-        let segment = Segment::create(dir, start, config).await?;
+        let segment = Segment::create(dir, start, config, Growth::SMALL).await?;
         segments.insert(segment.base_offset(), segment);
     } else if let Some(last) = segments.values_mut().next_back() {
         last.activate(config).await?;

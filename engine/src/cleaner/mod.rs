@@ -54,7 +54,7 @@ use crate::config::LogConfig;
 use crate::error::{LogError, Result};
 use crate::fsutil;
 use crate::partition::Partition;
-use crate::segment::appender::Appender;
+use crate::segment::appender::{Appender, Growth, Sizing};
 use crate::segment::{cleaned_path, SegmentState};
 pub use offset_map::OffsetMap;
 
@@ -526,9 +526,16 @@ impl Pass<'_> {
             file.clone(),
             path.to_path_buf(),
             0,
-            config.append_chunk_bytes,
-            config.max_inflight_writes,
-            0,
+            Sizing {
+                max_chunk_bytes: config.append_chunk_bytes,
+                max_inflight_writes: config.max_inflight_writes,
+                // The cleaner's output is written once and trimmed: no fallocate.
+                max_reserve_bytes: 0,
+                start: Growth {
+                    chunk_bytes: config.append_chunk_bytes,
+                    reserve_bytes: 0,
+                },
+            },
         )
         .await?;
         let mut state = SegmentState::empty(base);

@@ -1,7 +1,7 @@
 //! The segment appender: turns appended bytes into aligned O_DIRECT writes.
 //!
-//! Appends are copied into a DMA buffer of `append_chunk_bytes` (the one copy on the
-//! produce path: O_DIRECT needs aligned memory). A full chunk is written whole by a
+//! Appends are copied into a DMA buffer, the chunk (the one copy on the produce
+//! path: O_DIRECT needs aligned memory). A full chunk is written whole by a
 //! background task, up to `max_inflight_writes` at once, while the next chunk fills.
 //! `write_out` writes the partly filled chunk too, padded with zeros to the next
 //! block, so everything appended is readable from the file; the padding block is
@@ -9,9 +9,19 @@
 //! `write_out` waits for every chunk write before it rewrites a partial block.
 //!
 //! Disk space is reserved ahead of the write position (`fallocate` without
-//! KEEP_SIZE) in `preallocate_step_bytes` steps, so the file is longer than its
-//! data while the segment is active and the bytes after the data read as zeros.
-//! `finish` trims the file to its data when the segment is rolled or closed.
+//! KEEP_SIZE), so the file is longer than its data while the segment is active
+//! and the bytes after the data read as zeros. `finish` trims the file to its
+//! data when the segment is rolled or closed.
+//!
+//! Both sizes follow the data ([`Growth`]): a chunk starts at `MIN_CHUNK_BYTES`
+//! and doubles each time one fills, up to `append_chunk_bytes`; a reservation
+//! starts at `MIN_RESERVE_BYTES` and doubles each time one is used up, up to
+//! `preallocate_step_bytes`. So a partition that got one small record holds a
+//! 64 KiB buffer and 64 KiB of disk, not 1 MiB and 32 MiB, while a busy one
+//! reaches the full sizes within its first few MiB. Reserved space is at most
+//! the data written since the last reservation plus one minimum step, so a
+//! segment's allocation stays within twice its data plus 64 KiB. The sizes
+//! reached carry over to the next segment at a roll.
 //!
 //! Any failed write or fdatasync poisons the appender: after a failed flush the
 //! state of the file is unknown, so nothing more is written or acknowledged.
@@ -27,14 +37,50 @@ use crate::error::{LogError, Result};
 
 type WriteTask = JoinHandle<std::io::Result<usize>>;
 
+/// The first chunk of a segment that inherited no sizes.
+pub const MIN_CHUNK_BYTES: usize = 64 * 1024;
+/// The first reservation of a segment that inherited no sizes.
+pub const MIN_RESERVE_BYTES: u64 = 64 * 1024;
+
+/// The chunk and reservation sizes an appender has grown to (see the module
+/// docs); a rolled segment's sizes start the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Growth {
+    pub chunk_bytes: usize,
+    pub reserve_bytes: u64,
+}
+
+impl Growth {
+    pub const SMALL: Growth = Growth {
+        chunk_bytes: MIN_CHUNK_BYTES,
+        reserve_bytes: MIN_RESERVE_BYTES,
+    };
+}
+
+/// An appender's limits and its starting sizes.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizing {
+    /// The largest chunk (`append_chunk_bytes`).
+    pub max_chunk_bytes: usize,
+    pub max_inflight_writes: usize,
+    /// The largest reservation (`preallocate_step_bytes`); 0: no fallocate.
+    pub max_reserve_bytes: u64,
+    pub start: Growth,
+}
+
 pub struct Appender {
     file: Rc<DmaFile>,
     path: PathBuf,
     align: u64,
+    /// The size of the next chunk allocated (grows to `max_chunk_bytes`).
     chunk_bytes: usize,
+    max_chunk_bytes: usize,
     max_inflight_writes: usize,
-    preallocate_step_bytes: u64,
+    /// The size of the next reservation (grows to `max_reserve_bytes`).
+    reserve_bytes: u64,
+    max_reserve_bytes: u64,
     /// The chunk being filled; allocated on the first append after a dispatch.
+    /// Its length is the chunk size when it was allocated.
     buf: Option<DmaBuffer>,
     /// File position of `buf[0]`; always aligned.
     buf_pos: u64,
@@ -59,15 +105,24 @@ impl Appender {
         file: Rc<DmaFile>,
         path: PathBuf,
         end: u64,
-        chunk_bytes: usize,
-        max_inflight_writes: usize,
-        preallocate_step_bytes: u64,
+        sizing: Sizing,
     ) -> Result<Appender> {
         let align = file.alignment().max(512);
+        let max_chunk_bytes = sizing.max_chunk_bytes;
         assert!(
-            chunk_bytes as u64 % align == 0 && chunk_bytes > 0,
+            max_chunk_bytes as u64 % align == 0 && max_chunk_bytes > 0,
             "append chunk must be a multiple of {align}"
         );
+        // A multiple of the alignment, at most the (aligned) maximum.
+        let chunk_bytes = sizing
+            .start
+            .chunk_bytes
+            .clamp(align as usize, max_chunk_bytes);
+        let chunk_bytes = (chunk_bytes as u64).div_ceil(align) * align;
+        let reserve_bytes = sizing
+            .start
+            .reserve_bytes
+            .clamp(align, sizing.max_reserve_bytes.max(align));
         let file_size = file
             .file_size()
             .await
@@ -76,9 +131,11 @@ impl Appender {
             file,
             path,
             align,
-            chunk_bytes,
-            max_inflight_writes: max_inflight_writes.max(1),
-            preallocate_step_bytes,
+            chunk_bytes: chunk_bytes as usize,
+            max_chunk_bytes,
+            max_inflight_writes: sizing.max_inflight_writes.max(1),
+            reserve_bytes,
+            max_reserve_bytes: sizing.max_reserve_bytes,
             buf: None,
             buf_pos: end - end % align,
             buf_len: 0,
@@ -95,6 +152,14 @@ impl Appender {
     /// Logical end of the data: the position the next append lands at.
     pub fn end(&self) -> u64 {
         self.buf_pos + self.buf_len as u64
+    }
+
+    /// The sizes this appender grew to, for the segment after a roll.
+    pub fn growth(&self) -> Growth {
+        Growth {
+            chunk_bytes: self.chunk_bytes,
+            reserve_bytes: self.reserve_bytes,
+        }
     }
 
     /// Every byte below this position can be read from the file.
@@ -138,11 +203,12 @@ impl Appender {
             let buf = self
                 .buf
                 .get_or_insert_with(|| file.alloc_dma_buffer(chunk_bytes));
-            let n = src.len().min(chunk_bytes - self.buf_len);
+            let capacity = buf.len();
+            let n = src.len().min(capacity - self.buf_len);
             buf.as_bytes_mut()[self.buf_len..self.buf_len + n].copy_from_slice(&src[..n]);
             self.buf_len += n;
             src = &src[n..];
-            if self.buf_len == chunk_bytes {
+            if self.buf_len == capacity {
                 self.dispatch_full_chunk().await?;
             }
         }
@@ -153,20 +219,23 @@ impl Appender {
         let Some(buf) = self.buf.take() else {
             return Ok(());
         };
+        let capacity = buf.len();
         let start = self.align_down(self.buf_written as u64) as usize;
         let write_buf = if start == 0 {
             buf
         } else {
             // Part of this chunk went out with an earlier write_out: write the rest.
-            let mut rest = self.file.alloc_dma_buffer(self.chunk_bytes - start);
+            let mut rest = self.file.alloc_dma_buffer(capacity - start);
             rest.as_bytes_mut()
                 .copy_from_slice(&buf.as_bytes()[start..]);
             rest
         };
         let pos = self.buf_pos + start as u64;
-        self.buf_pos += self.chunk_bytes as u64;
+        self.buf_pos += capacity as u64;
         self.buf_len = 0;
         self.buf_written = 0;
+        // A chunk filled: the partition writes enough for a bigger one.
+        self.chunk_bytes = (self.chunk_bytes * 2).min(self.max_chunk_bytes);
         self.submit(write_buf, pos).await
     }
 
@@ -194,9 +263,27 @@ impl Appender {
                 self.written = self.written.max(end.min(self.end()));
                 Ok(())
             }
-            Some(Ok(n)) => Err(self.fail("short write", format!("{n} of {len} bytes"))),
+            Some(Ok(n)) => {
+                let why = self.why_short(end - len as u64 + n as u64).await;
+                Err(self.fail("short write", format!("{n} of {len} bytes: {why}")))
+            }
             Some(Err(e)) => Err(self.fail("write", e)),
             None => Err(self.fail("write", "write task cancelled")),
+        }
+    }
+
+    /// Why a write stopped short at `at`: a write of one block there gets the
+    /// error the short write did not report (ENOSPC, EFBIG), so the operator
+    /// reads the cause, not a byte count. Past the data, so harmless.
+    async fn why_short(&self, at: u64) -> String {
+        if at % self.align != 0 {
+            return "stopped inside a block".to_string();
+        }
+        let mut probe = self.file.alloc_dma_buffer(self.align as usize);
+        probe.as_bytes_mut().fill(0);
+        match self.file.write_at(probe, at).await {
+            Err(e) => std::io::Error::from(e).to_string(),
+            Ok(_) => "a retry of the rest went through".to_string(),
         }
     }
 
@@ -306,19 +393,21 @@ impl Appender {
         Ok(())
     }
 
+    /// Reserves file space through `upto` and one reservation step past the
+    /// space already reserved, whichever is further; the next step doubles.
     async fn reserve(&mut self, upto: u64) -> Result<()> {
-        if self.preallocate_step_bytes == 0 || upto <= self.preallocated {
+        if self.max_reserve_bytes == 0 || upto <= self.preallocated {
             return Ok(());
         }
-        let step = self.preallocate_step_bytes;
-        let target = upto.div_ceil(step) * step;
+        let target = self.align_up(upto.max(self.preallocated + self.reserve_bytes));
         if let Err(e) = self.file.pre_allocate(target, false).await {
             // Not every filesystem supports fallocate; writes extend the file anyway.
             tracing::debug!(path = %self.path.display(), error = %e, "preallocation unavailable");
-            self.preallocate_step_bytes = 0;
+            self.max_reserve_bytes = 0;
             return Ok(());
         }
         self.preallocated = target;
+        self.reserve_bytes = (self.reserve_bytes * 2).min(self.max_reserve_bytes);
         Ok(())
     }
 

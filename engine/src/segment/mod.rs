@@ -21,7 +21,7 @@ use crate::batch::BatchHeader;
 use crate::config::LogConfig;
 use crate::error::{LogError, Result};
 use crate::fsutil;
-use appender::Appender;
+use appender::{Appender, Growth, Sizing};
 use index::{OffsetIndex, TimeIndex};
 
 pub const LOG_SUFFIX: &str = "log";
@@ -148,13 +148,19 @@ impl SegmentState {
 }
 
 impl Segment {
-    /// Creates an empty active segment.
-    pub async fn create(dir: &Path, base_offset: i64, config: &LogConfig) -> Result<Segment> {
+    /// Creates an empty active segment whose appender starts at `growth` (the
+    /// previous segment's, at a roll).
+    pub async fn create(
+        dir: &Path,
+        base_offset: i64,
+        config: &LogConfig,
+        growth: Growth,
+    ) -> Result<Segment> {
         let path = segment_path(dir, base_offset, LOG_SUFFIX);
         let file = Rc::new(fsutil::open_dma(&path, true).await?);
         let mut segment =
             Segment::from_state(dir, base_offset, file, SegmentState::empty(base_offset));
-        segment.activate(config).await?;
+        segment.activate_with(config, growth).await?;
         fsutil::sync_dir(dir).await?;
         Ok(segment)
     }
@@ -176,17 +182,21 @@ impl Segment {
         }
     }
 
-    /// Makes this the active segment: appends continue at `size`.
+    /// Makes this the active segment: appends continue at `size`, with the
+    /// appender's sizes starting small.
     pub async fn activate(&mut self, config: &LogConfig) -> Result<()> {
-        let appender = Appender::open(
-            self.file.clone(),
-            self.log_path(),
-            self.state.size,
-            config.append_chunk_bytes,
-            config.max_inflight_writes,
-            config.preallocate_step_bytes,
-        )
-        .await?;
+        self.activate_with(config, Growth::SMALL).await
+    }
+
+    async fn activate_with(&mut self, config: &LogConfig, growth: Growth) -> Result<()> {
+        let sizing = Sizing {
+            max_chunk_bytes: config.append_chunk_bytes,
+            max_inflight_writes: config.max_inflight_writes,
+            max_reserve_bytes: config.preallocate_step_bytes,
+            start: growth,
+        };
+        let appender =
+            Appender::open(self.file.clone(), self.log_path(), self.state.size, sizing).await?;
         self.appender = Some(appender);
         self.opened_at = Instant::now();
         Ok(())
@@ -209,6 +219,12 @@ impl Segment {
     }
     pub fn is_active(&self) -> bool {
         self.appender.is_some()
+    }
+    /// The sizes the active segment's appender grew to (small when closed).
+    pub fn growth(&self) -> Growth {
+        self.appender
+            .as_ref()
+            .map_or(Growth::SMALL, Appender::growth)
     }
     /// Why the active segment's appender failed (the partition is offline).
     pub fn failure(&self) -> Option<&str> {
