@@ -168,6 +168,11 @@ impl Connection {
         })
     }
 
+    /// The socket, for a connection kept open and idle.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
+    }
+
     /// Connects to the first reachable server of a comma-separated list.
     pub fn connect_any(bootstrap: &str) -> anyhow::Result<Connection> {
         let mut last_error = None;

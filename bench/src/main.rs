@@ -11,6 +11,8 @@
 //!   any Kafka-compatible server.
 //! - `suite`: starts its own `skiff` node and runs all of the above at fixed
 //!   workloads; writes results.json, results.md and SVG plots.
+//! - `scale`: what partitions and connections cost (disk, memory, latency,
+//!   restart time), each step on a fresh node or cluster it starts.
 //!
 //! Figures are MB/s (10^6 bytes per second).
 
@@ -24,6 +26,7 @@ mod kafka;
 mod node_process;
 mod produce;
 mod report;
+mod scale;
 mod stats;
 mod suite;
 mod workload;
@@ -54,6 +57,9 @@ enum Command {
     /// Everything above against a skiff node it starts: results.json,
     /// results.md and SVG plots.
     Suite(suite::Args),
+    /// What partitions and connections cost: disk, memory, latency, restart
+    /// time from 16 to 10,000 partitions, on clusters it starts.
+    Scale(scale::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,6 +77,7 @@ fn main() -> anyhow::Result<()> {
         Command::Consume(args) => consume::run(args),
         Command::E2e(args) => e2e::run(args),
         Command::Suite(args) => suite::run(args),
+        Command::Scale(args) => scale::run(args),
     }
 }
 

@@ -188,6 +188,27 @@ struct Member {
     child: Option<Child>,
     bootstrap: String,
     log: PathBuf,
+    /// `skiff node ...`, to start it again on the same ports and data.
+    args: Vec<std::ffi::OsString>,
+}
+
+impl Member {
+    fn spawn(&mut self, skiff: &Path) -> anyhow::Result<()> {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("opening the node log {}", self.log.display()))?;
+        let child = Command::new(skiff)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .spawn()
+            .with_context(|| format!("starting {} (node {})", skiff.display(), self.node_id))?;
+        self.child = Some(child);
+        Ok(())
+    }
 }
 
 impl Member {
@@ -207,6 +228,7 @@ impl Member {
 /// port (its quorum entry), ephemeral metrics port, data directory
 /// (`data_root/node-ID`) and log file (`log_dir/node-ID.log`).
 pub struct ClusterProcess {
+    skiff: PathBuf,
     members: Vec<Member>,
     /// Every node's "host:port", comma-separated (a bootstrap list).
     pub bootstrap: String,
@@ -232,6 +254,7 @@ impl ClusterProcess {
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = ClusterProcess {
+            skiff: skiff.to_path_buf(),
             members: Vec::with_capacity(nodes),
             bootstrap: kafka_ports
                 .iter()
@@ -245,31 +268,36 @@ impl ClusterProcess {
             let bootstrap = format!("127.0.0.1:{}", kafka_ports[i]);
             let data_dir = data_root.join(format!("node-{node_id}"));
             let log = log_dir.join(format!("node-{node_id}.log"));
-            let log_file = std::fs::File::create(&log)
+            // A fresh log for a fresh cluster; restarts append to it.
+            std::fs::File::create(&log)
                 .with_context(|| format!("creating the node log {}", log.display()))?;
-            let child = Command::new(skiff)
-                .arg("node")
-                .args(["--node-id", &node_id.to_string()])
-                .args(["--listen", &bootstrap, "--data-dir"])
-                .arg(&data_dir)
-                .args(["--metrics-listen", "127.0.0.1:0"])
-                .args(["--controller-quorum", &quorum])
-                .args([
-                    "--controller-listen",
-                    &format!("127.0.0.1:{}", controller_ports[i]),
-                ])
-                .stdin(Stdio::null())
-                .stdout(log_file.try_clone()?)
-                .stderr(log_file)
-                .spawn()
-                .with_context(|| format!("starting {} (node {node_id})", skiff.display()))?;
+            let args: Vec<std::ffi::OsString> = vec![
+                "node".into(),
+                "--node-id".into(),
+                node_id.to_string().into(),
+                "--listen".into(),
+                bootstrap.clone().into(),
+                "--data-dir".into(),
+                data_dir.into(),
+                "--metrics-listen".into(),
+                "127.0.0.1:0".into(),
+                "--controller-quorum".into(),
+                quorum.clone().into(),
+                "--controller-listen".into(),
+                format!("127.0.0.1:{}", controller_ports[i]).into(),
+            ];
             // Pushed at once: a later failure stops (Drop) what already runs.
             cluster.members.push(Member {
                 node_id,
-                child: Some(child),
+                child: None,
                 bootstrap,
                 log,
+                args,
             });
+            let skiff = cluster.skiff.clone();
+            if let Some(m) = cluster.members.last_mut() {
+                m.spawn(&skiff)?;
+            }
         }
         cluster.wait_ready()?;
         Ok(cluster)
@@ -328,6 +356,37 @@ impl ClusterProcess {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The nodes' process ids (for their resident memory).
+    pub fn pids(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .filter_map(|m| m.child.as_ref().map(Child::id))
+            .collect()
+    }
+
+    /// Stops every node (SIGTERM and a clean exit, or SIGKILL with `crash`),
+    /// starts them again on the same ports and data, and returns how long they
+    /// took from the start until every one serves again.
+    pub fn restart(&mut self, crash: bool) -> anyhow::Result<Duration> {
+        if crash {
+            for m in &mut self.members {
+                if let Some(mut child) = m.child.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        } else {
+            self.stop_inner()?;
+        }
+        let start = Instant::now();
+        let skiff = self.skiff.clone();
+        for m in &mut self.members {
+            m.spawn(&skiff)?;
+        }
+        self.wait_ready()?;
+        Ok(start.elapsed())
     }
 
     /// SIGTERM to every node at once (each first hands its leaderships away,
