@@ -24,12 +24,14 @@ pub struct Args {
     /// MiB written per stream.
     #[arg(long, default_value_t = 1024)]
     pub size_mib: u64,
-    /// Write/read size in KiB (the engine's append chunk is 1024).
-    #[arg(long, default_value_t = 1024)]
-    pub block_kib: usize,
+    /// Write/read size in KiB (the engine's append chunk is 1024). With
+    /// --queue-depth, measures that one setting; without either, the best over
+    /// a sweep of block sizes (256, 1024, 4096 KiB) and queue depths (1 to 32).
+    #[arg(long)]
+    pub block_kib: Option<usize>,
     /// I/Os in flight per stream (the engine's max_inflight_writes is 4).
-    #[arg(long, default_value_t = 4)]
-    pub queue_depth: usize,
+    #[arg(long)]
+    pub queue_depth: Option<usize>,
     /// Concurrent streams, one executor and one file each.
     #[arg(long, default_value_t = 1)]
     pub streams: usize,
@@ -41,29 +43,129 @@ pub struct Args {
     pub json: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct DiskFigures {
     pub write_mb_s: f64,
     pub read_mb_s: f64,
 }
 
+/// Block sizes and queue depths the disk sweep tries: the disk's limit is its
+/// best over them, not whatever the engine happens to use.
+pub const SWEEP_BLOCK_KIB: [usize; 3] = [256, 1024, 4096];
+pub const SWEEP_QUEUE_DEPTHS: [usize; 6] = [1, 2, 4, 8, 16, 32];
+
+/// One point of a disk sweep.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct SweepPoint {
+    pub block_kib: usize,
+    pub queue_depth: usize,
+    pub write_mb_s: f64,
+    pub read_mb_s: f64,
+}
+
+/// The best write and the best read over a sweep (each at its own setting).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DiskSweep {
+    pub best_write: SweepPoint,
+    pub best_read: SweepPoint,
+    pub points: Vec<SweepPoint>,
+}
+
+impl DiskSweep {
+    pub fn figures(&self) -> DiskFigures {
+        DiskFigures {
+            write_mb_s: self.best_write.write_mb_s,
+            read_mb_s: self.best_read.read_mb_s,
+        }
+    }
+}
+
+/// Measures every (block size, queue depth) pair with `size_mib` per stream
+/// and keeps the best write and the best read.
+pub fn sweep(
+    dir: &Path,
+    streams: usize,
+    size_mib: u64,
+    blocks_kib: &[usize],
+    depths: &[usize],
+) -> anyhow::Result<DiskSweep> {
+    let mut points = Vec::new();
+    for &block_kib in blocks_kib {
+        for &queue_depth in depths {
+            // At least 16 blocks per stream, so the deepest queue fills.
+            let size = size_mib.max((block_kib as u64 * 16).div_ceil(1024));
+            let d = disk(dir, streams, size, block_kib, queue_depth)?;
+            tracing::info!(
+                block_kib,
+                queue_depth,
+                write = d.write_mb_s,
+                read = d.read_mb_s,
+                "disk sweep point"
+            );
+            points.push(SweepPoint {
+                block_kib,
+                queue_depth,
+                write_mb_s: d.write_mb_s,
+                read_mb_s: d.read_mb_s,
+            });
+        }
+    }
+    let best = |key: fn(&SweepPoint) -> f64| {
+        points
+            .iter()
+            .copied()
+            .max_by(|a, b| key(a).total_cmp(&key(b)))
+            .ok_or_else(|| anyhow::anyhow!("the disk sweep has no points"))
+    };
+    Ok(DiskSweep {
+        best_write: best(|p| p.write_mb_s)?,
+        best_read: best(|p| p.read_mb_s)?,
+        points,
+    })
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let scratch = scratch_dir(args.dir.as_deref())?;
-    let disk = disk(
-        scratch.path(),
-        args.streams,
-        args.size_mib,
-        args.block_kib,
-        args.queue_depth,
-    )?;
+    let measured = match (args.block_kib, args.queue_depth) {
+        (None, None) => sweep(
+            scratch.path(),
+            args.streams,
+            args.size_mib,
+            &SWEEP_BLOCK_KIB,
+            &SWEEP_QUEUE_DEPTHS,
+        )?,
+        (block, depth) => {
+            let (block_kib, queue_depth) = (block.unwrap_or(1024), depth.unwrap_or(4));
+            let d = disk(
+                scratch.path(),
+                args.streams,
+                args.size_mib,
+                block_kib,
+                queue_depth,
+            )?;
+            let point = SweepPoint {
+                block_kib,
+                queue_depth,
+                write_mb_s: d.write_mb_s,
+                read_mb_s: d.read_mb_s,
+            };
+            DiskSweep {
+                best_write: point,
+                best_read: point,
+                points: vec![point],
+            }
+        }
+    };
+    let best = measured.best_write;
     let fio = crosscheck::fio(
         crosscheck::find_tool("fio").as_deref(),
         scratch.path(),
         args.streams,
         args.size_mib,
-        args.block_kib,
-        args.queue_depth,
+        best.block_kib,
+        best.queue_depth,
     );
+    let disk = measured.figures();
     let loopback = if args.loopback_mib > 0 {
         Some(loopback(args.loopback_mib)?)
     } else {
@@ -72,32 +174,46 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // iperf3 cross-checks the loopback figure, so it is skipped with it.
     let iperf3: Option<Check<f64>> =
         loopback.map(|_| crosscheck::iperf3(crosscheck::find_tool("iperf3").as_deref()));
+    let limit = crosscheck::disk_limit(disk, &fio);
     if args.json {
         println!(
             "{}",
             serde_json::json!({
-                "disk_write_mb_s": disk.write_mb_s,
-                "disk_read_mb_s": disk.read_mb_s,
+                "disk_write_mb_s": limit.write_mb_s,
+                "disk_read_mb_s": limit.read_mb_s,
+                "in_process": disk,
+                "sweep": measured,
                 "loopback_mb_s": loopback,
                 "streams": args.streams,
-                "block_kib": args.block_kib,
-                "queue_depth": args.queue_depth,
                 "fio": crosscheck::fio_json(&fio),
                 "iperf3": iperf3.as_ref().map_or(serde_json::Value::Null, crosscheck::iperf3_json),
             })
         );
     } else {
+        if measured.points.len() > 1 {
+            for p in &measured.points {
+                println!(
+                    "disk  {:>5} KiB blocks, queue depth {:>2}: write {:>8.1} MB/s, read {:>8.1} MB/s",
+                    p.block_kib, p.queue_depth, p.write_mb_s, p.read_mb_s
+                );
+            }
+        }
+        let (w, r) = (measured.best_write, measured.best_read);
         println!(
             "disk  O_DIRECT sequential write: {:>8.1} MB/s  ({} stream(s), {} KiB blocks, queue depth {})",
-            disk.write_mb_s, args.streams, args.block_kib, args.queue_depth
+            w.write_mb_s, args.streams, w.block_kib, w.queue_depth
         );
         println!(
-            "disk  O_DIRECT sequential read:  {:>8.1} MB/s",
-            disk.read_mb_s
+            "disk  O_DIRECT sequential read:  {:>8.1} MB/s  ({} KiB blocks, queue depth {})",
+            r.read_mb_s, r.block_kib, r.queue_depth
         );
         for line in crosscheck::fio_lines(&fio, disk.write_mb_s, disk.read_mb_s) {
             println!("  cross-check: {line}");
         }
+        println!(
+            "disk limit (the higher of in-process and fio): write {:.1} MB/s, read {:.1} MB/s",
+            limit.write_mb_s, limit.read_mb_s
+        );
         if let Some(l) = loopback {
             println!("loopback TCP single stream:      {l:>8.1} MB/s");
             if let Some(c) = &iperf3 {

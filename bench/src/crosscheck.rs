@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use crate::baseline::DiskFigures;
+
 /// The outcome of one cross-check.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Check<T> {
@@ -313,6 +315,19 @@ fn run_bounded(cmd: &mut Command, timeout: Duration) -> anyhow::Result<Output> {
         stdout: stdout.join().unwrap_or_default(),
         stderr: stderr.join().unwrap_or_default(),
     })
+}
+
+/// The disk's limit: for each direction, the higher of the in-process figure
+/// and fio's (when fio ran), so no ratio is computed against a figure the disk
+/// beats.
+pub fn disk_limit(in_process: DiskFigures, fio: &Check<FioRun>) -> DiskFigures {
+    match fio {
+        Check::Ok(r) => DiskFigures {
+            write_mb_s: in_process.write_mb_s.max(r.figures.write_mb_s),
+            read_mb_s: in_process.read_mb_s.max(r.figures.read_mb_s),
+        },
+        Check::Absent | Check::Failed(_) => in_process,
+    }
 }
 
 /// The JSON form of a fio check: null when absent, `{write_mb_s, read_mb_s,

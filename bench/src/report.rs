@@ -84,12 +84,32 @@ pub fn markdown(r: &Value) -> String {
         md,
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
     );
+    let bw = &r["baseline"]["disk_sweep"]["best_write"];
+    let br = &r["baseline"]["disk_sweep"]["best_read"];
     let _ = writeln!(
         md,
-        "| raw O_DIRECT write ({} streams) | {disk_w:.0} | | | | | | the disk's limit |",
-        p["disk_streams"]
+        "| raw O_DIRECT write ({} streams; in-process best {:.0} at {} KiB, queue depth {}) | {disk_w:.0} | | | | | | the disk's limit |",
+        p["disk_streams"],
+        f(bw, "write_mb_s"),
+        bw["block_kib"],
+        bw["queue_depth"]
     );
-    let _ = writeln!(md, "| raw O_DIRECT read | {disk_r:.0} | | | | | | |");
+    let _ = writeln!(
+        md,
+        "| raw O_DIRECT read (in-process best {:.0} at {} KiB, queue depth {}) | {disk_r:.0} | | | | | | |",
+        f(br, "read_mb_s"),
+        br["block_kib"],
+        br["queue_depth"]
+    );
+    let fw = f(r, "baseline.fio.write_mb_s");
+    if fw.is_finite() {
+        let _ = writeln!(
+            md,
+            "| fio at the best write setting ({}) | write {fw:.0}, read {:.0} | | | | | | the limit is the higher of fio and in-process |",
+            s(&r["baseline"]["fio"], "ioengine"),
+            f(r, "baseline.fio.read_mb_s")
+        );
+    }
     let _ = writeln!(
         md,
         "| loopback TCP, one stream | {lo:.0} | | | | | | the network's limit |"

@@ -49,6 +49,7 @@ pub struct Args {
 /// Sizes and durations of one suite run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
+    pub quick: bool,
     pub disk_streams: usize,
     pub disk_mib_per_stream: u64,
     pub loopback_mib: u64,
@@ -78,6 +79,7 @@ impl Plan {
             .map_or(2, |n| n.get())
             .clamp(1, 8);
         Plan {
+            quick,
             disk_streams: cores,
             disk_mib_per_stream: if quick { 128 } else { 1024 },
             loopback_mib: if quick { 512 } else { 4096 },
@@ -105,7 +107,9 @@ impl Plan {
 
     /// Estimated seconds per step, for the progress bar.
     fn estimates(&self) -> [u64; 8] {
-        let disk = (self.disk_mib_per_stream * self.disk_streams as u64 / 500).max(1);
+        // Write and read of every sweep point (6 quick, 18 full).
+        let points = if self.quick { 6 } else { 18 };
+        let disk = (points * self.disk_mib_per_stream * self.disk_streams as u64 / 500).max(1);
         [
             disk + self.loopback_mib / 2000 + 1,
             (self.engine_mib_per_partition * 2 / 500).max(1) + 1,
@@ -205,12 +209,20 @@ fn run_steps(
     };
 
     step("baseline: raw O_DIRECT disk and loopback TCP");
-    let disk = baseline::disk(
+    // The disk's limit is its best over block sizes and queue depths (the
+    // quick plan tries fewer), and fio's figure at that setting when fio is
+    // installed: every ratio is against the higher of the two.
+    let (blocks, depths): (&[usize], &[usize]) = if plan.quick {
+        (&[1024, 4096], &[2, 8, 32])
+    } else {
+        (&baseline::SWEEP_BLOCK_KIB, &baseline::SWEEP_QUEUE_DEPTHS)
+    };
+    let sweep = baseline::sweep(
         scratch,
         plan.disk_streams,
         plan.disk_mib_per_stream,
-        1024,
-        4,
+        blocks,
+        depths,
     )?;
     let loopback_mb_s = baseline::loopback(plan.loopback_mib)?;
     // Optional cross-checks: null in results.json when the tool is absent.
@@ -219,9 +231,10 @@ fn run_steps(
         scratch,
         plan.disk_streams,
         plan.disk_mib_per_stream,
-        1024,
-        4,
+        sweep.best_write.block_kib,
+        sweep.best_write.queue_depth,
     );
+    let disk = crosscheck::disk_limit(sweep.figures(), &fio);
     let iperf3 = crosscheck::iperf3(crosscheck::find_tool("iperf3").as_deref());
     progress.inc(est[0]);
     check_stop(stop)?;
@@ -445,6 +458,7 @@ fn run_steps(
         "baseline": {
             "disk_write_mb_s": disk.write_mb_s,
             "disk_read_mb_s": disk.read_mb_s,
+            "disk_sweep": sweep,
             "loopback_mb_s": loopback_mb_s,
             "fio": crosscheck::fio_json(&fio),
             "iperf3": crosscheck::iperf3_json(&iperf3),
