@@ -603,6 +603,11 @@ pub fn corrupt_read(tp: &TopicPartition) {
 /// follower fetches the rest from the leader like any missing tail. True
 /// when it was repaired.
 async fn repair_if_corrupt(tp: &TopicPartition, partition: &Partition, leader: i32) -> bool {
+    // A shared look first: every table passes here for every followed
+    // partition, and the repair takes the log's write lock.
+    if !matches!(partition.corruption().await, Ok(Some(_))) {
+        return false;
+    }
     match partition.repair_corruption().await {
         Ok(Some(log_end_offset)) => {
             tracing::warn!(
