@@ -43,6 +43,11 @@ pub enum LogError {
     /// partition stops serving until it is reopened (and recovered).
     #[error("partition log is offline after an I/O failure: {0}")]
     Offline(String),
+    /// A batch read back from a segment file failed its checks (CRC-32C,
+    /// header): the bytes on disk are not the ones written. The log serves
+    /// nothing more until it is repaired (`PartitionLog::repair_corruption`).
+    #[error(transparent)]
+    Corrupt(Box<Corruption>),
     #[error(transparent)]
     Recovery(#[from] crate::recovery::RecoveryError),
     #[error("bad checkpoint file {path}: {reason}")]
@@ -60,6 +65,26 @@ pub enum LogError {
     SnapshotNotFlushed { offset: i64, flushed_offset: i64 },
     #[error("shard runtime is stopped")]
     RuntimeStopped,
+}
+
+/// Where a read from disk found bytes that are not the batch written there.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "{}: corrupt batch at position {position} (offset {base_offset}): {reason}",
+    path.display()
+)]
+pub struct Corruption {
+    /// The segment file.
+    pub path: PathBuf,
+    /// Its base offset.
+    pub segment_base_offset: i64,
+    /// Where the bad batch starts in the file.
+    pub position: u64,
+    /// The bad batch's base offset as far as it is known: its header's
+    /// (checked for order against the batches before it), or the offset
+    /// after the last good batch when the header itself is unreadable.
+    pub base_offset: i64,
+    pub reason: String,
 }
 
 impl LogError {

@@ -32,7 +32,7 @@ pub mod stats;
 
 pub use cleaner::{CleanStats, Cleaner, CleanerConfig};
 pub use config::{Durability, LogConfig};
-pub use error::{LogError, Result};
+pub use error::{Corruption, LogError, Result};
 pub use log::{AppendInfo, AppendMode, PartitionLog, ReadBatches, RetentionOutcome};
 pub mod partition;
 pub mod shard;

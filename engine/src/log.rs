@@ -21,6 +21,17 @@
 //! with `LogError::Offline`, reads stop at the flushed offset, and a close
 //! leaves the files to recovery at the next open. Only reopening the log
 //! (recovery) brings it back.
+//!
+//! Corruption: every batch read from a segment file (not from the batch
+//! cache, which holds what was written) has its header checked (it parses,
+//! its offsets follow the batches before it and stay inside the segment) and
+//! its CRC-32C verified before it leaves the engine. The first bad one takes
+//! the log offline too (`corruption`, logged once with file and position):
+//! reads answer `LogError::Corrupt`, appends `LogError::Offline`. Batches
+//! before it in the same read are still returned. Unlike a failed write, a
+//! corrupt batch is repairable: `repair_corruption` cuts the log before it
+//! (`truncate_to` semantics) and the log serves again, for a replica that
+//! fetches the rest from another one.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -33,12 +44,12 @@ use crate::batch_cache::BatchCache;
 use crate::checkpoint::{CLEANER_CHECKPOINT_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE};
 use crate::cleaner::{CleanPlan, CleanedSegment, SegmentSnapshot};
 use crate::config::LogConfig;
-use crate::error::{LogError, Result};
+use crate::error::{Corruption, LogError, Result};
 use crate::fsutil;
 use crate::leader_epoch::LeaderEpochCache;
 use crate::recovery::{self, scan_segment, write_offset_checkpoint, write_recovery_point};
 use crate::segment::appender::Growth;
-use crate::segment::scan::scan;
+use crate::segment::scan::{scan, ScanStop};
 use crate::segment::{
     remove_segment_files, segment_path, swap_path, Segment, INDEX_SUFFIX, LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -117,6 +128,9 @@ pub struct PartitionLog {
     leader_appends_fenced_below: i32,
     /// Why the log went offline (see the module docs); None while it serves.
     offline: Option<String>,
+    /// A batch read from disk failed its checks (see the module docs), with
+    /// its one-line description for `offline_reason`.
+    corrupt: Option<(Box<Corruption>, String)>,
     /// The replicated high watermark last written to `HIGH_WATERMARK_FILE`
     /// (None: never; a partition nobody replicates).
     high_watermark_checkpoint: Option<i64>,
@@ -190,6 +204,7 @@ impl PartitionLog {
             closed: false,
             leader_appends_fenced_below: 0,
             offline: None,
+            corrupt: None,
             high_watermark_checkpoint,
         };
         // Recovery flushed the active segment: everything left is durable.
@@ -243,15 +258,44 @@ impl PartitionLog {
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }
-    /// Why the log is offline (a write, roll or fdatasync failed), or None
-    /// while it serves.
+    /// Why the log is offline (a write, roll or fdatasync failed, or a batch
+    /// read from disk is corrupt), or None while it serves.
     pub fn offline_reason(&self) -> Option<&str> {
+        self.write_failure()
+            .or_else(|| self.corrupt.as_ref().map(|(_, line)| line.as_str()))
+    }
+
+    /// Why the log is offline for a failed write, roll or fdatasync (only a
+    /// reopen brings it back), or None.
+    fn write_failure(&self) -> Option<&str> {
         self.offline.as_deref().or_else(|| {
             self.segments
                 .values()
                 .next_back()
                 .and_then(Segment::failure)
         })
+    }
+
+    /// The corrupt batch that took the log offline, until `repair_corruption`.
+    pub fn corruption(&self) -> Option<&Corruption> {
+        self.corrupt.as_ref().map(|(c, _)| c.as_ref())
+    }
+
+    /// Takes the log offline for `corruption` (the first one is kept and
+    /// logged) and returns the error the read answers.
+    fn mark_corrupt(&mut self, corruption: Corruption) -> LogError {
+        let (kept, _) = self.corrupt.get_or_insert_with(|| {
+            tracing::error!(
+                path = %corruption.path.display(), position = corruption.position,
+                base_offset = corruption.base_offset, reason = %corruption.reason,
+                "corrupt batch read from disk: the partition log goes offline and serves nothing \
+                 until it is repaired (cut before the bad batch, the rest fetched again from \
+                 another replica)"
+            );
+            let line = corruption.to_string();
+            (Box::new(corruption), line)
+        });
+        LogError::Corrupt(kept.clone())
     }
 
     /// `LogError::Offline` once the log is offline.
@@ -508,6 +552,9 @@ impl PartitionLog {
         max_bytes: usize,
         upper_bound: i64,
     ) -> Result<ReadBatches> {
+        if let Some((corruption, _)) = &self.corrupt {
+            return Err(LogError::Corrupt(corruption.clone()));
+        }
         self.check_offset(offset)?;
         let upper = self.readable_end(upper_bound);
         if offset >= upper {
@@ -556,7 +603,7 @@ impl PartitionLog {
         upper_bound: i64,
     ) -> Option<ReadBatches> {
         let upper = self.readable_end(upper_bound);
-        if offset < self.log_start_offset || offset >= upper {
+        if offset < self.log_start_offset || offset >= upper || self.corrupt.is_some() {
             return None;
         }
         self.cache
@@ -596,12 +643,17 @@ impl PartitionLog {
             // Offline, reads stop at the flushed offset: that much is written.
             segment.write_out().await?;
         }
+        let path = segment.log_path();
+        let (segment_size, segment_next_offset) = (segment.size(), segment.next_offset());
         let rel = (offset - base).clamp(0, i64::from(u32::MAX)) as u32;
         let mut start = segment
             .offset_index()
             .lookup(rel)
             .map_or(0, |e| u64::from(e.position));
         let mut want = max_bytes.clamp(READ_CHUNK_MIN_BYTES, READ_CHUNK_MAX_BYTES);
+        // The lowest base offset the next batch may have: offsets only grow
+        // inside a segment (the base offset is outside the CRC's range).
+        let mut expected = base;
         // Read a region, slice whole batches out of it; read again further on when
         // the batches before `offset` used it up or the first batch is larger.
         loop {
@@ -614,7 +666,13 @@ impl PartitionLog {
             let mut scanner = BatchScanner::new(&data);
             let mut skipped_to = 0usize;
             let mut full = false;
+            let mut bad: Option<(usize, i64, String)> = None;
             for (p, h) in scanner.by_ref() {
+                if let Err(reason) = check_stored_header(&h, expected, segment_next_offset) {
+                    bad = Some((p, expected, reason));
+                    break;
+                }
+                expected = h.next_offset();
                 if h.last_offset() < offset {
                     skipped_to = p + h.total_len();
                     continue;
@@ -625,19 +683,48 @@ impl PartitionLog {
                     full = true;
                     break;
                 }
+                let bytes = data.slice(p..p + h.total_len());
+                // Verified here, once, on its way out: never served unchecked.
+                if let Err(e) = batch::crc_matches(&bytes) {
+                    bad = Some((p, h.base_offset, e.to_string()));
+                    break;
+                }
                 total += h.total_len();
                 out.next_offset = h.next_offset();
-                out.batches.push(data.slice(p..p + h.total_len()));
+                out.batches.push(bytes);
             }
-            if full || !out.batches.is_empty() || start + data.len() as u64 >= segment.size() {
+            let read_to_end = start + data.len() as u64 >= segment_size;
+            if bad.is_none() && !full {
+                // Stopped before the data did: a header that does not parse,
+                // or a batch running past the segment's end.
+                let stop = scanner.position();
+                bad = match scanner.error() {
+                    Some(e) => Some((stop, expected, format!("unreadable batch header: {e}"))),
+                    None if read_to_end && stop < data.len() => Some((
+                        stop,
+                        expected,
+                        "a batch runs past the end of the segment".to_string(),
+                    )),
+                    None => None,
+                };
+            }
+            if let Some((p, base_offset, reason)) = bad {
+                let error = self.mark_corrupt(Corruption {
+                    path,
+                    segment_base_offset: base,
+                    position: start + p as u64,
+                    base_offset,
+                    reason,
+                });
+                // What was good before it is served; the next read fails.
+                return if out.batches.is_empty() {
+                    Err(error)
+                } else {
+                    Ok(out)
+                };
+            }
+            if full || !out.batches.is_empty() || read_to_end {
                 return Ok(out);
-            }
-            if let Some(e) = scanner.error() {
-                return Err(LogError::Offline(format!(
-                    "{}: unreadable batch header at position {}: {e}",
-                    segment.log_path().display(),
-                    start + scanner.position() as u64
-                )));
             }
             // Nothing whole yet: skip what was before `offset` and make sure the
             // next read holds at least the next batch entirely.
@@ -716,11 +803,82 @@ impl PartitionLog {
             }
             return Ok(());
         }
-        let result = self.truncate_inner(offset).await;
+        let result = self.truncate_inner(offset, false).await;
         self.offline_on_error(result)
     }
 
-    async fn truncate_inner(&mut self, offset: i64) -> Result<()> {
+    /// Repairs a log that went offline for a corrupt batch (`corruption`):
+    /// everything from the first batch of that segment that fails its checks
+    /// on is removed (`truncate_to` semantics: later segments, indexes, the
+    /// leader-epoch cache and producer snapshots follow), and the log serves
+    /// again, ending where its good data ends. When the bad batch holds the
+    /// log start, the log starts over, empty, at the log start.
+    ///
+    /// Only for a replica that fetches the rest from another: data is cut
+    /// that this replica alone may not hold again (the node calls it once
+    /// another replica leads). Returns the new log end, or None when the log
+    /// is not corrupt. A log also offline for a failed write is refused
+    /// (`LogError::Offline`: only a reopen brings that back); a failure here
+    /// leaves the log offline the same way.
+    pub async fn repair_corruption(&mut self) -> Result<Option<i64>> {
+        if self.corrupt.is_none() {
+            return Ok(None);
+        }
+        if let Some(reason) = self.write_failure() {
+            return Err(LogError::Offline(reason.to_string()));
+        }
+        let Some((corruption, _)) = self.corrupt.take() else {
+            return Ok(None);
+        };
+        let result = self.cut_before_corruption(&corruption).await;
+        let end = self.offline_on_error(result)?;
+        tracing::warn!(
+            path = %corruption.path.display(), position = corruption.position,
+            log_end_offset = end,
+            "repaired the corrupt partition log: cut before the bad batch, serving again"
+        );
+        Ok(Some(end))
+    }
+
+    async fn cut_before_corruption(&mut self, corruption: &Corruption) -> Result<i64> {
+        let Some(segment) = self.segments.get_mut(&corruption.segment_base_offset) else {
+            // Gone already (nothing deletes segments of an offline log).
+            return Ok(self.log_end_offset);
+        };
+        segment.write_out().await?;
+        // The good prefix: the segment scanned with the read path's checks,
+        // up to the first batch that fails (at or before the one the read
+        // found); the cut is the offset after it.
+        let segment_next_offset = segment.next_offset();
+        let mut cut = segment.base_offset();
+        scan(
+            segment.file(),
+            &segment.log_path(),
+            0,
+            segment.size(),
+            4 << 20,
+            |_, h, bytes| {
+                if !stored_batch_ok(h, bytes, cut, segment_next_offset) {
+                    return ControlFlow::Break(());
+                }
+                cut = h.next_offset();
+                ControlFlow::Continue(())
+            },
+        )
+        .await?;
+        if cut <= self.log_start_offset {
+            self.truncate_fully_and_start_at(self.log_start_offset)
+                .await?;
+        } else {
+            self.truncate_inner(cut, true).await?;
+        }
+        Ok(self.log_end_offset)
+    }
+
+    /// Cuts the log at the batch holding `offset`; with `verify`, also at the
+    /// first batch of the segment cut that fails its checks (CRC, offsets
+    /// going backwards, an unreadable header), so no bad batch stays.
+    async fn truncate_inner(&mut self, offset: i64, verify: bool) -> Result<()> {
         let offset = offset.max(self.log_start_offset);
         // Snapshots of what is cut go first, durably: a crash half-way must not
         // leave one describing records the log no longer (or differently) has.
@@ -742,25 +900,35 @@ impl PartitionLog {
         segment.write_out().await?;
         let base = segment.base_offset();
         // Find the batch holding `offset`; cut at its position.
-        let mut cut: Option<(u64, i64)> = None;
+        let mut cut: Option<u64> = None;
+        let mut expected = base;
+        let segment_next_offset = segment.next_offset();
         let path = segment.log_path();
-        scan(
+        let outcome = scan(
             segment.file(),
             &path,
             0,
             segment.size(),
             4 << 20,
-            |pos, h, _| {
-                if h.last_offset() >= offset {
-                    cut = Some((pos, h.base_offset));
+            |pos, h, bytes| {
+                let bad = verify && !stored_batch_ok(h, bytes, expected, segment_next_offset);
+                if bad || h.last_offset() >= offset {
+                    cut = Some(pos);
                     return ControlFlow::Break(());
                 }
+                expected = h.next_offset();
                 ControlFlow::Continue(())
             },
         )
         .await?;
-        let (position, _) = cut.unwrap_or((segment.size(), segment.next_offset()));
-        let scanned = scan_segment(segment.file(), &path, base, position, interval, false).await?;
+        let position = match (cut, outcome.stop) {
+            (Some(position), _) => position,
+            (None, ScanStop::End) => segment.size(),
+            // An unreadable header or a batch past the end: bad too.
+            (None, _) if verify => outcome.position,
+            (None, _) => segment.size(),
+        };
+        let scanned = scan_segment(segment.file(), &path, base, position, interval, verify).await?;
         segment.truncate(scanned.state, &config).await?;
         self.log_end_offset = self.active().next_offset();
         self.cache.truncate(self.cache_id, self.log_end_offset);
@@ -1219,4 +1387,41 @@ impl PartitionLog {
         }
         std::fs::remove_dir_all(&self.dir).map_err(|e| LogError::io("remove dir", &self.dir, e))
     }
+}
+
+/// A whole stored batch passes the read path's checks: its header's
+/// (`check_stored_header`) and its CRC-32C.
+fn stored_batch_ok(
+    header: &BatchHeader,
+    bytes: &[u8],
+    expected: i64,
+    segment_next_offset: i64,
+) -> bool {
+    check_stored_header(header, expected, segment_next_offset).is_ok()
+        && batch::crc_matches(bytes).is_ok()
+}
+
+/// The checks a stored batch's header must pass beyond parsing, for the
+/// fields the CRC does not cover: its offsets go forward from `expected` (the
+/// previous batch's next offset, or the segment's base offset) and end
+/// before the segment's next offset.
+fn check_stored_header(
+    header: &BatchHeader,
+    expected: i64,
+    segment_next_offset: i64,
+) -> std::result::Result<(), String> {
+    if header.base_offset < expected {
+        return Err(format!(
+            "base offset {} goes backwards (expected at least {expected})",
+            header.base_offset
+        ));
+    }
+    if header.last_offset_delta < 0 || header.last_offset() >= segment_next_offset {
+        return Err(format!(
+            "offsets {}..={} do not fit the segment, which ends before {segment_next_offset}",
+            header.base_offset,
+            header.last_offset()
+        ));
+    }
+    Ok(())
 }

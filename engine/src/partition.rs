@@ -352,6 +352,27 @@ impl Partition {
         cut
     }
 
+    /// Repairs a log offline for a corrupt batch read from disk
+    /// (`PartitionLog::repair_corruption`: cut before it, serving again).
+    /// Returns the new log end, or None when the log is not corrupt.
+    pub async fn repair_corruption(&self) -> Result<Option<i64>> {
+        let mut log = self.write().await?;
+        if log.corruption().is_none() {
+            return Ok(None);
+        }
+        self.truncations.set(self.truncations.get() + 1);
+        let repaired = log.repair_corruption().await;
+        self.sync_offsets(&log);
+        drop(log);
+        self.changed.notify_all();
+        repaired
+    }
+
+    /// The corrupt batch that took the log offline, if one did.
+    pub async fn corruption(&self) -> Result<Option<crate::error::Corruption>> {
+        Ok(self.shared().await?.corruption().cloned())
+    }
+
     /// The cached flushed and end offsets follow the log's after a truncation.
     fn sync_offsets(&self, log: &PartitionLog) {
         self.flushed_offset.set(log.flushed_offset());

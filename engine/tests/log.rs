@@ -1137,3 +1137,99 @@ fn recovery_tells_unwritten_space_from_an_invalid_tail() {
         assert_eq!(recovered.unwritten_bytes, 0);
     });
 }
+
+/// Issue 14: a byte flipped on disk in a closed segment (in the records, in
+/// the base offset outside the CRC's range, in the length) is caught when the
+/// batch is read from disk and never served; the batches before it are; the
+/// log is offline until `repair_corruption` cuts it before the bad batch,
+/// and appends and a reopen then go on from there.
+#[test]
+fn a_flipped_byte_on_disk_is_never_served_and_repair_cuts_before_it() {
+    // (byte of the batch to flip, mask): a record byte, the base offset's
+    // high byte (not covered by the CRC), the length's high byte.
+    for (at, mask) in [(61 + 9, 0x01u8), (0, 0x40), (8, 0x40)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t-0");
+        run(move || async move {
+            let mut log = open(&path, small_config()).await.unwrap();
+            let mut sent = Vec::new();
+            for i in 0..120u64 {
+                let b = batch(i, 2, 700, 1000 + i as i64);
+                log.append(mutable(&b), LEADER).await.unwrap();
+                sent.push(b);
+            }
+            assert!(log.segment_count() > 2, "small segment.bytes must roll");
+            log.close().await.unwrap();
+
+            // The third batch of the second (closed) segment.
+            let second = path.join(format!("{:020}.log", segment_files(&path)[1]));
+            let mut bytes = std::fs::read(&second).unwrap();
+            let (position, header) = BatchScanner::new(&bytes).nth(2).unwrap();
+            let bad_offset = header.base_offset;
+            bytes[position + at] ^= mask;
+            std::fs::write(&second, &bytes).unwrap();
+
+            // Every read comes from disk (no cache): the batches before the
+            // bad one come back valid, then the read fails and keeps failing.
+            let mut log = open_uncached(&path, small_config()).await.unwrap();
+            let end = log.log_end_offset();
+            let mut offset = 0;
+            let mut good = Vec::new();
+            let corruption = loop {
+                match log.read(offset, 32 * 1024, i64::MAX).await {
+                    Ok(r) => {
+                        assert!(!r.batches.is_empty(), "no progress at {offset}");
+                        offset = r.next_offset;
+                        good.extend(r.batches);
+                    }
+                    Err(LogError::Corrupt(c)) => break c,
+                    Err(e) => panic!("unexpected error {e}"),
+                }
+            };
+            assert_eq!(corruption.path, second);
+            assert_eq!(corruption.position, position as u64);
+            assert_eq!(corruption.base_offset, bad_offset);
+            assert_eq!(good.len() as i64, bad_offset / 2);
+            for (g, s) in good.iter().zip(&sent) {
+                skiff_engine::batch::crc_matches(g).unwrap();
+                assert_eq!(&g[61..], &s[61..]);
+            }
+            assert!(matches!(
+                log.read(0, 1024, i64::MAX).await,
+                Err(LogError::Corrupt(_))
+            ));
+            assert!(log.offline_reason().is_some());
+            assert!(matches!(
+                log.append(mutable(&batch(999, 1, 10, 0)), LEADER).await,
+                Err(LogError::Offline(_))
+            ));
+            assert_eq!(log.log_end_offset(), end, "nothing cut before the repair");
+
+            // The repair: cut before the bad batch, serving again.
+            assert_eq!(log.repair_corruption().await.unwrap(), Some(bad_offset));
+            assert_eq!(log.repair_corruption().await.unwrap(), None);
+            assert!(log.offline_reason().is_none());
+            assert_eq!(log.log_end_offset(), bad_offset);
+            assert!(log
+                .leader_epochs()
+                .entries()
+                .iter()
+                .all(|e| e.start_offset < bad_offset));
+            assert_eq!(read_all(&mut log, 0).await, good);
+            let info = log
+                .append(mutable(&batch(500, 2, 700, 0)), LEADER)
+                .await
+                .unwrap();
+            assert_eq!(info.base_offset, bad_offset);
+            log.close().await.unwrap();
+            let mut log = open_uncached(&path, small_config()).await.unwrap();
+            assert_eq!(log.log_end_offset(), bad_offset + 2);
+            let all = read_all(&mut log, 0).await;
+            assert_eq!(all.len(), good.len() + 1);
+            for b in &all {
+                skiff_engine::batch::crc_matches(b).unwrap();
+            }
+            log.close().await.unwrap();
+        });
+    }
+}

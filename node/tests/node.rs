@@ -64,7 +64,6 @@ impl NodeProcess {
     }
 
     fn launch(dir: &Path, ports: Ports, extra: &[&str], fsize_limit: Option<u64>) -> NodeProcess {
-        let (port, metrics_port) = (ports.kafka, ports.metrics);
         let mut command = match fsize_limit {
             None => Command::new(env!("CARGO_BIN_EXE_skiff")),
             Some(limit) => {
@@ -79,8 +78,20 @@ impl NodeProcess {
                 c
             }
         };
+        command.args(node_args(dir, ports, extra));
+        let (node, listening) = NodeProcess::spawn(command, dir, ports);
+        node.wait_listening(listening)
+    }
+
+    /// Starts the node and returns at once; the receiver hears when it
+    /// listens for Kafka clients (`wait_listening`).
+    fn spawn(
+        mut command: Command,
+        dir: &Path,
+        ports: Ports,
+    ) -> (NodeProcess, std::sync::mpsc::Receiver<()>) {
+        let (port, metrics_port) = (ports.kafka, ports.metrics);
         let mut child = command
-            .args(node_args(dir, ports, extra))
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
             .spawn()
@@ -102,20 +113,25 @@ impl NodeProcess {
                 lines.push_back(line);
             }
         });
-        if let Err(e) = rx.recv_timeout(Duration::from_secs(30)) {
-            // Do not leave a hung node behind.
-            let _ = child.kill();
-            let _ = child.wait();
-            let tail: Vec<String> = log.lock().unwrap().iter().cloned().collect();
-            panic!("node did not start listening: {e}\n{}", tail.join("\n"));
-        }
-        NodeProcess {
+        let node = NodeProcess {
             child,
             port,
             metrics_port,
             dir: dir.to_path_buf(),
             log,
+        };
+        (node, rx)
+    }
+
+    /// Waits (30 s at most) until the node listens.
+    fn wait_listening(mut self, listening: std::sync::mpsc::Receiver<()>) -> NodeProcess {
+        if let Err(e) = listening.recv_timeout(Duration::from_secs(30)) {
+            // Do not leave a hung node behind.
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!("node did not start listening: {e}\n{}", self.log_tail());
         }
+        self
     }
 
     /// The last lines the node logged (for failure messages).
@@ -2128,4 +2144,306 @@ fn a_node_whose_port_is_taken_fails_before_anything_answers() {
         }
         drop(holder);
     }
+}
+
+/// `n` nodes of one cluster on loopback (node ids 1..=n, each a broker and a
+/// controller of one quorum), data in `root/node-ID`, `extra` as `--set`s.
+struct Cluster {
+    nodes: Vec<NodeProcess>,
+}
+
+impl Cluster {
+    fn start(root: &Path, n: usize, extra: &[&str]) -> Cluster {
+        let ports: Vec<Ports> = ports_below_ephemeral(3 * n)
+            .chunks(3)
+            .map(|p| Ports {
+                kafka: p[0],
+                controller: p[1],
+                metrics: p[2],
+            })
+            .collect();
+        let quorum = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}@127.0.0.1:{}", i + 1, p.controller))
+            .collect::<Vec<_>>()
+            .join(",");
+        // All started before any is waited for: none serves without a quorum.
+        let spawned: Vec<_> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let dir = root.join(format!("node-{}", i + 1));
+                let mut command = Command::new(env!("CARGO_BIN_EXE_skiff"));
+                command
+                    .args(node_args(&dir, *p, extra))
+                    .args(["--node-id", &(i + 1).to_string()])
+                    .args(["--controller-quorum", &quorum]);
+                NodeProcess::spawn(command, &dir, *p)
+            })
+            .collect();
+        Cluster {
+            nodes: spawned
+                .into_iter()
+                .map(|(node, listening)| node.wait_listening(listening))
+                .collect(),
+        }
+    }
+
+    fn node(&self, id: i32) -> &NodeProcess {
+        &self.nodes[usize::try_from(id - 1).unwrap()]
+    }
+
+    /// (leader, ISR) of `topic`-0 as node `asked` says.
+    fn partition_state(&self, asked: i32, topic: &str) -> (i32, Vec<i32>) {
+        let Ok(mut c) = AdminClient::connect(&self.node(asked).bootstrap()) else {
+            return (-1, Vec::new());
+        };
+        let Ok(m) = c.metadata(Some(vec![topic.to_string()])) else {
+            return (-1, Vec::new());
+        };
+        let Some(p) = m.topics.first().and_then(|t| t.partitions.first()) else {
+            return (-1, Vec::new());
+        };
+        let mut isr: Vec<i32> = p.isr_nodes.iter().map(|b| b.0).collect();
+        isr.sort_unstable();
+        (p.leader_id.0, isr)
+    }
+
+    /// Waits (at most `limit`) until node `asked` says `done`; the state then.
+    fn wait_for(
+        &self,
+        asked: i32,
+        topic: &str,
+        limit: Duration,
+        what: &str,
+        done: impl Fn(i32, &[i32]) -> bool,
+    ) -> (i32, Vec<i32>) {
+        let started = Instant::now();
+        loop {
+            let (leader, isr) = self.partition_state(asked, topic);
+            if done(leader, &isr) {
+                return (leader, isr);
+            }
+            assert!(
+                started.elapsed() < limit,
+                "{what}: not within {limit:?} (leader {leader}, ISR {isr:?})\n{}",
+                self.nodes
+                    .iter()
+                    .map(NodeProcess::log_tail)
+                    .collect::<Vec<_>>()
+                    .join("\n\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Every batch of a stopped replica's partition directory, from its
+/// segment files in offset order.
+fn replica_batches(dir: &Path) -> Vec<Bytes> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let data = Bytes::from(std::fs::read(&file).unwrap());
+        for (p, h) in skiff_engine::batch::BatchScanner::new(&data) {
+            out.push(data.slice(p..p + h.total_len()));
+        }
+    }
+    out
+}
+
+/// Issue 14 (a flipped byte in a closed segment of one replica): three
+/// nodes, RF=3, 4 KiB segments, no batch cache (every read from disk). A
+/// byte of the leader's first segment is flipped; a consumer fetching from
+/// offset 0 gets only valid batches and then KAFKA_STORAGE_ERROR, never the
+/// corrupt one; the leadership moves; the corrupt replica repairs itself
+/// (cut before the bad batch, refetched from the new leader) and is back in
+/// the ISR, and at the end the three logs are identical.
+#[test]
+fn a_corrupt_closed_segment_is_never_served_and_the_replica_repairs_from_the_others() {
+    const KAFKA_STORAGE_ERROR: i16 = 56;
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(
+        tmp.path(),
+        3,
+        &[
+            "skiff.batch.cache.bytes=0",
+            "broker.heartbeat.interval.ms=200",
+            "auto.create.topics.enable=false",
+        ],
+    );
+    let topic = "scrubbed";
+    {
+        use kafka_protocol::messages::create_topics_request::{
+            CreatableTopic, CreatableTopicConfig,
+        };
+        let config = |k: &str, v: &str| {
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(k.to_string()))
+                .with_value(Some(StrBytes::from_string(v.to_string())))
+        };
+        let request = kafka_protocol::messages::CreateTopicsRequest::default().with_topics(vec![
+            CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_num_partitions(1)
+                .with_replication_factor(3)
+                .with_configs(vec![
+                    config("segment.bytes", "4096"),
+                    config("min.insync.replicas", "2"),
+                ]),
+        ]);
+        let response = cluster.nodes[0].client().create_topics(&request).unwrap();
+        assert_eq!(response.topics[0].error_code, 0);
+    }
+    let whole = |_: i32, isr: &[i32]| isr == [1, 2, 3];
+    let (leader, _) = cluster.wait_for(1, topic, Duration::from_secs(30), "full ISR", |l, isr| {
+        l > 0 && whole(l, isr)
+    });
+
+    // 60 batches of 3 records, acks=all: several 4 KiB segments.
+    let value = |i: usize, j: usize| format!("value-{i}-{j}-{}", "x".repeat(200));
+    let mut expected = Vec::new();
+    let mut c = cluster.node(leader).client();
+    for i in 0..60 {
+        let values: Vec<String> = (0..3).map(|j| value(i, j)).collect();
+        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+        // The leader's own table may lag the metadata that named it by a
+        // moment (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS: nothing written).
+        let started = Instant::now();
+        loop {
+            match produce(&mut c, topic, 0, batch(&refs, None)) {
+                (6 | 19, _) if started.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                answer => {
+                    assert_eq!(answer, (0, 3 * i as i64));
+                    break;
+                }
+            }
+        }
+        for (j, v) in values.into_iter().enumerate() {
+            expected.push(((3 * i + j) as i64, v));
+        }
+    }
+    cluster.wait_for(leader, topic, Duration::from_secs(30), "full ISR", whole);
+
+    // Flip a record byte of the second batch in the leader's first segment
+    // (closed: the log rolled past it).
+    let dir = |id: i32| {
+        tmp.path()
+            .join(format!("node-{id}"))
+            .join(format!("{topic}-0"))
+    };
+    let first = dir(leader).join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&first).unwrap();
+    let (position, header) = skiff_engine::batch::BatchScanner::new(&bytes)
+        .nth(1)
+        .unwrap();
+    assert_eq!(header.base_offset, 3);
+    let segments = std::fs::read_dir(dir(leader))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert!(
+        segments > 2,
+        "the first segment is closed ({segments} segments)"
+    );
+    bytes[position + 61 + 20] ^= 0x10;
+    std::fs::write(&first, &bytes).unwrap();
+
+    // A consumer from offset 0: valid batches only, then the storage error
+    // (or, once the leadership moved, NOT_LEADER); never the flipped batch.
+    let mut offset = 0;
+    let mut served = 0;
+    let code = loop {
+        let response: FetchResponse = c.call(&fetch_request(topic, 0, offset), 11).unwrap();
+        let p = &response.responses[0].partitions[0];
+        if p.error_code != 0 {
+            break p.error_code;
+        }
+        let mut rest = p.records.clone().unwrap_or_default();
+        assert!(!rest.is_empty(), "the read stopped silently at {offset}");
+        while !rest.is_empty() {
+            let h = BatchHeader::parse(&rest).unwrap();
+            let one = rest.split_to(h.total_len());
+            skiff_engine::batch::crc_matches(&one).expect("a served batch has a valid CRC");
+            for r in skiff_engine::batch::decode_records(&one, 1 << 20).unwrap() {
+                let got = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                assert_eq!((r.offset, got), expected[r.offset as usize].clone());
+            }
+            offset = h.next_offset();
+            served += 1;
+        }
+        assert!(
+            offset <= 3,
+            "served past the flipped batch: offset {offset}"
+        );
+    };
+    assert!(
+        code == KAFKA_STORAGE_ERROR || code == NOT_LEADER_OR_FOLLOWER,
+        "error {code}"
+    );
+    assert!(served <= 1);
+    drop(c);
+
+    // The leadership moves to a healthy replica; the corrupt one repairs
+    // itself and is back in the ISR.
+    let other = if leader == 1 { 2 } else { 1 };
+    let (new_leader, _) = cluster.wait_for(
+        other,
+        topic,
+        Duration::from_secs(30),
+        "leadership moved",
+        |l, _| l > 0 && l != leader,
+    );
+    cluster.wait_for(
+        new_leader,
+        topic,
+        Duration::from_secs(60),
+        "the repaired replica back in the ISR",
+        whole,
+    );
+    let said = cluster.node(leader).log_tail();
+    assert!(
+        said.contains("corrupt batch read from disk") && said.contains("repaired the corrupt log"),
+        "{said}"
+    );
+    let mut c = cluster.node(new_leader).client();
+    assert_eq!(fetch_values(&mut c, topic, 0), expected);
+    // And it takes acks=all writes with the repaired replica in the ISR.
+    assert_eq!(produce(&mut c, topic, 0, batch(&["after"], None)), (0, 180));
+    cluster.wait_for(
+        new_leader,
+        topic,
+        Duration::from_secs(30),
+        "full ISR",
+        whole,
+    );
+    drop(c);
+
+    // Every replica's log, read from its files after a clean stop: the same
+    // batches, byte for byte, every one valid.
+    for node in cluster.nodes {
+        node.terminate();
+    }
+    let logs: Vec<Vec<Bytes>> = (1..=3).map(|id| replica_batches(&dir(id))).collect();
+    assert_eq!(logs[0].len(), 61);
+    for b in &logs[0] {
+        skiff_engine::batch::crc_matches(b).unwrap();
+    }
+    assert_eq!(logs[0], logs[1]);
+    assert_eq!(logs[0], logs[2]);
 }

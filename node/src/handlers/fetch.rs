@@ -234,7 +234,10 @@ async fn read_one(
             match reader {
                 Reader::Consumer => {
                     let high_watermark = p.high_watermark();
-                    let read = p.read(w.offset, w.max_bytes.max(1), high_watermark).await?;
+                    let read = p
+                        .read(w.offset, w.max_bytes.max(1), high_watermark)
+                        .await
+                        .inspect_err(|e| on_read_error(&w.tp, e))?;
                     Ok::<_, FetchError>(PartitionRead {
                         high_watermark,
                         log_start_offset,
@@ -274,7 +277,10 @@ async fn read_one(
                         });
                     }
                     let end = p.log_end();
-                    let read = p.read(w.offset, w.max_bytes.max(1), end).await?;
+                    let read = p
+                        .read(w.offset, w.max_bytes.max(1), end)
+                        .await
+                        .inspect_err(|e| on_read_error(&w.tp, e))?;
                     Ok(PartitionRead {
                         high_watermark,
                         log_start_offset,
@@ -291,6 +297,13 @@ async fn read_one(
             FetchError::Log(e) => error_code(&e),
             FetchError::Refused(e) => e,
         })
+}
+
+/// On the owner core: a corrupt log is replication's business too.
+fn on_read_error(tp: &TopicPartition, e: &LogError) {
+    if matches!(e, LogError::Corrupt(_)) {
+        crate::replica::corrupt_read(tp);
+    }
 }
 
 #[derive(Debug)]

@@ -249,6 +249,7 @@ pub fn error_code(e: &LogError) -> ResponseError {
         LogError::PartitionExists(_) => ResponseError::TopicAlreadyExists,
         LogError::Io { .. }
         | LogError::Offline(_)
+        | LogError::Corrupt(_)
         | LogError::Recovery(_)
         | LogError::Checkpoint { .. }
         | LogError::DataDir(_) => ResponseError::KafkaStorageError,

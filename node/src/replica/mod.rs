@@ -85,6 +85,8 @@ pub struct Leader {
     waiters: AckWaiters<oneshot::Sender<()>>,
     /// Node ids of the replicas, for metrics and transitions.
     pub replicas: Vec<i32>,
+    /// A read found the log corrupt and that was said (`corrupt_read`).
+    corrupt_reported: bool,
 }
 
 pub struct Follower {
@@ -558,6 +560,7 @@ async fn become_leader(
                 replicated,
                 waiters: AckWaiters::new(ACK_WAITERS_MAX),
                 replicas: a.replicas.clone(),
+                corrupt_reported: false,
             })),
         )
     });
@@ -575,6 +578,52 @@ async fn become_leader(
     }
 }
 
+/// A read found this replica's log corrupt (the engine logged where, and the
+/// log is offline). The heartbeat reports it offline, the controller moves
+/// the leadership to another in-sync replica, and `become_follower` repairs
+/// the log from there. Without another in-sync replica nothing can: the
+/// partition stays offline, said once per leadership.
+pub fn corrupt_read(tp: &TopicPartition) {
+    with_role(tp, |role| {
+        if let Some(Role::Leader(l)) = role {
+            if l.state.isr().len() <= 1 && !l.corrupt_reported {
+                l.corrupt_reported = true;
+                tracing::error!(
+                    partition = %tp, isr = ?l.state.isr(), replicas = ?l.replicas,
+                    "this replica's log is corrupt and no other replica is in sync: the partition \
+                     stays offline (nothing is cut that no one else holds)"
+                );
+            }
+        }
+    })
+}
+
+/// Repairs a log offline for a corrupt batch read from disk, now that
+/// another replica leads: the log is cut before the bad batch and the
+/// follower fetches the rest from the leader like any missing tail. True
+/// when it was repaired.
+async fn repair_if_corrupt(tp: &TopicPartition, partition: &Partition, leader: i32) -> bool {
+    // A shared look first: every table passes here for every followed
+    // partition, and the repair takes the log's write lock.
+    if !matches!(partition.corruption().await, Ok(Some(_))) {
+        return false;
+    }
+    match partition.repair_corruption().await {
+        Ok(Some(log_end_offset)) => {
+            tracing::warn!(
+                partition = %tp, leader, log_end_offset,
+                "repaired the corrupt log: cut before the bad batch; the rest is fetched from the leader"
+            );
+            true
+        }
+        Ok(None) => false,
+        Err(e) => {
+            tracing::error!(partition = %tp, error = %e, "cannot repair the corrupt log: it stays offline");
+            false
+        }
+    }
+}
+
 async fn become_follower(
     core: &Rc<CoreState>,
     tp: &TopicPartition,
@@ -586,7 +635,10 @@ async fn become_follower(
         tp,
         |role| matches!(role, Some(Role::Follower(f)) if f.leader == leader && f.leader_epoch == leader_epoch),
     );
-    if same {
+    // Before `same`: a follower's log found corrupt is repaired at the next
+    // table (its ISR place removed), and its fetcher starts over below.
+    let repaired = repair_if_corrupt(tp, partition, leader).await;
+    if same && !repaired {
         return;
     }
     // Until the leader says otherwise, consumers of this replica (none: only
@@ -596,8 +648,9 @@ async fn become_follower(
         let hw = partition.checkpointed_high_watermark().unwrap_or(start);
         partition.set_replicated_high_watermark(Some(hw));
     }
-    // An offline log (failed write or fdatasync) cannot follow: its
-    // heartbeat reports it, and the controller takes it out of the ISR.
+    // An offline log (failed write or fdatasync, or corrupt and not
+    // repaired) cannot follow: its heartbeat reports it, and the controller
+    // takes it out of the ISR.
     if matches!(partition.offline_reason().await, Ok(Some(_)) | Err(_)) {
         stop_replicating(tp);
         return;
