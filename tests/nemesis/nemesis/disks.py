@@ -110,23 +110,40 @@ class Disk:
         st = os.statvfs(self.mountpoint)
         return st.f_bavail * st.f_frsize
 
-    def fill(self):
-        """Allocates what is free to a filler file (fallocate: no data is
-        written); returns (bytes taken, bytes still free)."""
+    def _grab(self, path):
+        """Allocates what is free to `path` (fallocate: no data written);
+        returns the bytes taken."""
         taken = 0
-        with open(self.filler, "ab") as f:
+        with open(path, "ab") as f:
+            start = os.fstat(f.fileno()).st_size
             chunk = self.free_bytes()
             while chunk >= 4096:
                 try:
-                    os.posix_fallocate(f.fileno(), taken, chunk)
+                    os.posix_fallocate(f.fileno(), start + taken, chunk)
                     taken += chunk
                     chunk = self.free_bytes()
                 except OSError as e:
                     if e.errno != errno.ENOSPC:
                         raise
                     chunk //= 2
-            os.fsync(f.fileno())
+        return taken
+
+    def fill(self):
+        """Takes every free block; returns (bytes taken, bytes still free)."""
+        taken = self._grab(self.filler)
         return taken, self.free_bytes()
+
+    def keep_full(self, stop, period_s=0.0005):
+        """Until `stop` is set, takes whatever becomes free (a thread's
+        loop). The node frees space itself: a rolled segment is trimmed to
+        its data, and the next segment would preallocate (32 MiB) what the
+        trim gave back before the first write needing a new block fails; so
+        the disk is kept full, not filled once. Returns the bytes taken."""
+        taken = 0
+        while not stop.wait(period_s):
+            if self.free_bytes() >= 4096:
+                taken += self._grab(self.filler)
+        return taken
 
     def unfill(self):
         try:

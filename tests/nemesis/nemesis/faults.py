@@ -12,6 +12,7 @@ import glob
 import os
 import re
 import subprocess
+import threading
 import time
 
 from . import net
@@ -286,14 +287,17 @@ class QuorumSplit(_NetFault):
         super().heal(run)
 
 
-SLOW_RATES_KBIT = (256, 512, 1024, 2048)
+# Below the replication traffic a leader sends here (two producers at 100
+# writes/s: about 250 kbit/s to its followers), so a queue builds up.
+SLOW_RATES_KBIT = (48, 96, 192, 384)
 
 
 class Slow(_NetFault):
     """What the leader sends to the other nodes goes through a low-rate htb
     class with a long pfifo: replication and controller traffic from it queue
     (hundreds of ms to seconds of delay once the rate is exceeded); clients
-    are not slowed. The rate (256 kbit to 2 Mbit) follows the seeded
+    are not slowed. The rate (48 to 384 kbit/s, around and below what the
+workload's replication needs) follows the seeded
     duration. No reordering, jitter or loss: no netem here (a user-space proxy
     per link would be needed)."""
     name = "slow"
@@ -349,6 +353,11 @@ class DiskFull(Kill):
         self.offline_at = None
         self.log_from = os.path.getsize(run.nodes[self.node].log_path)
         self.note += f"filled {taken >> 20} MiB, {left} B left; "
+        self.stop_filling = threading.Event()
+        self.regrabbed = []
+        self.filler = threading.Thread(target=lambda: self.regrabbed.append(disk.keep_full(self.stop_filling)),
+                                       daemon=True)
+        self.filler.start()
 
     def tick(self, run):
         if self.offline_at is not None:
@@ -361,6 +370,10 @@ class DiskFull(Kill):
             self.offline_at = time.time()
 
     def heal(self, run):
+        self.stop_filling.set()
+        self.filler.join(10)
+        if self.regrabbed and self.regrabbed[0]:
+            self.note += f"{self.regrabbed[0] >> 10} KiB freed by the node taken again; "
         self.disk.unfill()
         node = run.nodes[self.node]
         node.resume()
