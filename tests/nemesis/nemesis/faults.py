@@ -289,14 +289,14 @@ class QuorumSplit(_NetFault):
 
 # Below the replication traffic a leader sends here (two producers at 100
 # writes/s: about 250 kbit/s to its followers), so a queue builds up.
-SLOW_RATES_KBIT = (48, 96, 192, 384)
+SLOW_RATES_KBIT = (32, 64, 96, 128)
 
 
 class Slow(_NetFault):
     """What the leader sends to the other nodes goes through a low-rate htb
     class with a long pfifo: replication and controller traffic from it queue
     (hundreds of ms to seconds of delay once the rate is exceeded); clients
-    are not slowed. The rate (48 to 384 kbit/s, around and below what the
+    are not slowed. The rate (32 to 128 kbit/s, below what the
 workload's replication needs) follows the seeded
     duration. No reordering, jitter or loss: no netem here (a user-space proxy
     per link would be needed)."""

@@ -28,6 +28,10 @@ PARTITIONS = 3
 # seconds (segment.ms), so a full disk bites at the next roll and closed
 # segments exist to corrupt.
 ROLL_MS = 3000
+# With bitflip, the nodes' batch cache (recent batches in memory, 256 MiB by
+# default: a whole run) is this small, so readers of older offsets read the
+# disk and may meet the flipped byte.
+BITFLIP_CACHE_BYTES = 64 << 10
 # Findings that are anomalies (besides the checker's kinds).
 ANOMALY_FINDINGS = ("controller_not_replaced", "stale_controller_committed")
 NODE_IDS = (1, 2, 3)
@@ -302,8 +306,14 @@ class Run:
 
     def start_nodes(self):
         quorum = ",".join(f"{i}@{net.node_ip(i)}:{CONTROLLER_PORT}" for i in NODE_IDS)
+        settings = {}
+        if "bitflip" in self.cfg.nemeses:
+            # Reads of all but the newest batches go to the disk (the batch
+            # cache would serve a whole short run from memory and hide the
+            # flipped byte from every reader).
+            settings["skiff.batch.cache.bytes"] = str(BITFLIP_CACHE_BYTES)
         for i in NODE_IDS:
-            self.nodes[i] = Node(i, quorum, self.cfg.skiff_bin, self.run_dir)
+            self.nodes[i] = Node(i, quorum, self.cfg.skiff_bin, self.run_dir, settings)
         if "disk-full" in self.cfg.nemeses:
             missing = disks.missing_tools()
             if missing:
