@@ -85,6 +85,10 @@ class Producing:
             "socket.timeout.ms": 4000,
             "message.timeout.ms": int(cfg.get("message_timeout_ms", 600000)),
             "retry.backoff.ms": 100,
+            # SKIFF_NEMESIS_PRODUCER_DEBUG=eos,msg: librdkafka's own account
+            # (epoch bumps, retries) in workload/stdout, to diagnose a run.
+            **({"debug": os.environ["SKIFF_NEMESIS_PRODUCER_DEBUG"]}
+               if os.environ.get("SKIFF_NEMESIS_PRODUCER_DEBUG") else {}),
         })
         period = 1.0 / float(cfg["rate"])
         nparts = int(cfg["partitions"])
