@@ -319,7 +319,7 @@ workload's replication needs) follows the seeded
     def tick(self, run):
         if time.time() < self.next_sample:
             return
-        self.next_sample = time.time() + 0.5
+        self.next_sample = time.time() + 0.1
         st = run.net.class_stats(self.cls)
         if st and st[3] > self.peak_backlog[0]:
             self.peak_backlog = (st[3], st[4])
