@@ -90,3 +90,154 @@ def test_availability_serving():
     assert c["serving_s"] == {0: 3.0, 1: 0.3}
     assert c["longest_gap_s"] == {0: 3.0, 1: 4.7}
     assert a["whole"][0]["longest_s"] == 6.9
+
+
+# -- the corruption a bitflip makes (checker.check_queue's `corrupt`, the
+# replicas' CRC flag, unreadable replicas)
+
+def test_corrupted_value_served_is_inconsistent_and_attributed():
+    final = {0: [(0, "a-0"), (1, "a-1")]}
+    # The live consumer read offset 1 from the corrupted replica: another digit.
+    seen = [{"p": 0, "o": 0, "v": "a-0"}, {"p": 0, "o": 1, "v": "a-0"}]
+    r = checker.check_queue(acks(("a-0", 0, 0), ("a-1", 0, 1)), final, seen, corrupt={0: [(1, 1)]})
+    assert counts(r) == {"inconsistent": 1}
+    assert r["inconsistent"]["at_corruption"] == 1
+    # The same anomaly elsewhere is not the corruption's doing.
+    r = checker.check_queue(acks(("a-0", 0, 0), ("a-1", 0, 1)), final, seen, corrupt={0: [(5, 9)]})
+    assert counts(r) == {"inconsistent": 1} and r["inconsistent"]["at_corruption"] == 0
+
+
+def test_corrupted_final_read_loses_and_duplicates():
+    # The final read went through the corrupted leader: a-1 became a-0.
+    r = checker.check_queue(acks(("a-0", 0, 0), ("a-1", 0, 1)), {0: [(0, "a-0"), (1, "a-0")]},
+                            corrupt={0: [(1, 1)]})
+    assert counts(r) == {"lost": 1, "duplicated": 1}
+    assert all(v["at_corruption"] == v["count"] for v in r.values())
+
+
+def test_replica_with_a_bad_crc_is_divergent():
+    good = [(0, 9, 0, 111, True), (10, 19, 0, 222, True)]
+    flipped = [(0, 9, 0, 111, True), (10, 19, 0, 222, False)]  # same header CRC, bytes no longer match
+    d = checker.check_replicas({0: {1: good, 2: flipped, 3: good}})
+    assert len(d) == 1 and d[0]["nodes"] == [1, 2] and d[0]["first_difference"][1][4] is False
+
+
+def test_unreadable_replica_is_divergent_not_a_crash():
+    good = [(0, 9, 0, 111, True)]
+    d = checker.check_replicas({0: {1: good, 2: good[:0], 3: good}}, {0: {2: "dump-log exited 2: bad header"}})
+    assert d[0] == {"partition": 0, "nodes": [2], "error": "replica not readable: dump-log exited 2: bad header"}
+    assert len(d) == 2  # and its (empty) batch list differs
+
+
+# -- the consumer group
+
+def ev(ev, t, **kw):
+    return {"ev": ev, "t": float(t), **kw}
+
+
+FINAL = {0: [(o, f"a-{o}") for o in range(10)], 1: [(o, f"b-{o}") for o in range(10)]}
+
+
+def test_group_clean_handover():
+    members = {
+        "0": [ev("assign", 1, p=[0, 1]), ev("fetched", 1, p=0, o=None), ev("fetched", 1, p=1, o=None),
+              ev("rec", 2, p=0, o=0), ev("rec", 2, p=0, o=1), ev("rec", 2, p=1, o=0),
+              ev("commit", 3, p=0, o=2, ok=True), ev("commit", 3, p=1, o=1, ok=True), ev("revoke", 4, p=[0, 1]),
+              ev("assign", 6, p=[0]), ev("fetched", 6, p=0, o=2), ev("rec", 7, p=0, o=2)],
+        "1": [ev("assign", 5, p=[1]), ev("fetched", 5, p=1, o=1), ev("rec", 6, p=1, o=1), ev("rec", 6, p=1, o=2),
+              ev("commit", 7, p=1, o=3, ok=True), ev("commit", 8, p=1, o=2, ok=False, err="ILLEGAL_GENERATION")],
+    }
+    assert counts(checker.check_group(members, FINAL)) == {}
+
+
+def test_group_commit_goes_back():
+    members = {
+        "0": [ev("assign", 1, p=[0]), ev("fetched", 1, p=0, o=None), ev("commit", 2, p=0, o=5, ok=True),
+              ev("revoke", 3, p=[0])],
+        # A zombie's late commit accepted below what was committed: goes back.
+        "1": [ev("commit", 4, p=0, o=3, ok=True)],
+    }
+    r = checker.check_group(members, FINAL)
+    assert counts(r) == {"commit_regressed": 1}
+    assert r["commit_regressed"]["examples"][0]["after_commit"] == 5
+
+
+def test_group_fetch_below_a_completed_commit():
+    members = {
+        "0": [ev("assign", 1, p=[0]), ev("fetched", 1, p=0, o=None), ev("commit", 2, p=0, o=5, ok=True),
+              ev("revoke", 3, p=[0])],
+        "1": [ev("assign", 4, p=[0]), ev("fetched", 4, p=0, o=2), ev("rec", 5, p=0, o=2)],
+    }
+    assert counts(checker.check_group(members, FINAL)) == {"commit_regressed": 1}
+
+
+def test_group_member_skips_past_the_committed_offset():
+    members = {"0": [ev("assign", 1, p=[0]), ev("fetched", 1, p=0, o=4), ev("rec", 2, p=0, o=6)]}
+    r = checker.check_group(members, FINAL)
+    assert counts(r) == {"group_skipped": 1} and r["group_skipped"]["examples"][0]["expected"] == 4
+    # Nothing committed: the first record must be the log's first.
+    members = {"0": [ev("assign", 1, p=[0]), ev("fetched", 1, p=0, o=None), ev("rec", 2, p=0, o=3)]}
+    assert counts(checker.check_group(members, FINAL)) == {"group_skipped": 1}
+    # A committed offset past a gap in the log: the next existing offset is fine.
+    final = {0: [(0, "a-0"), (1, "a-1"), (5, "a-5")]}
+    members = {"0": [ev("assign", 1, p=[0]), ev("fetched", 1, p=0, o=2), ev("rec", 2, p=0, o=5)]}
+    assert counts(checker.check_group(members, final)) == {}
+
+
+def test_group_member_rewinds_and_goes_back():
+    members = {"0": [ev("assign", 1, p=[0]), ev("fetched", 1, p=0, o=4), ev("rec", 2, p=0, o=3),
+                     ev("rec", 2, p=0, o=4), ev("rec", 2, p=0, o=4)]}
+    assert counts(checker.check_group(members, FINAL)) == {"group_rewound": 1, "group_non_monotonic": 1}
+    # A new assignment starts a new session: going back across it is no anomaly.
+    members = {"0": [ev("assign", 1, p=[0]), ev("fetched", 1, p=0, o=4), ev("rec", 2, p=0, o=4),
+                     ev("rec", 2, p=0, o=5), ev("revoke", 3, p=[0]), ev("assign", 4, p=[0]),
+                     ev("fetched", 4, p=0, o=5), ev("rec", 5, p=0, o=5)]}
+    assert counts(checker.check_group(members, FINAL)) == {}
+
+
+# -- topic churn
+
+CALLS = [
+    {"op": "create", "topic": "c-0", "partitions": 2, "ok": True, "code": None},
+    {"op": "create", "topic": "c-1", "partitions": 1, "ok": True, "code": None},
+    {"op": "delete", "topic": "c-1", "partitions": None, "ok": True, "code": None},
+    {"op": "create", "topic": "c-2", "partitions": 3, "ok": False, "code": "REQUEST_TIMED_OUT"},
+    {"op": "create", "topic": "c-3", "partitions": 1, "ok": True, "code": None},
+    {"op": "delete", "topic": "c-3", "partitions": None, "ok": False, "code": "REQUEST_TIMED_OUT"},
+]
+
+
+def view(**topics):
+    return {name: {"error": 0, "partitions": parts} for name, parts in topics.items()}
+
+
+def test_churn_clean():
+    gone = {"error": 3, "partitions": {}}
+    v = {**view(**{"c-0": {0: 1, 1: 2}}), "c-1": gone}
+    # c-2 (creation not acknowledged) and c-3 (deletion not acknowledged) may be either way.
+    r, errors = checker.check_churn(CALLS, {1: v, 2: {**v, **view(**{"c-3": {0: 1}})}, 3: v})
+    assert counts(r) == {}
+    assert errors == {"create REQUEST_TIMED_OUT": 1, "delete REQUEST_TIMED_OUT": 1}
+
+
+def test_churn_missing_and_undeleted():
+    ok = view(**{"c-0": {0: 1, 1: 2}})
+    r, _ = checker.check_churn(CALLS, {
+        1: ok,
+        2: view(**{"c-0": {0: 1, 1: -1}}),  # a partition without a leader
+        3: {**view(**{"c-1": {0: 3}}), "c-0": {"error": 3, "partitions": {}}},  # deleted one still there, c-0 missing
+    })
+    assert counts(r) == {"churn_missing": 2, "churn_undeleted": 1}
+    r, _ = checker.check_churn(CALLS, {1: ok, 2: None, 3: ok})  # a node that does not answer
+    assert counts(r) == {"churn_missing": 1}
+
+
+def test_quorum_split_status_parsing():
+    from nemesis import faults
+
+    text = ("asked:             node 2 at 10.77.0.2:9093\nactive controller: node 3\nraft term:         4\n"
+            "commit index:      57\napplied offset:    57\n")
+    assert faults.parse_status(text) == {"leader": 3, "term": 4, "commit": 57}
+    none = text.replace("node 3\n", "none (election in progress)\n")
+    assert faults.parse_status(none)["leader"] is None
+    assert "error" in faults.parse_status("error: connecting: refused")

@@ -26,6 +26,9 @@ def parse(argv):
     ap.add_argument("--fault-max", type=float, default=8.0, help="longest fault, seconds (default 8)")
     ap.add_argument("--rate", type=float, default=100.0, help="writes/s per producer, two producers (default 100)")
     ap.add_argument("--no-consumer", action="store_true", help="no consumer polling during the faults")
+    ap.add_argument("--no-group", action="store_true",
+                    help="no consumer group (two members committing offsets) during the faults")
+    ap.add_argument("--no-churn", action="store_true", help="no topic creation and deletion during the faults")
     ap.add_argument("--recover-timeout", type=float, default=60.0,
                     help="seconds to wait after a heal for leaders and full ISRs (default 60)")
     ap.add_argument("--max-gap", type=float, default=0.0,
@@ -63,6 +66,7 @@ def main(argv=None):
     cfg = Config(seed=seed, cycles=a.cycles, nemeses=tuple(names), concurrent=a.concurrent,
                  min_fault_s=a.fault_min, max_fault_s=a.fault_max, rate=a.rate, consumer=not a.no_consumer,
                  skiff_bin=os.path.abspath(skiff), tools_bin=os.path.abspath(tools), keep=a.keep,
+                 group=not a.no_group, churn=not a.no_churn,
                  recover_timeout_s=a.recover_timeout, max_gap_s=a.max_gap, json_out=a.json)
     if a.dir:
         cfg.base_dir = os.path.abspath(a.dir)

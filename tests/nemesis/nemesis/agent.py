@@ -5,7 +5,11 @@ answer per line on stdout. Every operation is bounded in time.
   {"op": "metadata", "nodes": ["IP:PORT", ...], "topic": T, "timeout_s": S}
       -> {"views": {"IP:PORT": {"ok": true, "partitions": {p: {...}}} |
                                 {"ok": false, "error": "..."}}}
-  {"op": "create_topic", "bootstrap": B, "topic": T, "partitions": N, "rf": R}
+  {"op": "topics", "nodes": [...], "topics": [T, ...], "timeout_s": S}
+      -> {"views": {"IP:PORT": {T: {"error": code, "partitions": {p: leader}}}
+                                | null (no answer)}}
+  {"op": "create_topic", "bootstrap": B, "topic": T, "partitions": N, "rf": R,
+   "config": {...}}
   {"op": "read_all", "bootstrap": B, "topic": T, "partitions": N, "out": PATH, "timeout_s": S}
       -> every record of every partition from offset 0 to the high watermark,
          written to PATH as JSON {"p": [[offset, value], ...]}; answers the
@@ -46,6 +50,30 @@ def op_metadata(req):
         t.join(timeout + 1.0)
     for a in req["nodes"]:
         views.setdefault(a, {"ok": False, "error": "no answer in time"})
+    return {"views": views}
+
+
+def op_topics(req):
+    timeout = float(req.get("timeout_s", 2.0))
+    views = {}
+
+    def ask(addr):
+        host, port = addr.rsplit(":", 1)
+        try:
+            md = wire.metadata(host, int(port), list(req["topics"]), timeout=timeout)
+            views[addr] = {name: {"error": t["error"],
+                                  "partitions": {p: d["leader"] for p, d in t["partitions"].items()}}
+                           for name, t in md["topics"].items()}
+        except Exception:
+            views[addr] = None
+
+    threads = [threading.Thread(target=ask, args=(a,), daemon=True) for a in req["nodes"]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 1.0)
+    for a in req["nodes"]:
+        views.setdefault(a, None)
     return {"views": views}
 
 
@@ -110,7 +138,7 @@ def op_read_all(req):
             "watermarks": {str(p): list(m) for p, m in marks.items()}, "errors": errors[:20]}
 
 
-OPS = {"metadata": op_metadata, "create_topic": op_create_topic, "read_all": op_read_all}
+OPS = {"metadata": op_metadata, "topics": op_topics, "create_topic": op_create_topic, "read_all": op_read_all}
 
 
 def main():

@@ -26,17 +26,23 @@ VALUE_RE = re.compile(r"^([a-z]+)-(\d+)$")
 EXAMPLES = 5  # detail entries kept per anomaly
 
 
-def check_queue(acks, final, seen=(), sent=None):
+def check_queue(acks, final, seen=(), sent=None, corrupt=None):
     """acks: [{"v", "p", "o" (int or None)}] acknowledged writes.
     final: {partition: [(offset, value)]} read from offset 0 to the HW.
     seen: [{"p", "o", "v"}] in the order a live consumer got them, one session.
     sent: {producer tag: count sent} (values are "<tag>-<index>"), or None.
-    Returns {anomaly: {"count": n, "examples": [...]}} for every kind."""
-    out = {k: {"count": 0, "examples": []} for k in
+    corrupt: {partition: [(base, last)]} batches a nemesis corrupted on
+    purpose: anomalies at those offsets are counted as usual and also in
+    "at_corruption" (what the corruption explains).
+    Returns {anomaly: {"count": n, "at_corruption": n, "examples": [...]}}
+    for every kind."""
+    out = {k: {"count": 0, "at_corruption": 0, "examples": []} for k in
            ("lost", "duplicated", "inconsistent", "non_monotonic", "phantom", "gaps")}
 
-    def report(kind, detail):
+    def report(kind, detail, places=()):
         out[kind]["count"] += 1
+        if corrupt and at_corruption(places, corrupt):
+            out[kind]["at_corruption"] += 1
         if len(out[kind]["examples"]) < EXAMPLES:
             out[kind]["examples"].append(detail)
 
@@ -49,18 +55,18 @@ def check_queue(acks, final, seen=(), sent=None):
             where.setdefault(v, []).append((p, o))
             at[(p, o)] = v
             if prev is not None and o != prev + 1:
-                report("gaps", {"partition": p, "after": prev, "next": o})
+                report("gaps", {"partition": p, "after": prev, "next": o}, [(p, o)])
             prev = o
         if records and records[0][0] != 0:
             report("gaps", {"partition": p, "after": None, "next": records[0][0]})
 
     for v, places in where.items():
         if len(places) > 1:
-            report("duplicated", {"value": v, "at": places})
+            report("duplicated", {"value": v, "at": places}, places)
         if sent is not None:
             m = VALUE_RE.match(v)
             if not m or int(m.group(2)) >= sent.get(m.group(1), 0):
-                report("phantom", {"value": v, "at": places})
+                report("phantom", {"value": v, "at": places}, places)
 
     for a in acks:
         v, p, o = a["v"], a["p"], a["o"]
@@ -68,38 +74,44 @@ def check_queue(acks, final, seen=(), sent=None):
             o = None
         places = where.get(v)
         if not places:
-            report("lost", {"value": v, "acked_at": (p, o)})
+            report("lost", {"value": v, "acked_at": (p, o)}, [(p, o)])
             continue
         if o is None:
             if not any(pp == p for pp, _ in places):
-                report("inconsistent", {"value": v, "acked_partition": p, "found_at": places})
+                report("inconsistent", {"value": v, "acked_partition": p, "found_at": places}, places)
         elif (p, o) not in places:
             report("inconsistent", {"value": v, "acked_at": (p, o), "found_at": places,
-                                    "offset_holds": at.get((p, o))})
+                                    "offset_holds": at.get((p, o))}, [(p, o)] + places)
 
     last = {}
     values_at = {}
     for r in seen:
         p, o, v = r["p"], r["o"], r["v"]
         if p in last and o <= last[p]:
-            report("non_monotonic", {"partition": p, "offset": o, "after": last[p]})
+            report("non_monotonic", {"partition": p, "offset": o, "after": last[p]}, [(p, o)])
         last[p] = o
         prev = values_at.setdefault((p, o), v)
         if prev != v:
-            report("inconsistent", {"consumer_saw": [prev, v], "at": (p, o)})
+            report("inconsistent", {"consumer_saw": [prev, v], "at": (p, o)}, [(p, o)])
         final_v = at.get((p, o))
         if final_v is None:
-            report("inconsistent", {"consumer_saw": v, "at": (p, o), "final": "no such offset"})
+            report("inconsistent", {"consumer_saw": v, "at": (p, o), "final": "no such offset"}, [(p, o)])
         elif final_v != v:
-            report("inconsistent", {"consumer_saw": v, "at": (p, o), "final": final_v})
+            report("inconsistent", {"consumer_saw": v, "at": (p, o), "final": final_v}, [(p, o)])
     return out
 
 
-def check_replicas(replicas):
-    """replicas: {partition: {node: [(base, last, crc), ...]}} below the HW.
-    Returns [{partition, nodes, first difference}] for each partition whose
-    replicas differ."""
+def check_replicas(replicas, errors=None):
+    """replicas: {partition: {node: [(base, last, epoch, crc, valid), ...]}}
+    below the HW. errors: {partition: {node: "what dump-log said"}} for
+    replicas that could not be read whole (a corrupt header, a tool failure):
+    each is a divergence too. Returns [{partition, nodes, first difference}]
+    for each partition whose replicas differ (a batch whose CRC does not
+    match its bytes differs from the same batch intact: `valid` is compared)."""
     found = []
+    for p, by_node in sorted((errors or {}).items()):
+        for n, err in sorted(by_node.items()):
+            found.append({"partition": p, "nodes": [n], "error": f"replica not readable: {err}"})
     for p, by_node in sorted(replicas.items()):
         nodes = sorted(by_node)
         ref = by_node[nodes[0]]
@@ -181,3 +193,147 @@ def availability(acks, partitions, start, end, cycles):
 
 def anomalies_total(queue_result, divergent):
     return sum(v["count"] for v in queue_result.values()) + len(divergent)
+
+
+def check_group(members, final):
+    """A consumer group's histories. members: {member: [event, ...]} in the
+    order each member recorded them (events as workload.group_member writes
+    them: assign, revoke, fetched, rec, commit, with "t"). final: {partition:
+    [(offset, value)]}, the log as finally read.
+    Returns {anomaly: {"count", "examples"}} for:
+      commit_regressed  per partition, what the group observed as committed
+                        went back: a successful commit below one that had
+                        completed before it, or an OffsetFetch (issued after
+                        a commit completed) returning less than that commit
+      group_skipped     the first record a member got for a partition after
+                        an assignment is past the committed offset it fetched
+                        (the first offset the log has at or after it; the log
+                        start when nothing was committed): records skipped
+      group_rewound     ... or before that committed offset
+      group_non_monotonic  offsets going back within one assignment
+    """
+    out = {k: {"count": 0, "examples": []} for k in
+           ("commit_regressed", "group_skipped", "group_rewound", "group_non_monotonic")}
+
+    def report(kind, detail):
+        out[kind]["count"] += 1
+        if len(out[kind]["examples"]) < EXAMPLES:
+            out[kind]["examples"].append(detail)
+
+    offsets = {int(p): [o for o, _ in recs] for p, recs in final.items()}
+
+    def first_at_or_after(p, o):
+        offs = offsets.get(p, [])
+        i = bisect.bisect_left(offs, o)
+        return offs[i] if i < len(offs) else None
+
+    # Committed offsets as observed, all members merged by time: commits at
+    # their completion, fetches at their answer (an OffsetFetch answered
+    # after a commit completed must see it or something later).
+    observed = []
+    for m, events in members.items():
+        for e in events:
+            if e["ev"] == "commit" and e.get("ok") and e.get("p") is not None and e.get("o", -1) >= 0:
+                observed.append((e["t"], 0, e["p"], e["o"], m, "commit"))
+            elif e["ev"] == "fetched" and e.get("err") is None:
+                observed.append((e["t"], 1, e["p"], e["o"] if e["o"] is not None else -1, m, "fetched"))
+    observed.sort(key=lambda x: (x[0], x[1]))
+    high = {}
+    for t, _, p, o, m, what in observed:
+        best = high.get(p)
+        if best is not None and o < best[0]:
+            report("commit_regressed", {"partition": p, "member": m, what: o, "after_commit": best[0],
+                                        "by_member": best[1], "t": t})
+        if what == "commit" and (best is None or o > best[0]):
+            high[p] = (o, m)
+
+    for m, events in members.items():
+        fetched = {}  # partition -> committed offset fetched at this assignment (-1: none)
+        first = {}  # partition -> still waiting for the first record of the assignment
+        last = {}
+        for e in events:
+            ev = e["ev"]
+            if ev == "assign":
+                for p in e["p"]:
+                    first[p] = True
+                    last.pop(p, None)
+                    fetched.pop(p, None)
+            elif ev == "revoke":
+                for p in e["p"]:
+                    first.pop(p, None)
+                    last.pop(p, None)
+            elif ev == "fetched" and e.get("err") is None:
+                fetched[e["p"]] = e["o"] if e["o"] is not None else -1
+            elif ev == "rec":
+                p, o = e["p"], e["o"]
+                if first.pop(p, False) and p in fetched:
+                    c = fetched[p]
+                    expect = first_at_or_after(p, max(c, 0))
+                    if expect is not None and o > expect:
+                        report("group_skipped", {"partition": p, "member": m, "committed": c, "expected": expect,
+                                                 "first_record": o})
+                    elif o < max(c, 0):
+                        report("group_rewound", {"partition": p, "member": m, "committed": c, "first_record": o})
+                if p in last and o <= last[p]:
+                    report("group_non_monotonic", {"partition": p, "member": m, "offset": o, "after": last[p]})
+                last[p] = o
+    return out
+
+
+def check_churn(calls, views):
+    """Topic churn. calls: [{"op": "create"/"delete", "topic", "partitions",
+    "ok", "code"}] as recorded. views: {node: {topic: {"error": code,
+    "partitions": {p: leader}}} or None (the node did not answer)}, every
+    node's Metadata for every churn topic after the heal.
+    Returns (anomalies, errors by code) with anomalies
+      churn_missing  a creation acknowledged, never deleted, that some node
+                     does not list, or lists with the wrong partition count
+                     or a partition without a leader
+      churn_undeleted  an acknowledged deletion that some node still lists
+    (a topic whose deletion was attempted but not acknowledged may be either)."""
+    out = {k: {"count": 0, "examples": []} for k in ("churn_missing", "churn_undeleted")}
+
+    def report(kind, detail):
+        out[kind]["count"] += 1
+        if len(out[kind]["examples"]) < EXAMPLES:
+            out[kind]["examples"].append(detail)
+
+    errors = {}
+    created, deleted, delete_tried = {}, set(), set()
+    for c in calls:
+        if not c.get("ok"):
+            errors[f"{c['op']} {c.get('code')}"] = errors.get(f"{c['op']} {c.get('code')}", 0) + 1
+        if c["op"] == "create" and c.get("ok"):
+            created[c["topic"]] = c["partitions"]
+        elif c["op"] == "delete":
+            delete_tried.add(c["topic"])
+            if c.get("ok"):
+                deleted.add(c["topic"])
+    for node, view in sorted(views.items()):
+        if view is None:
+            report("churn_missing", {"node": node, "error": "no metadata answer"})
+            continue
+        for topic, parts in sorted(created.items()):
+            if topic in delete_tried:
+                continue
+            t = view.get(topic)
+            if t is None or t["error"] != 0:
+                report("churn_missing", {"node": node, "topic": topic, "error": None if t is None else t["error"]})
+            elif len(t["partitions"]) != parts or any(lead is None or lead < 0 for lead in t["partitions"].values()):
+                report("churn_missing", {"node": node, "topic": topic, "partitions": t["partitions"],
+                                         "expected": parts})
+        for topic in sorted(deleted):
+            t = view.get(topic)
+            if t is not None and t["error"] == 0:
+                report("churn_undeleted", {"node": node, "topic": topic, "partitions": t["partitions"]})
+    return out, dict(sorted(errors.items()))
+
+
+def at_corruption(detail_places, corrupt):
+    """Whether any (partition, offset) place falls inside a batch a nemesis
+    corrupted on purpose. corrupt: {partition: [(base, last)]}."""
+    for p, o in detail_places:
+        for base, last in corrupt.get(p, ()):
+            if o is not None and base <= o <= last:
+                return True
+    return False

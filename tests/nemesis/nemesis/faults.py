@@ -8,12 +8,20 @@ A fault has start(run) and heal(run); faults compose (several in one cycle
 start in order and heal in reverse order; network rules are removed one by
 one, so healing one leaves the others)."""
 
+import glob
+import os
+import re
+import subprocess
+import threading
 import time
 
 from . import net
-from .nodes import NodeError
+from .nodes import CONTROLLER_PORT, NodeError
 
-NAMES = ("kill", "pause", "isolate", "partition-leader", "one-way")
+NAMES = ("kill", "pause", "isolate", "partition-leader", "one-way", "quorum-split", "slow", "disk-full", "bitflip")
+# Nemeses that need the topic's segments to roll during the run (segment.ms):
+# disk-full bites when a roll needs new blocks, bitflip needs closed segments.
+ROLLING = ("disk-full", "bitflip")
 
 
 class Fault:
@@ -25,10 +33,11 @@ class Fault:
         self.node = None
         self.note = ""
 
-    def resolve(self, leaders, nodes):
+    def resolve(self, leaders, nodes, controller=None):
         """The leader of the drawn partition now (`leaders`: {partition:
         leader or None}), or, with none known, the node the partition
-        number names."""
+        number names. (`controller`: the active controller, for the
+        nemeses that hit it.)"""
         leader = leaders.get(self.partition)
         if leader is None:
             leader = 1 + self.partition % len(nodes)
@@ -183,7 +192,272 @@ class OneWay(_NetFault):
                 self.rules.append(run.net.drop(me, net.node_ns(other)))
 
 
-KINDS = {k.name: k for k in (Kill, Pause, Isolate, PartitionLeader, OneWay)}
+def controller_status(run, node_id, timeout_ms=2000):
+    """`skiff cluster status` asked of one node's controller from the client
+    namespace (not cut by quorum-split): {"leader", "term", "commit"} or
+    {"error"}. Starts the command and returns a function that waits for it."""
+    addr = f"{net.node_ip(node_id)}:{CONTROLLER_PORT}"
+    proc = subprocess.Popen(["ip", "netns", "exec", net.CLIENT_NS, run.cfg.skiff_bin, "cluster", "status",
+                             "--controller", addr, "--timeout-ms", str(timeout_ms)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def wait():
+        try:
+            out = proc.communicate(timeout=timeout_ms / 1000 + 10)[0].decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return {"error": "no answer"}
+        return parse_status(out)
+
+    return wait
+
+
+def parse_status(text):
+    """The fields of `skiff cluster status` the suite uses."""
+    m = re.search(r"active controller: (?:node (\d+)|none)", text)
+    term = re.search(r"raft term:\s+(\d+)", text)
+    commit = re.search(r"commit index:\s+(\d+)", text)
+    if not m or not term or not commit:
+        return {"error": (text.strip().splitlines() or ["(no output)"])[-1][:200]}
+    return {"leader": int(m.group(1)) if m.group(1) else None, "term": int(term.group(1)),
+            "commit": int(commit.group(1))}
+
+
+class QuorumSplit(_NetFault):
+    """The active controller cut from the other two on the controller port
+    only (both directions, either side the client): the quorum splits 1 | 2
+    while every Kafka-port connection (replication, clients) still flows.
+    Expected: the majority elects a new controller; the old one commits
+    nothing from then on (it cannot reach a majority), so it decides nothing.
+    Checked at the heal, before the rules go: each controller asked on its
+    own (from the client namespace)."""
+    name = "quorum-split"
+
+    def resolve(self, leaders, nodes, controller=None):
+        if controller is None:
+            self.note = "active controller unknown; "
+            return super().resolve(leaders, nodes)
+        self.node = controller
+        return controller
+
+    def target(self):
+        return f"node {self.node} (active controller) | others, controller port"
+
+    def start(self, run):
+        self._count_drops(run)
+        me = net.node_ns(self.node)
+        for other in run.nodes:
+            if other != self.node:
+                self.rules += run.net.cut_port(me, net.node_ns(other), CONTROLLER_PORT)
+        self.started = time.time()
+        self.baseline = None
+        self.pending = None
+
+    def tick(self, run):
+        # The old controller's commit index once the cut is in place (1 s:
+        # whatever a majority acknowledged before the cut has been applied).
+        if self.baseline is None and self.pending is None and time.time() > self.started + 1.0:
+            self.pending = controller_status(run, self.node)
+        elif self.pending is not None and self.baseline is None:
+            self.baseline = self.pending()
+
+    def heal(self, run):
+        if self.pending is not None and self.baseline is None:
+            self.baseline = self.pending()
+        waits = {i: controller_status(run, i) for i in run.nodes}
+        views = {i: w() for i, w in waits.items()}
+        self.views = views
+        others = [views[i] for i in run.nodes if i != self.node]
+        named = {v.get("leader") for v in others if v.get("leader") is not None}
+        old = views[self.node]
+        if named and self.node not in named:
+            self.note += f"majority elected node {','.join(map(str, sorted(named)))}; "
+        else:
+            run.finding("controller_not_replaced", {"fault": self.name, "old": self.node, "views": views})
+            self.note += f"!! the majority did not replace node {self.node}: {others}; "
+        base = (self.baseline or {}).get("commit")
+        if base is not None and old.get("commit") is not None and old["commit"] > base:
+            run.finding("stale_controller_committed", {"fault": self.name, "old": self.node,
+                                                       "commit_before": base, "commit_at_heal": old["commit"],
+                                                       "views": views})
+            self.note += f"!! node {self.node} committed {base}->{old['commit']} while cut off; "
+        elif old.get("leader") == self.node:
+            self.note += f"node {self.node} still names itself (term {old.get('term')}) but committed nothing; "
+        super().heal(run)
+
+
+# Below the replication traffic a leader sends here (two producers at 100
+# writes/s: about 250 kbit/s to its followers), so a queue builds up.
+SLOW_RATES_KBIT = (32, 64, 96, 128)
+
+
+class Slow(_NetFault):
+    """What the leader sends to the other nodes goes through a low-rate htb
+    class with a long pfifo: replication and controller traffic from it queue
+    (hundreds of ms to seconds of delay once the rate is exceeded); clients
+    are not slowed. The rate (32 to 128 kbit/s, below what the
+workload's replication needs) follows the seeded
+    duration. No reordering, jitter or loss: no netem here (a user-space proxy
+    per link would be needed)."""
+    name = "slow"
+
+    def __init__(self, partition, duration):
+        super().__init__(partition, duration)
+        self.rate_kbit = SLOW_RATES_KBIT[int(round(duration * 100)) % len(SLOW_RATES_KBIT)]
+        self.peak_backlog = (0, 0)
+        self.next_sample = 0.0
+
+    def target(self):
+        return f"node {self.node} (leader of p{self.partition}) -> others at {self.rate_kbit} kbit"
+
+    def start(self, run):
+        me = net.node_ns(self.node)
+        self.rules = run.net.shape(me, [net.node_ns(o) for o in run.nodes if o != self.node], self.rate_kbit)
+        self.cls = self.rules[-1]
+
+    def tick(self, run):
+        if time.time() < self.next_sample:
+            return
+        self.next_sample = time.time() + 0.1
+        st = run.net.class_stats(self.cls)
+        if st and st[3] > self.peak_backlog[0]:
+            self.peak_backlog = (st[3], st[4])
+
+    def heal(self, run):
+        st = run.net.class_stats(self.cls)
+        run.net.remove(self.rules)
+        self.rules = []
+        peak_b, peak_p = self.peak_backlog
+        if st:
+            self.note += (f"{st[0] // 1024} KiB queued through, peak backlog {peak_b} B / {peak_p} pkts "
+                          f"(~{peak_b * 8 / (self.rate_kbit * 1000):.1f}s of delay), {st[2]} dropped; ")
+
+
+class DiskFull(Kill):
+    """The leader's filesystem (its own loop-mounted ext4) filled to the last
+    block: writes that need new blocks (a segment roll, a checkpoint, the
+    metadata log) fail with ENOSPC, the partitions hit go offline, the node
+    reports them and leadership moves. Heal: the filler removed, the node
+    SIGKILLed and started again (a failed log directory needs a restart, as
+    in Kafka)."""
+    name = "disk-full"
+
+    def start(self, run):
+        disk = run.disks.get(self.node) if run.disks else None
+        if disk is None:
+            raise NodeError("disk-full needs loop-backed data directories (run.disks)")
+        self.disk = disk
+        taken, left = disk.fill()
+        self.filled_at = time.time()
+        self.offline_at = None
+        self.log_from = os.path.getsize(run.nodes[self.node].log_path)
+        self.note += f"filled {taken >> 20} MiB, {left} B left; "
+        self.stop_filling = threading.Event()
+        self.regrabbed = []
+        self.filler = threading.Thread(target=lambda: self.regrabbed.append(disk.keep_full(self.stop_filling)),
+                                       daemon=True)
+        self.filler.start()
+
+    def tick(self, run):
+        if self.offline_at is not None:
+            return
+        node = run.nodes[self.node]
+        with open(node.log_path, "rb") as f:
+            f.seek(self.log_from)
+            text = f.read().decode(errors="replace")
+        if "No space left on device" in text:
+            self.offline_at = time.time()
+
+    def heal(self, run):
+        self.stop_filling.set()
+        self.filler.join(10)
+        if self.regrabbed and self.regrabbed[0]:
+            self.note += f"{self.regrabbed[0] >> 10} KiB freed by the node taken again; "
+        self.disk.unfill()
+        node = run.nodes[self.node]
+        node.resume()
+        node.kill()
+        self.killed_at = time.time()
+        self.listening_at = None
+        self.failures = []
+        node.launch()
+        if self.offline_at is None:
+            self.note += "no ENOSPC in the node log during the fault; "
+        else:
+            self.note += f"first ENOSPC {self.offline_at - self.filled_at:.1f}s after the fill; "
+
+
+class Bitflip(Fault):
+    """One byte flipped in a closed segment of the leader's replica of the
+    drawn partition, while the node runs: the last byte of the last record's
+    value of a batch (XOR 1 keeps a digit a digit, so a reader that does not
+    check the CRC serves another plausible value). The batch CRC no longer
+    matches. Written with a normal write + fsync (the node reads with
+    O_DIRECT, so it sees the disk). Nothing to undo at the heal: the node
+    is expected to find the bad batch (CRC) and repair its replica from the
+    others; the run records where the flip is so the checker can say which
+    anomalies it explains."""
+    name = "bitflip"
+
+    def target(self):
+        return f"node {self.node} (leader of p{self.partition}), a closed segment"
+
+    def start(self, run):
+        self.done = None
+        self.tries = 0
+        self.tick(run)
+
+    def tick(self, run):
+        if self.done is not None or self.tries > 100:
+            return
+        self.tries += 1
+        node = run.nodes[self.node]
+        pdir = os.path.join(node.data_dir, f"{run.topic}-{self.partition}")
+        segments = sorted(glob.glob(os.path.join(pdir, "*.log")))
+        closed = segments[:-1]  # the newest is the active one
+        if not closed:
+            return
+        seg = closed[int(round(self.duration * 100)) % len(closed)]
+        batches = list(scan_batches(seg))
+        if not batches:
+            return
+        pos, size, base, last = batches[int(round(self.duration * 1000)) % len(batches)]
+        at = pos + size - 2  # the last value byte; the final byte is the record's header count
+        with open(seg, "r+b") as f:
+            f.seek(at)
+            old = f.read(1)[0]
+            f.seek(at)
+            f.write(bytes([old ^ 1]))
+            f.flush()
+            os.fsync(f.fileno())
+        self.done = {"node": self.node, "partition": self.partition, "segment": os.path.basename(seg),
+                     "position": at, "batch": [base, last], "byte": [old, old ^ 1], "t": time.time()}
+        run.corruptions.append(self.done)
+        self.note += (f"{os.path.basename(seg)} @{at}: batch {base}-{last}, {old:#04x}->{old ^ 1:#04x}; ")
+
+    def heal(self, run):
+        if self.done is None:
+            self.note += "no closed segment with a batch found: nothing flipped; "
+
+
+def scan_batches(path):
+    """(position, size, base offset, last offset) of each record batch in a
+    segment file, up to the first that does not parse (a zero tail)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 0
+    while pos + 61 <= len(data):
+        base = int.from_bytes(data[pos:pos + 8], "big", signed=True)
+        length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+        if length < 49 or pos + 12 + length > len(data) or data[pos + 16] != 2:
+            return
+        delta = int.from_bytes(data[pos + 23:pos + 27], "big", signed=True)
+        yield pos, 12 + length, base, base + delta
+        pos += 12 + length
+
+
+KINDS = {k.name: k for k in (Kill, Pause, Isolate, PartitionLeader, OneWay, QuorumSplit, Slow, DiskFull, Bitflip)}
 assert tuple(KINDS) == NAMES
 
 

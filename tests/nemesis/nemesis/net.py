@@ -10,8 +10,16 @@ ends in `pfifo limit 0` (it drops everything it is given); u32 filters
 matching the destination address steer the packets to drop into that class.
 A filter on A's eth0 for B's address drops A -> B; one on each side cuts both
 directions. Each rule gets its own filter priority so it can be removed alone
-(faults compose)."""
+(faults compose). A rule may also match a TCP source or destination port, so
+one service's traffic (the controller quorum's) is cut while the rest flows.
 
+Delay without netem: `shape` adds an htb class with a low rate whose leaf is
+a long pfifo queue and steers A's packets for the given destinations into it;
+what exceeds the rate waits in the queue (delay = backlog / rate). Reordering,
+jitter and a fraction of loss are not available this way: they need netem or
+a user-space proxy per link."""
+
+import re
 import subprocess
 import time
 
@@ -95,8 +103,10 @@ class Net:
         self.log = log
         self.hosts = {node_ns(i): node_ip(i) for i in self.node_ids}
         self.hosts[CLIENT_NS] = CLIENT_IP
-        self.rules = {}  # rule id -> (ns, dst ip, prio)
+        self.rules = {}  # rule id -> (ns, dst ns, prio)
+        self.classes = {}  # rule id -> (ns, class minor): shaping classes
         self._next_prio = 1
+        self._next_class = 0x100
         self.up = False
 
     # -- setup and teardown
@@ -137,21 +147,71 @@ class Net:
 
     # -- drop rules
 
-    def drop(self, src_ns, dst_ns):
-        """Drop every IPv4 packet src_ns sends to dst_ns; returns the rule id."""
+    def _filter(self, src_ns, dst_ns, flowid, sport=None, dport=None):
         prio = self._next_prio
         self._next_prio += 1
-        dst = self.hosts[dst_ns]
+        match = ["match", "ip", "dst", f"{self.hosts[dst_ns]}/32"]
+        if sport is not None:
+            match += ["match", "ip", "sport", str(sport), "0xffff"]
+        if dport is not None:
+            match += ["match", "ip", "dport", str(dport), "0xffff"]
         run(["ip", "netns", "exec", src_ns, "tc", "filter", "add", "dev", "eth0", "parent", "1:",
-             "protocol", "ip", "prio", str(prio), "u32", "match", "ip", "dst", f"{dst}/32", "flowid", "1:20"])
+             "protocol", "ip", "prio", str(prio), "u32", *match, "flowid", flowid])
         self.rules[prio] = (src_ns, dst_ns, prio)
         return prio
+
+    def drop(self, src_ns, dst_ns, sport=None, dport=None):
+        """Drop every IPv4 packet src_ns sends to dst_ns (only those from TCP
+        port `sport` / to `dport` when given); returns the rule id."""
+        return self._filter(src_ns, dst_ns, "1:20", sport, dport)
+
+    def cut_port(self, a_ns, b_ns, port):
+        """Both directions of every TCP connection between a and b that has
+        `port` at one end (either side may be the server): four rule ids."""
+        return [self.drop(a_ns, b_ns, dport=port), self.drop(a_ns, b_ns, sport=port),
+                self.drop(b_ns, a_ns, dport=port), self.drop(b_ns, a_ns, sport=port)]
+
+    def shape(self, src_ns, dst_nss, rate_kbit, limit_packets=10000):
+        """What src_ns sends to dst_nss goes through one htb class of
+        rate_kbit (ceil the same) with a pfifo of limit_packets: a queue that
+        only grows when the traffic exceeds the rate. Returns the rule ids
+        (filters, then the class)."""
+        minor = self._next_class
+        self._next_class += 1
+        cls = f"1:{minor:x}"
+        tc = ["ip", "netns", "exec", src_ns, "tc"]
+        run(tc + ["class", "add", "dev", "eth0", "parent", "1:", "classid", cls, "htb", "rate", f"{rate_kbit}kbit",
+                  "ceil", f"{rate_kbit}kbit", "burst", "1600", "cburst", "1600"])
+        run(tc + ["qdisc", "add", "dev", "eth0", "parent", cls, "handle", f"{minor:x}:", "pfifo", "limit",
+                  str(limit_packets)])
+        rid = f"class-{minor:x}"
+        self.classes[rid] = (src_ns, minor)
+        return [self._filter(src_ns, dst, cls) for dst in dst_nss] + [rid]
+
+    def class_stats(self, rid):
+        """(bytes sent, packets sent, dropped, backlog bytes, backlog packets)
+        of a shaping class, from `tc -s class show`; None if unknown."""
+        entry = self.classes.get(rid)
+        if entry is None:
+            return None
+        ns, minor = entry
+        p = run(["ip", "netns", "exec", ns, "tc", "-s", "class", "show", "dev", "eth0", "classid", f"1:{minor:x}"],
+                check=False)
+        text = p.stdout.decode(errors="replace")
+        sent = re.search(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+)", text)
+        backlog = re.search(r"backlog (\d+)b (\d+)p", text)
+        if not sent or not backlog:
+            return None
+        return (int(sent.group(1)), int(sent.group(2)), int(sent.group(3)), int(backlog.group(1)),
+                int(backlog.group(2)))
 
     def cut(self, a_ns, b_ns):
         """Both directions between a and b: two rule ids."""
         return [self.drop(a_ns, b_ns), self.drop(b_ns, a_ns)]
 
     def remove(self, rule_ids):
+        """Filters first, then shaping classes (what a class still queues is
+        dropped with it; TCP sends it again)."""
         for rid in rule_ids:
             rule = self.rules.pop(rid, None)
             if rule is None:
@@ -159,9 +219,17 @@ class Net:
             ns, _, prio = rule
             run(["ip", "netns", "exec", ns, "tc", "filter", "del", "dev", "eth0", "parent", "1:",
                  "prio", str(prio)], check=False)
+        for rid in rule_ids:
+            entry = self.classes.pop(rid, None)
+            if entry is None:
+                continue
+            ns, minor = entry
+            tc = ["ip", "netns", "exec", ns, "tc"]
+            run(tc + ["qdisc", "del", "dev", "eth0", "parent", f"1:{minor:x}"], check=False)
+            run(tc + ["class", "del", "dev", "eth0", "classid", f"1:{minor:x}"], check=False)
 
     def heal_all(self):
-        self.remove(list(self.rules))
+        self.remove(list(self.rules) + list(self.classes))
         for ns in self.hosts:
             run(["ip", "netns", "exec", ns, "tc", "filter", "del", "dev", "eth0", "parent", "1:"], check=False)
 
@@ -172,8 +240,6 @@ class Net:
         at = text.find("pfifo 20:")
         if at < 0:
             return None
-        import re
-
         m = re.search(r"dropped (\d+)", text[at:])
         return int(m.group(1)) if m else None
 

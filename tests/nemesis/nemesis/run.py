@@ -18,12 +18,22 @@ import subprocess
 import tempfile
 import time
 
-from . import checker, faults, net
+from . import checker, disks, faults, net
 from .clients import Agent, AgentError, Workload, _env, _python_in
 from .nodes import CONTROLLER_PORT, Node, NodeError
 
 TOPIC = "nemesis"
 PARTITIONS = 3
+# With disk-full or bitflip in the run, the topic's segments roll every few
+# seconds (segment.ms), so a full disk bites at the next roll and closed
+# segments exist to corrupt.
+ROLL_MS = 3000
+# With bitflip, the nodes' batch cache (recent batches in memory, 256 MiB by
+# default: a whole run) is this small, so readers of older offsets read the
+# disk and may meet the flipped byte.
+BITFLIP_CACHE_BYTES = 64 << 10
+# Findings that are anomalies (besides the checker's kinds).
+ANOMALY_FINDINGS = ("controller_not_replaced", "stale_controller_committed")
 NODE_IDS = (1, 2, 3)
 LOCK_PATH = "/run/skiff-nemesis.lock"
 
@@ -47,6 +57,8 @@ class Config:
     flush_s: float = 120.0
     max_gap_s: float = 0.0  # > 0: a longer stretch without an ack is an anomaly
     json_out: str = ""
+    group: bool = True  # a consumer group committing offsets during the faults
+    churn: bool = True  # topics created and deleted during the faults
 
 
 class Abort(Exception):
@@ -74,6 +86,11 @@ class Run:
         self.workload = None
         self.findings = []  # {"kind", ...}: anomalies and notes found on the way
         self.cycles = []
+        self.topic = TOPIC
+        self.disks = {}  # node id -> disks.Disk (runs with disk-full)
+        self.corruptions = []  # what bitflip flipped
+        self.churn_views = None
+        self._keep_images = False
         self.run_dir = None
         self.t0 = None
         self._lock = None
@@ -289,8 +306,29 @@ class Run:
 
     def start_nodes(self):
         quorum = ",".join(f"{i}@{net.node_ip(i)}:{CONTROLLER_PORT}" for i in NODE_IDS)
+        settings = {}
+        if "bitflip" in self.cfg.nemeses:
+            # Reads of all but the newest batches go to the disk (the batch
+            # cache would serve a whole short run from memory and hide the
+            # flipped byte from every reader).
+            settings["skiff.batch.cache.bytes"] = str(BITFLIP_CACHE_BYTES)
         for i in NODE_IDS:
-            self.nodes[i] = Node(i, quorum, self.cfg.skiff_bin, self.run_dir)
+            self.nodes[i] = Node(i, quorum, self.cfg.skiff_bin, self.run_dir, settings)
+        if "disk-full" in self.cfg.nemeses:
+            missing = disks.missing_tools()
+            if missing:
+                raise Abort(f"disk-full needs {', '.join(missing)} (Debian: apt-get install util-linux mount "
+                            f"e2fsprogs)")
+            for i, n in self.nodes.items():
+                d = disks.Disk(n.dir)
+                self.disks[i] = d
+                try:
+                    d.setup()
+                except disks.DiskError as e:
+                    raise Abort(f"loop-backed data directory for node {i}: {e}")
+                n.data_dir = d.data_dir
+            self.out(f"disks: each node's data directory on its own {disks.IMAGE_BYTES >> 30} GiB ext4 "
+                     f"({', '.join(d.device for d in self.disks.values())})")
         for n in self.nodes.values():
             n.launch()
         for n in self.nodes.values():
@@ -319,17 +357,25 @@ class Run:
         self.out(f"run directory {self.run_dir}")
         self.net = net.Net(NODE_IDS, log=self.out)
         self.net.setup()
+        left = disks.remove_leftovers(self.out) if not disks.missing_tools() else []
+        if left:
+            self.out(f"disk: removed leftovers of an earlier run: {', '.join(left)}")
         self.smoke_check()
         self.start_nodes()
         self.agent = Agent(self.run_dir)
+        rolling = any(n in faults.ROLLING for n in self.cfg.nemeses)
         self.agent.call("create_topic", timeout=60, bootstrap=self.bootstrap, topic=TOPIC,
-                        partitions=PARTITIONS, rf=len(NODE_IDS))
+                        partitions=PARTITIONS, rf=len(NODE_IDS),
+                        config={"segment.ms": str(ROLL_MS)} if rolling else {})
         leaders_s, full_s, last = self.wait_recovered(time.time(), 60)
         if full_s is None:
             raise Abort(f"topic {TOPIC} never had full ISRs: {last}")
         self.workload = Workload(self.run_dir, {
             "bootstrap": self.bootstrap, "topic": TOPIC, "partitions": PARTITIONS, "rate": self.cfg.rate,
             "consumer": self.cfg.consumer, "producers": ["a", "b"], "flush_s": self.cfg.flush_s,
+            "group": {"id": f"skiff-nemesis-group-{self.cfg.seed}", "members": 2, "commit_every": 100,
+                      "commit_s": 1.0} if self.cfg.group else None,
+            "churn": {"prefix": "nemesis-churn", "period_s": 1.5, "live": 4} if self.cfg.churn else None,
         })
         deadline = time.monotonic() + 60
         while len(self.workload.acked_partitions()) < PARTITIONS:
@@ -346,7 +392,7 @@ class Run:
         leaders = self.leaders()
         controller = self.active_controller()
         for f in fs:
-            f.resolve(leaders, self.nodes)
+            f.resolve(leaders, self.nodes, controller)
         called = start = time.time()
         started = []
         failover = None
@@ -418,6 +464,7 @@ class Run:
                                  topic=TOPIC, partitions=PARTITIONS, out=final_path,
                                  timeout_s=self.cfg.final_timeout_s)
         self.watermarks = {int(p): m for p, m in answer["watermarks"].items()}
+        self.churn_views = self.churn_metadata()
         self.agent.close()
         for n in self.nodes.values():
             code = n.stop()
@@ -426,19 +473,86 @@ class Run:
         with open(final_path) as f:
             return {int(p): [tuple(r) for r in recs] for p, recs in json.load(f).items()}
 
+    def churn_calls(self):
+        calls = []
+        try:
+            with open(os.path.join(self.workload.dir, "churn.jsonl")) as f:
+                for line in f:
+                    try:
+                        calls.append(json.loads(line))
+                    except ValueError:
+                        pass
+        except FileNotFoundError:
+            pass
+        return calls
+
+    def churn_metadata(self, timeout=30.0):
+        """Every node's Metadata for every churn topic, after the heal: asked
+        again (bounded) until the acknowledged creations and deletions show
+        everywhere, so a node applying the last change a moment late is not
+        an anomaly."""
+        if not self.cfg.churn:
+            return None
+        calls = self.churn_calls()
+        topics = sorted({c["topic"] for c in calls})
+        if not topics:
+            return {}
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                answer = self.agent.call("topics", timeout=20, nodes=[n.addr for n in self.nodes.values()],
+                                         topics=topics, timeout_s=3.0)
+                views = {i: answer["views"].get(n.addr) for i, n in self.nodes.items()}
+            except AgentError as e:
+                views = {i: None for i in self.nodes}
+                self.finding("note", {"what": f"churn metadata: {e}"})
+            bad, _ = checker.check_churn(calls, views)
+            if sum(v["count"] for v in bad.values()) == 0 or time.monotonic() > deadline:
+                return views
+            time.sleep(1.0)
+
+    def group_events(self):
+        members = {}
+        for path in sorted(glob.glob(os.path.join(self.workload.dir, "group-*.jsonl"))):
+            m = os.path.basename(path)[len("group-"):-len(".jsonl")]
+            events = []
+            with open(path) as f:
+                for line in f:
+                    try:
+                        events.append(json.loads(line))
+                    except ValueError:
+                        pass
+            members[m] = events
+        return members
+
     def replica_batches(self, node, partition, below):
+        """The replica's batches below `below` as (base, last, epoch, crc,
+        crc valid), and what kept it from being read whole (None: nothing):
+        a dump-log failure or a garbage tail is reported, never raised, so a
+        corrupt replica is a divergence with a message, not a crash."""
         pdir = os.path.join(node.data_dir, f"{TOPIC}-{partition}")
-        out = []
+        out, errors = [], []
         for seg in sorted(glob.glob(os.path.join(pdir, "*.log"))):
-            p = subprocess.run([self.cfg.tools_bin, "dump-log", "--json", seg], capture_output=True, timeout=120)
+            try:
+                p = subprocess.run([self.cfg.tools_bin, "dump-log", "--json", seg], capture_output=True, timeout=120)
+            except subprocess.TimeoutExpired:
+                errors.append(f"{os.path.basename(seg)}: dump-log timed out")
+                continue
             if p.returncode not in (0, 1):
-                raise Abort(f"skiff-tools dump-log {seg}: {p.stderr.decode(errors='replace')}")
-            for line in p.stdout.decode().splitlines():
-                row = json.loads(line)
+                errors.append(f"{os.path.basename(seg)}: dump-log exited {p.returncode}: "
+                              f"{p.stderr.decode(errors='replace').strip()[:200]}")
+            for line in p.stdout.decode(errors="replace").splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
                 if row.get("type") == "batch" and row["lastOffset"] < below:
                     out.append((row["baseOffset"], row["lastOffset"], row["partitionLeaderEpoch"], row["crc"],
                                 row["isvalid"]))
-        return out
+                elif row.get("type") == "end" and row.get("garbageTail"):
+                    g = row["garbageTail"]
+                    errors.append(f"{os.path.basename(seg)}: garbage at {g.get('position')}: {g.get('reason')}")
+        return out, ("; ".join(errors) or None)
 
     def scan_logs(self):
         """Node logs, every start: panics (an anomaly), and the kinds of
@@ -539,6 +653,7 @@ class Run:
             if self.cfg.json_out:
                 with open(self.cfg.json_out, "w") as f:
                     json.dump(result, f, indent=1, default=str)
+            self._keep_images = not ok or self.cfg.keep
             self.cleanup()
             signal.signal(signal.SIGTERM, old_term)
             signal.signal(signal.SIGHUP, old_hup)
@@ -547,7 +662,9 @@ class Run:
                 result["run_dir"] = None
             elif self.run_dir:
                 self.out(f"kept {self.run_dir} (node logs: node*/node.log, data: node*/data, workload records: "
-                         f"workload/, summary.json)")
+                         f"workload/, summary.json"
+                         + (f"; data of the disk-full runs in node*/{disks.IMAGE_NAME}: mount -o loop,ro" if self.disks
+                            else "") + ")")
             if result.get("interrupted"):
                 self.out("interrupted: nodes, clients and namespaces removed")
             elif not ok:
@@ -566,6 +683,10 @@ class Run:
                 cmd += f" {flag} {value:g}"
         if not c.consumer:
             cmd += " --no-consumer"
+        if not c.group:
+            cmd += " --no-group"
+        if not c.churn:
+            cmd += " --no-churn"
         return cmd
 
     def cleanup(self):
@@ -584,6 +705,11 @@ class Run:
                 n.kill()
             except Exception:
                 pass
+        for d in self.disks.values():
+            try:
+                d.teardown(keep_image=self._keep_images, log=self._out)
+            except Exception as e:
+                self._out(f"disk teardown: {e}")
         if self.net is not None:
             try:
                 self.net.teardown()
@@ -598,13 +724,30 @@ class Run:
     def check(self, final):
         acks, errors, seen, consumer_errors, wl = self.load_records()
         sent = {tag: d.get("sent", 0) for tag, d in wl.get("producers", {}).items()} or None
-        q = checker.check_queue(acks, final, seen, sent)
-        replicas = {}
+        corrupt = {}
+        for c in self.corruptions:
+            corrupt.setdefault(c["partition"], []).append(tuple(c["batch"]))
+        q = checker.check_queue(acks, final, seen, sent, corrupt)
+        replicas, unreadable = {}, {}
         for p in range(PARTITIONS):
             below = self.watermarks[p][1]
-            replicas[p] = {n.id: self.replica_batches(n, p, below) for n in self.nodes.values()}
-        divergent = checker.check_replicas(replicas)
+            replicas[p] = {}
+            for n in self.nodes.values():
+                replicas[p][n.id], err = self.replica_batches(n, p, below)
+                if err:
+                    unreadable.setdefault(p, {})[n.id] = err
+        divergent = checker.check_replicas(replicas, unreadable)
         invalid = [(p, i, b) for p, by in replicas.items() for i, bs in by.items() for b in bs if not b[4]]
+        # What the injected corruption explains (still anomalies: the node
+        # should have found and repaired it).
+        flipped = {(c["partition"], c["node"], tuple(c["batch"])) for c in self.corruptions}
+        invalid_at_flip = sum(1 for p, i, b in invalid if (p, i, (b[0], b[1])) in flipped)
+        divergent_at_flip = sum(1 for d in divergent if d.get("first_difference") and any(
+            x is not None and (d["partition"], n, (x[0], x[1])) in flipped
+            for n, x in zip(d["nodes"], d["first_difference"])))
+        group = checker.check_group(self.group_events(), final) if self.cfg.group else {}
+        churn, churn_errors = (checker.check_churn(self.churn_calls(), self.churn_views)
+                               if self.cfg.churn and self.churn_views is not None else ({}, {}))
         avail = checker.availability(acks, PARTITIONS, self.t0, self.t_end, self.cycles)
         by_cycle = {c["cycle"]: c for c in avail["per_cycle"]}
         for c in self.cycles:
@@ -628,7 +771,28 @@ class Run:
             "panics": len(panics),
             "producer_fatal": len(fatal),
             "over_max_gap": len(over_gap),
+            **{k: v["count"] for k, v in group.items()},
+            **{k: v["count"] for k, v in churn.items()},
+            **{k: kinds.count(k) for k in ANOMALY_FINDINGS},
         }
+        at_flip = {k: v["at_corruption"] for k, v in q.items() if v["at_corruption"]}
+        if invalid_at_flip:
+            at_flip["invalid_batches"] = invalid_at_flip
+        if divergent_at_flip:
+            at_flip["divergent"] = divergent_at_flip
+        group_summary = None
+        if self.cfg.group:
+            evs = [e for es in self.group_events().values() for e in es]
+            group_summary = {"records": sum(1 for e in evs if e["ev"] == "rec"),
+                             "commits_ok": sum(1 for e in evs if e["ev"] == "commit" and e.get("ok")),
+                             "commits_failed": sum(1 for e in evs if e["ev"] == "commit" and not e.get("ok")),
+                             "assignments": sum(1 for e in evs if e["ev"] == "assign")}
+        churn_summary = None
+        if self.cfg.churn:
+            calls = self.churn_calls()
+            churn_summary = {"creates_ok": sum(1 for c in calls if c["op"] == "create" and c.get("ok")),
+                             "deletes_ok": sum(1 for c in calls if c["op"] == "delete" and c.get("ok")),
+                             "calls": len(calls), "errors": churn_errors}
         result = {
             "seed": self.cfg.seed, "cycles": self.cfg.cycles, "nemeses": list(self.cfg.nemeses),
             "concurrent": self.cfg.concurrent,
@@ -639,7 +803,10 @@ class Run:
             "consumer_drained": wl.get("drained"),
             "final_records": sum(len(v) for v in final.values()), "watermarks": self.watermarks,
             "anomalies": sum(anomalies.values()), "by_kind": anomalies,
-            "examples": {k: v["examples"] for k, v in q.items() if v["count"]},
+            "at_corruption": at_flip, "corruptions": self.corruptions,
+            "group": group_summary, "churn": churn_summary,
+            "examples": {k: v["examples"] for k, v in list(q.items()) + list(group.items()) + list(churn.items())
+                         if v["count"]},
             "divergent": divergent, "invalid_batches": invalid[:5], "producer_fatal": fatal,
             "availability": avail["whole"], "cycles_detail": self.cycles,
             "findings": [f for f in self.findings if f["kind"] != "unrecovered"] +
@@ -681,6 +848,24 @@ class Run:
           f"gaps {k['gaps']}  invalid batches {k['invalid_batches']}  unrecovered {k['unrecovered']}  "
           f"crashed {k['crashed']}  heal failed {k['heal_failed']}  panics {k['panics']}  producer fatal {k['producer_fatal']}"
           + (f"  over --max-gap {k['over_max_gap']}" if self.cfg.max_gap_s > 0 else ""))
+        extra = {name: n for name, n in k.items() if name in ("commit_regressed", "group_skipped", "group_rewound",
+                                                              "group_non_monotonic", "churn_missing",
+                                                              "churn_undeleted") + ANOMALY_FINDINGS}
+        if extra:
+            o("  ".join(f"{name.replace('_', ' ')} {n}" for name, n in extra.items()))
+        if r["group"]:
+            g = r["group"]
+            o(f"consumer group        {g['records']} records, {g['assignments']} assignments, commits "
+              f"{g['commits_ok']} ok / {g['commits_failed']} failed")
+        if r["churn"]:
+            c = r["churn"]
+            o(f"topic churn           {c['calls']} calls: {c['creates_ok']} creations and {c['deletes_ok']} "
+              f"deletions acknowledged; errors by code: {c['errors'] or 'none'}")
+        for c in r["corruptions"]:
+            o(f"bitflip               node {c['node']} p{c['partition']} {c['segment']} @{c['position']} "
+              f"(batch {c['batch'][0]}-{c['batch'][1]})")
+        if r["at_corruption"]:
+            o(f"  of the anomalies, explained by the flipped batches (not repaired): {r['at_corruption']}")
         for kind, ex in r["examples"].items():
             o(f"  {kind}: {ex}")
         for d in r["divergent"]:

@@ -10,6 +10,15 @@ loses at most a line:
                            or {"v", "p", "err", "fatal", "ta"} for a failed one
   <dir>/seen.jsonl         {"p", "o", "v", "t"} per record the consumer got,
                            {"err", "t"} per consumer error
+  <dir>/group-<m>.jsonl    a consumer group member (`group` on): {"ev":
+                           "assign"/"revoke", "p": [...]}, {"ev": "fetched",
+                           "p", "o"} (OffsetFetch right after an assignment;
+                           o None: nothing committed), {"ev": "rec", "p", "o"},
+                           {"ev": "commit", "p", "o", "ok", "err"} per
+                           partition of each synchronous commit, with "t"
+  <dir>/churn.jsonl        topic churn (`churn` on): {"op": "create"/"delete",
+                           "topic", "partitions", "ok", "code", "err", "t0",
+                           "t1"} per AdminClient call
   <dir>/workload.json      at the end: counts, undelivered, the reason it stopped
 
 librdkafka acknowledges a message with offset None when its own request timed
@@ -76,6 +85,10 @@ class Producing:
             "socket.timeout.ms": 4000,
             "message.timeout.ms": int(cfg.get("message_timeout_ms", 600000)),
             "retry.backoff.ms": 100,
+            # SKIFF_NEMESIS_PRODUCER_DEBUG=eos,msg: librdkafka's own account
+            # (epoch bumps, retries) in workload/stdout, to diagnose a run.
+            **({"debug": os.environ["SKIFF_NEMESIS_PRODUCER_DEBUG"]}
+               if os.environ.get("SKIFF_NEMESIS_PRODUCER_DEBUG") else {}),
         })
         period = 1.0 / float(cfg["rate"])
         nparts = int(cfg["partitions"])
@@ -159,13 +172,122 @@ def consume(cfg, stop, stats, drain_s=30.0):
         out.close()
 
 
+def group_member(cfg, member, stop, stats):
+    """One member of the run's consumer group: subscribes to the topic,
+    commits synchronously every `commit_every` records or `commit_s` seconds,
+    and records assignments, the committed offsets it fetched on each
+    assignment, every record and every commit."""
+    g = cfg["group"]
+    out = open(os.path.join(cfg["dir"], f"group-{member}.jsonl"), "w", buffering=1 << 16)
+    lock = threading.Lock()
+
+    def write(ev, **kw):
+        with lock:
+            out.write(json.dumps({"ev": ev, "t": time.time(), **kw}) + "\n")
+
+    c = Consumer({
+        "bootstrap.servers": cfg["bootstrap"],
+        "group.id": g["id"],
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+        "socket.timeout.ms": 4000,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
+    })
+
+    def on_assign(consumer, parts):
+        write("assign", p=sorted(tp.partition for tp in parts))
+        try:
+            for tp in consumer.committed(parts, timeout=10):
+                o = tp.offset if tp.offset >= 0 else None
+                write("fetched", p=tp.partition, o=o, err=str(tp.error) if tp.error else None)
+        except KafkaException as e:
+            write("fetch_failed", p=sorted(tp.partition for tp in parts), err=str(e))
+
+    def on_revoke(consumer, parts):
+        write("revoke", p=sorted(tp.partition for tp in parts))
+
+    def commit():
+        try:
+            result = c.commit(asynchronous=False)
+        except KafkaException as e:
+            stats["group_commit_errors"] += 1
+            write("commit", p=None, o=None, ok=False, err=str(e.args[0] if e.args else e))
+            return
+        for tp in result or []:
+            ok = tp.error is None
+            write("commit", p=tp.partition, o=tp.offset, ok=ok, err=None if ok else str(tp.error))
+
+    c.subscribe([cfg["topic"]], on_assign=on_assign, on_revoke=on_revoke)
+    since, last_commit = 0, time.monotonic()
+    try:
+        while not stop.is_set():
+            for m in c.consume(num_messages=500, timeout=0.2):
+                err = m.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        write("error", err=str(err))
+                    continue
+                stats["group_seen"] += 1
+                since += 1
+                write("rec", p=m.partition(), o=m.offset())
+            if since >= int(g.get("commit_every", 100)) or (
+                    since and time.monotonic() - last_commit > float(g.get("commit_s", 1.0))):
+                commit()
+                since, last_commit = 0, time.monotonic()
+    finally:
+        try:
+            c.close()
+        except Exception:
+            pass
+        with lock:
+            out.close()
+
+
+def churn(cfg, stop, stats):
+    """Creates and deletes small topics (nemesis-churn-N, 1-3 partitions,
+    RF 3) through the AdminClient while the faults happen, at most `live` at
+    once, one call every `period_s`; records every call and its answer."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    ch = cfg["churn"]
+    a = AdminClient({"bootstrap.servers": cfg["bootstrap"], "socket.timeout.ms": 4000})
+    out = open(os.path.join(cfg["dir"], "churn.jsonl"), "w", buffering=1)
+    live = []
+    n = 0
+    while not stop.wait(float(ch.get("period_s", 1.5))):
+        if len(live) >= int(ch.get("live", 4)) or (live and n % 3 == 2):
+            topic, parts, op = live.pop(0), None, "delete"
+            futs = a.delete_topics([topic], operation_timeout=10, request_timeout=10)
+        else:
+            topic, parts, op = f"{ch.get('prefix', 'nemesis-churn')}-{n}", 1 + n % 3, "create"
+            futs = a.create_topics([NewTopic(topic, num_partitions=parts, replication_factor=3)],
+                                   operation_timeout=10, request_timeout=10)
+        n += 1
+        t0 = time.time()
+        rec = {"op": op, "topic": topic, "partitions": parts, "t0": t0}
+        try:
+            futs[topic].result(timeout=20)
+            rec.update(ok=True, code=None, err=None)
+            if op == "create":
+                live.append(topic)
+        except Exception as e:
+            kerr = e.args[0] if e.args and hasattr(e.args[0], "code") else None
+            rec.update(ok=False, code=kerr.name() if kerr is not None else type(e).__name__, err=str(e)[:300])
+            stats["churn_errors"] += 1
+        rec["t1"] = time.time()
+        out.write(json.dumps(rec) + "\n")
+    out.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True, help="JSON: bootstrap, topic, partitions, rate, dir, producers")
     cfg = json.loads(ap.parse_args().config)
     stop_producers = threading.Event()
     stop_consumer = threading.Event()
-    stats = {"seen": 0, "consumer_errors": 0}
+    stats = {"seen": 0, "consumer_errors": 0, "group_seen": 0, "group_commit_errors": 0, "churn_errors": 0}
     reason = ["eof"]
 
     def watch_stdin():
@@ -182,7 +304,13 @@ def main():
     if cfg.get("consumer", True):
         consumer = threading.Thread(target=consume, args=(cfg, stop_consumer, stats), name="consumer")
         consumer.start()
-    for t in threads:
+    extras = []
+    if cfg.get("group"):
+        extras += [threading.Thread(target=group_member, args=(cfg, m, stop_producers, stats), name=f"group-{m}")
+                   for m in range(int(cfg["group"].get("members", 2)))]
+    if cfg.get("churn"):
+        extras.append(threading.Thread(target=churn, args=(cfg, stop_producers, stats), name="churn"))
+    for t in threads + extras:
         t.start()
     started = time.time()
     for t in threads:
@@ -190,6 +318,8 @@ def main():
     stop_consumer.set()
     if consumer is not None:
         consumer.join(60)
+    for t in extras:
+        t.join(60)
     summary = {
         "started": started,
         "stopped": time.time(),
