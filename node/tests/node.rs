@@ -896,8 +896,11 @@ const FULL_DISK_LIMIT: u64 = 4 << 20;
 /// A full disk: the node runs under a file-size limit, so the write that
 /// takes a segment past it fails (EFBIG, as ENOSPC on a full disk). Pipelined
 /// produce requests to that partition are all answered within a bound: every
-/// one acknowledged before the failure, KAFKA_STORAGE_ERROR from the failed
-/// write on (the partition goes offline, later produces are refused at once).
+/// one acknowledged before the failure, NOT_LEADER_OR_FOLLOWER from the failed
+/// write on (the partition goes offline, later produces are refused at once;
+/// not KAFKA_STORAGE_ERROR, which librdkafka's idempotent producer reads as
+/// "not persisted" and answers with an epoch bump that duplicates records the
+/// followers already have).
 /// Another partition of the node keeps taking writes, every acknowledged
 /// record can be fetched before and after a restart without the limit, and
 /// SIGTERM stops the node within seconds.
@@ -923,7 +926,7 @@ fn full_disk_case(settings: &[&str]) {
     /// A produce answered later than this counts as never answered.
     const ANSWER_WITHIN: Duration = Duration::from_secs(5);
     const STOP_WITHIN: Duration = Duration::from_secs(10);
-    const KAFKA_STORAGE_ERROR: i16 = 56;
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 
     let tmp = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -996,7 +999,7 @@ fn full_disk_case(settings: &[&str]) {
     );
     for (n, code, message) in &failed {
         assert_eq!(
-            *code, KAFKA_STORAGE_ERROR,
+            *code, NOT_LEADER_OR_FOLLOWER,
             "produce {n} refused with {code}: {message}"
         );
     }
@@ -1010,7 +1013,7 @@ fn full_disk_case(settings: &[&str]) {
     producer.set_read_timeout(Duration::from_secs(30)).unwrap();
     let started = Instant::now();
     let (code, _) = produce(&mut producer, "full", 0, batch(&["after"], None));
-    assert_eq!(code, KAFKA_STORAGE_ERROR);
+    assert_eq!(code, NOT_LEADER_OR_FOLLOWER);
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "refused in {:?}",

@@ -320,7 +320,7 @@ async fn produce_partition(
                         }
                     }
                     Err(e) => Err(Refused {
-                        error: error_code(&e),
+                        error: produce_error_code(&e),
                         message: e.to_string(),
                     }),
                 };
@@ -338,11 +338,30 @@ async fn produce_partition(
             })
         })
         .await
-        .map_err(|e| refuse(error_code(&e), e.to_string()))?
+        .map_err(|e| refuse(produce_error_code(&e), e.to_string()))?
         .map_err(|e| match e {
-            SequenceOrLog::Log(e) => refuse(error_code(&e), e.to_string()),
+            SequenceOrLog::Log(e) => refuse(produce_error_code(&e), e.to_string()),
             SequenceOrLog::Sequence(error, message) => refuse(error, message),
         })
+}
+
+/// The error code for a produce the engine refused. A storage failure (the
+/// log went offline: a failed write, roll or fdatasync, corrupt bytes) is
+/// NOT_LEADER_OR_FOLLOWER, not KAFKA_STORAGE_ERROR: the batch may already be
+/// on the followers, and librdkafka's idempotent producer reads
+/// KAFKA_STORAGE_ERROR as "not persisted", bumps its epoch and sends the batch
+/// again under new sequence numbers, which no broker can recognize as a
+/// duplicate (the nemesis suite's disk-full runs acknowledged records twice).
+/// NOT_LEADER_OR_FOLLOWER means "possibly persisted": the client refreshes its
+/// metadata and retries with the same sequence numbers at the new leader, which
+/// answers a batch it already holds with its original offset. The controller
+/// moves the leadership away (the next heartbeat reports the partition offline).
+/// The message still says what failed.
+fn produce_error_code(e: &LogError) -> ResponseError {
+    match error_code(e) {
+        ResponseError::KafkaStorageError => ResponseError::NotLeaderOrFollower,
+        code => code,
+    }
 }
 
 /// An append refused by the engine or by the producer's sequence.
