@@ -134,6 +134,27 @@ pub struct PartitionLog {
     /// The replicated high watermark last written to `HIGH_WATERMARK_FILE`
     /// (None: never; a partition nobody replicates).
     high_watermark_checkpoint: Option<i64>,
+    /// Where the scrubber (`scrub`) goes on: a closed segment's base offset,
+    /// a batch boundary in it, and the lowest base offset the batch there may
+    /// have. None: from the first segment.
+    scrub_cursor: Option<ScrubCursor>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ScrubCursor {
+    segment: i64,
+    position: u64,
+    expected: i64,
+}
+
+/// What one `scrub` call did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScrubStep {
+    /// Bytes of batches read and verified.
+    pub bytes: u64,
+    /// The call reached the end of the last closed segment: the next call
+    /// starts over at the first.
+    pub pass_done: bool,
 }
 
 impl PartitionLog {
@@ -205,6 +226,7 @@ impl PartitionLog {
             leader_appends_fenced_below: 0,
             offline: None,
             corrupt: None,
+            scrub_cursor: None,
             high_watermark_checkpoint,
         };
         // Recovery flushed the active segment: everything left is durable.
@@ -784,6 +806,125 @@ impl PartitionLog {
             .iter()
             .find(|r| r.timestamp >= timestamp)
             .map(|r| (r.offset, r.timestamp)))
+    }
+
+    /// Verifies about `max_bytes` of closed segments from where the last call
+    /// stopped, with the read path's checks (`check_stored_header`, CRC-32C):
+    /// a flipped byte in data nobody reads (a follower's, an old segment's) is
+    /// found by the scrubber, not by the first consumer that asks for it. A
+    /// bad batch takes the log offline for corruption exactly as a read would
+    /// (`LogError::Corrupt`; the node repairs it from the other replicas).
+    /// The active segment is left alone (what it holds was just written and
+    /// recovery checks it after a crash); an offline log is skipped.
+    pub async fn scrub(&mut self, max_bytes: usize) -> Result<ScrubStep> {
+        let mut step = ScrubStep::default();
+        if self.offline_reason().is_some() || self.closed {
+            step.pass_done = true;
+            return Ok(step);
+        }
+        let active = self.segments.keys().next_back().copied();
+        let cursor = self.scrub_cursor.and_then(|c| {
+            // The segment may be gone (retention, truncation, compaction).
+            self.segments.contains_key(&c.segment).then_some(c)
+        });
+        let cursor = match cursor {
+            Some(c) => c,
+            None => match self.segments.keys().next().copied() {
+                Some(first) => ScrubCursor {
+                    segment: first,
+                    position: 0,
+                    expected: first,
+                },
+                None => {
+                    step.pass_done = true;
+                    return Ok(step);
+                }
+            },
+        };
+        if Some(cursor.segment) == active {
+            self.scrub_cursor = None;
+            step.pass_done = true;
+            return Ok(step);
+        }
+        let Some(segment) = self.segments.get(&cursor.segment) else {
+            self.scrub_cursor = None;
+            return Ok(step);
+        };
+        let (size, next_offset, path) = (segment.size(), segment.next_offset(), segment.log_path());
+        let mut want = max_bytes.clamp(READ_CHUNK_MIN_BYTES, READ_CHUNK_MAX_BYTES);
+        let mut data = segment.read(cursor.position, want).await?;
+        // A first batch larger than the read: read it whole (a header that
+        // claims more than the largest read is reported below).
+        if let Ok(h) = BatchHeader::parse(&data) {
+            if h.total_len() > data.len() && h.total_len() <= READ_CHUNK_MAX_BYTES {
+                want = h.total_len();
+                data = segment.read(cursor.position, want).await?;
+            }
+        }
+        let mut scanner = BatchScanner::new(&data);
+        let mut expected = cursor.expected;
+        let mut consumed = 0usize;
+        let mut bad: Option<(usize, i64, String)> = None;
+        for (p, h) in scanner.by_ref() {
+            if let Err(reason) = check_stored_header(&h, expected, next_offset) {
+                bad = Some((p, expected, reason));
+                break;
+            }
+            if let Err(e) = batch::crc_matches(&data[p..p + h.total_len()]) {
+                bad = Some((p, h.base_offset, e.to_string()));
+                break;
+            }
+            expected = h.next_offset();
+            consumed = p + h.total_len();
+        }
+        let end = cursor.position + consumed as u64;
+        if bad.is_none() && consumed == 0 {
+            // Not one whole batch in what was read.
+            let reason = match scanner.error() {
+                Some(e) => Some(format!("unreadable batch header: {e}")),
+                None if cursor.position + data.len() as u64 >= size && !data.is_empty() => {
+                    Some("a batch runs past the end of the segment".to_string())
+                }
+                None if !data.is_empty() => Some(format!(
+                    "a batch header claims more than the largest read ({READ_CHUNK_MAX_BYTES} \
+                     bytes; read {want})"
+                )),
+                None => None,
+            };
+            bad = reason.map(|r| (0, expected, r));
+        }
+        if let Some((p, base_offset, reason)) = bad {
+            self.scrub_cursor = None;
+            return Err(self.mark_corrupt(Corruption {
+                path,
+                segment_base_offset: cursor.segment,
+                position: cursor.position + p as u64,
+                base_offset,
+                reason,
+            }));
+        }
+        step.bytes = consumed as u64;
+        self.scrub_cursor = if end >= size {
+            // This segment is done: the next one, or a new pass.
+            match self.segments.range(cursor.segment + 1..).next() {
+                Some((&next, _)) if Some(next) != active => Some(ScrubCursor {
+                    segment: next,
+                    position: 0,
+                    expected: next,
+                }),
+                _ => {
+                    step.pass_done = true;
+                    None
+                }
+            }
+        } else {
+            Some(ScrubCursor {
+                segment: cursor.segment,
+                position: end,
+                expected,
+            })
+        };
+        Ok(step)
     }
 
     /// Removes every batch from the one holding `offset` on (Kafka's truncateTo):

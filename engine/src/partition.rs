@@ -163,6 +163,12 @@ impl Partition {
             .await
     }
 
+    /// One step of the scrubber (`PartitionLog::scrub`), under the write lock
+    /// as a read from disk is.
+    pub async fn scrub(&self, max_bytes: usize) -> Result<crate::log::ScrubStep> {
+        self.write().await?.scrub(max_bytes).await
+    }
+
     pub async fn list_offset(&self, query: OffsetQuery) -> Result<Option<(i64, i64)>> {
         match query {
             OffsetQuery::Earliest => Ok(Some((self.shared().await?.log_start_offset(), -1))),

@@ -83,6 +83,9 @@ pub struct NodeConfig {
     pub flush_interval_ms: u64,
     pub checkpoint_interval_ms: u64,
     pub retention_check_interval_ms: u64,
+    /// `skiff.log.scrub.bytes.per.second`: closed segments each core verifies
+    /// per second in the background (0: off).
+    pub scrub_bytes_per_second: u64,
     pub batch_cache_bytes: usize,
     pub io_memory_bytes: usize,
     pub offsets_topic_num_partitions: i32,
@@ -144,6 +147,7 @@ impl NodeConfig {
             flush_interval_ms: 1000,
             checkpoint_interval_ms: 60_000,
             retention_check_interval_ms: 300_000,
+            scrub_bytes_per_second: skiff_engine::shard::SCRUB_BYTES_PER_SECOND,
             batch_cache_bytes: 256 << 20,
             io_memory_bytes: 64 << 20,
             offsets_topic_num_partitions: 4,
@@ -287,6 +291,7 @@ impl NodeConfig {
             "log.flush.interval.ms" => self.flush_interval_ms = num!(),
             "log.flush.offset.checkpoint.interval.ms" => self.checkpoint_interval_ms = num!(),
             "log.retention.check.interval.ms" => self.retention_check_interval_ms = num!(),
+            "skiff.log.scrub.bytes.per.second" => self.scrub_bytes_per_second = num!(),
             "skiff.batch.cache.bytes" => self.batch_cache_bytes = num!(),
             "skiff.io.memory.bytes" => self.io_memory_bytes = num!(),
             "offsets.topic.num.partitions" => {

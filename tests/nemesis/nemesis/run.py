@@ -32,6 +32,11 @@ ROLL_MS = 3000
 # default: a whole run) is this small, so readers of older offsets read the
 # disk and may meet the flipped byte.
 BITFLIP_CACHE_BYTES = 64 << 10
+# With bitflip, the nodes' scrubber verifies this many bytes of closed
+# segments per second and core (8 MiB/s by default): a pass over a short run's
+# data takes well under a second, so a flip in a segment no one reads (a
+# follower's) is found and repaired before the final comparison.
+BITFLIP_SCRUB_BYTES_PER_S = 64 << 20
 # Findings that are anomalies (besides the checker's kinds).
 ANOMALY_FINDINGS = ("controller_not_replaced", "stale_controller_committed")
 NODE_IDS = (1, 2, 3)
@@ -312,6 +317,7 @@ class Run:
             # cache would serve a whole short run from memory and hide the
             # flipped byte from every reader).
             settings["skiff.batch.cache.bytes"] = str(BITFLIP_CACHE_BYTES)
+            settings["skiff.log.scrub.bytes.per.second"] = str(BITFLIP_SCRUB_BYTES_PER_S)
         for i in NODE_IDS:
             self.nodes[i] = Node(i, quorum, self.cfg.skiff_bin, self.run_dir, settings)
         if "disk-full" in self.cfg.nemeses:
