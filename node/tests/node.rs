@@ -896,11 +896,13 @@ const FULL_DISK_LIMIT: u64 = 4 << 20;
 /// A full disk: the node runs under a file-size limit, so the write that
 /// takes a segment past it fails (EFBIG, as ENOSPC on a full disk). Pipelined
 /// produce requests to that partition are all answered within a bound: every
-/// one acknowledged before the failure, NOT_LEADER_OR_FOLLOWER from the failed
-/// write on (the partition goes offline, later produces are refused at once;
-/// not KAFKA_STORAGE_ERROR, which librdkafka's idempotent producer reads as
-/// "not persisted" and answers with an epoch bump that duplicates records the
-/// followers already have).
+/// one acknowledged before the failure, then NOT_ENOUGH_REPLICAS_AFTER_APPEND
+/// for a batch already in the log when the write failed ("possibly persisted":
+/// librdkafka's idempotent producer retries it with the same sequence numbers;
+/// NOT_LEADER_OR_FOLLOWER or KAFKA_STORAGE_ERROR, "not persisted", made it
+/// resend under a bumped epoch and duplicate what the followers had) and
+/// NOT_LEADER_OR_FOLLOWER for one refused before it reached the log (the
+/// partition goes offline, later produces are refused at once).
 /// Another partition of the node keeps taking writes, every acknowledged
 /// record can be fetched before and after a restart without the limit, and
 /// SIGTERM stops the node within seconds.
@@ -927,6 +929,7 @@ fn full_disk_case(settings: &[&str]) {
     const ANSWER_WITHIN: Duration = Duration::from_secs(5);
     const STOP_WITHIN: Duration = Duration::from_secs(10);
     const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
 
     let tmp = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -998,8 +1001,14 @@ fn full_disk_case(settings: &[&str]) {
         acked.len()
     );
     for (n, code, message) in &failed {
+        assert!(
+            *code == NOT_LEADER_OR_FOLLOWER || *code == NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            "produce {n} refused with {code}: {message}"
+        );
+        // Only a batch in the log is "possibly persisted", and it says so.
         assert_eq!(
-            *code, NOT_LEADER_OR_FOLLOWER,
+            *code == NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            message.contains("written to the log"),
             "produce {n} refused with {code}: {message}"
         );
     }

@@ -319,9 +319,12 @@ async fn produce_partition(
                             Ok(())
                         }
                     }
+                    // Appended, then the flush failed: "possibly persisted"
+                    // (see `replica::await_replicated`), never a code that
+                    // says it is not in the log.
                     Err(e) => Err(Refused {
-                        error: produce_error_code(&e),
-                        message: e.to_string(),
+                        error: ResponseError::NotEnoughReplicasAfterAppend,
+                        message: format!("written to the log, but not made durable: {e}"),
                     }),
                 };
                 let _ = tx.send(result);
@@ -345,18 +348,15 @@ async fn produce_partition(
         })
 }
 
-/// The error code for a produce the engine refused. A storage failure (the
-/// log went offline: a failed write, roll or fdatasync, corrupt bytes) is
-/// NOT_LEADER_OR_FOLLOWER, not KAFKA_STORAGE_ERROR: the batch may already be
-/// on the followers, and librdkafka's idempotent producer reads
-/// KAFKA_STORAGE_ERROR as "not persisted", bumps its epoch and sends the batch
-/// again under new sequence numbers, which no broker can recognize as a
-/// duplicate (the nemesis suite's disk-full runs acknowledged records twice).
-/// NOT_LEADER_OR_FOLLOWER means "possibly persisted": the client refreshes its
-/// metadata and retries with the same sequence numbers at the new leader, which
-/// answers a batch it already holds with its original offset. The controller
-/// moves the leadership away (the next heartbeat reports the partition offline).
-/// The message still says what failed.
+/// The error code for a produce the engine refused before its batch was in
+/// the log. A storage failure (the log went offline: a failed write, roll or
+/// fdatasync, corrupt bytes) is NOT_LEADER_OR_FOLLOWER, as for any leader that
+/// cannot take writes: the client refreshes its metadata and finds the leader
+/// the controller moves the partition to (the next heartbeat reports it
+/// offline). Both that and KAFKA_STORAGE_ERROR mean "not persisted" to
+/// librdkafka, which is true here; a batch already in the log is answered
+/// "possibly persisted" instead (NOT_ENOUGH_REPLICAS_AFTER_APPEND, see
+/// `replica::await_replicated`). The message still says what failed.
 fn produce_error_code(e: &LogError) -> ResponseError {
     match error_code(e) {
         ResponseError::KafkaStorageError => ResponseError::NotLeaderOrFollower,

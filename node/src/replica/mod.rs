@@ -266,6 +266,17 @@ fn publish(leader: &mut Leader, partition: &Partition, hw: i64) {
 /// acks=all: waits until the high watermark covers `end` (the last offset of
 /// the append + 1), at most `timeout`; then checks that the ISR is still at
 /// least min.insync.replicas (NOT_ENOUGH_REPLICAS_AFTER_APPEND otherwise).
+///
+/// The write is in the log when this runs, and followers may have fetched it:
+/// every refusal says "possibly persisted" (REQUEST_TIMED_OUT or
+/// NOT_ENOUGH_REPLICAS_AFTER_APPEND), never NOT_LEADER_OR_FOLLOWER, also when
+/// the leadership moved meanwhile. librdkafka's idempotent producer reads
+/// NOT_LEADER_OR_FOLLOWER as "not persisted"; when a later write of the same
+/// producer then succeeds at the new leader (which holds this one), it sees a
+/// sequence gap, bumps its epoch and sends this write again under new sequence
+/// numbers: a duplicate no broker can recognise (the nemesis suite's bitflip
+/// on a leader found it). "Possibly persisted" makes it retry with the same
+/// sequence numbers, which the new leader answers with the original offset.
 pub async fn await_replicated(
     tp: &TopicPartition,
     end: i64,
@@ -285,8 +296,8 @@ pub async fn await_replicated(
             Ok(rx)
         }
         _ => Err(Refusal::new(
-            ResponseError::NotLeaderOrFollower,
-            format!("this node no longer leads {tp}"),
+            ResponseError::NotEnoughReplicasAfterAppend,
+            format!("{tp}: written to this node's log, but it no longer leads the partition"),
         )),
     })?;
     let timed_out = Refusal::new(
@@ -297,8 +308,11 @@ pub async fn await_replicated(
         Some(Ok(())) => {}
         Some(Err(_)) => {
             return Err(Refusal::new(
-                ResponseError::NotLeaderOrFollower,
-                format!("this node stopped leading {tp} before the write was replicated"),
+                ResponseError::NotEnoughReplicasAfterAppend,
+                format!(
+                    "{tp}: written to this node's log, but it stopped leading the partition \
+                     before the in-sync replicas confirmed it"
+                ),
             ))
         }
         None => return Err(timed_out),
@@ -306,8 +320,8 @@ pub async fn await_replicated(
     with_role(tp, |role| match role {
         Some(Role::Leader(l)) => Ok(l.state.check_after_append()?),
         _ => Err(Refusal::new(
-            ResponseError::NotLeaderOrFollower,
-            format!("this node stopped leading {tp}"),
+            ResponseError::NotEnoughReplicasAfterAppend,
+            format!("{tp}: written to this node's log, but it stopped leading the partition"),
         )),
     })
 }
