@@ -400,6 +400,26 @@ impl PartitionLog {
 
     /// Appends one batch. The batch is validated first (CRC, lengths, record
     /// count); an invalid batch is rejected with nothing written.
+    /// The refusals `append` would give whatever the batch: the log is
+    /// offline or closed, or a leader append at a fenced epoch. Callers that
+    /// check something else first (an idempotent producer's sequence) run this
+    /// before, so a refusal that says "not in the log" comes in the same order
+    /// as Kafka's (leadership and log first, then the sequence).
+    pub fn check_appendable(&self, mode: AppendMode) -> Result<()> {
+        self.check_writable()?;
+        match mode {
+            AppendMode::Leader { leader_epoch }
+                if leader_epoch < self.leader_appends_fenced_below =>
+            {
+                Err(LogError::FencedLeaderEpoch {
+                    epoch: leader_epoch,
+                    fenced_below: self.leader_appends_fenced_below,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub async fn append(&mut self, mut batch: BytesMut, mode: AppendMode) -> Result<AppendInfo> {
         self.check_writable()?;
         if batch.len() > self.config.max_batch_bytes {

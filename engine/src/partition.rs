@@ -163,6 +163,11 @@ impl Partition {
             .await
     }
 
+    /// `PartitionLog::check_appendable`, under the read lock.
+    pub async fn check_appendable(&self, mode: AppendMode) -> Result<()> {
+        self.shared().await?.check_appendable(mode)
+    }
+
     /// One step of the scrubber (`PartitionLog::scrub`), under the write lock
     /// as a read from disk is.
     pub async fn scrub(&self, max_bytes: usize) -> Result<crate::log::ScrubStep> {

@@ -1028,6 +1028,31 @@ fn full_disk_case(settings: &[&str]) {
         "refused in {:?}",
         started.elapsed()
     );
+    // An idempotent producer's pipelined batches all get the log's refusal,
+    // checked before their sequence: the second one must not be answered
+    // UNKNOWN_PRODUCER_ID or OUT_OF_ORDER_SEQUENCE_NUMBER because the first
+    // was refused (librdkafka reads that as skipped sequence numbers and
+    // bumps its epoch, which can duplicate writes still waiting).
+    let idempotent = |seq: i32| {
+        ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("full")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch(&["idempotent"], Some((4242, 0, seq)))))])])
+    };
+    let first = producer.send(&idempotent(0), 9).unwrap();
+    let second = producer.send(&idempotent(1), 9).unwrap();
+    for (seq, id) in [(0, first), (1, second)] {
+        let r: ProduceResponse = producer.receive::<ProduceRequest, _>(id, 9).unwrap();
+        let code = r.responses[0].partition_responses[0].error_code;
+        assert_eq!(
+            code, NOT_LEADER_OR_FOLLOWER,
+            "idempotent batch at sequence {seq}"
+        );
+    }
     // The other partition's writes still succeed.
     assert_eq!(
         produce(&mut admin, "other", 0, batch(&["during"], None)),

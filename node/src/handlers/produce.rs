@@ -160,9 +160,10 @@ impl ProducePending {
                 Ok(p) => match p.durable.await {
                     Ok(Ok(())) => Ok(p.appended),
                     Ok(Err(refused)) => Err(refused),
+                    // In the log already: "possibly persisted".
                     Err(_) => Err(Refused {
-                        error: ResponseError::NotLeaderOrFollower,
-                        message: "the partition's core stopped".into(),
+                        error: ResponseError::NotEnoughReplicasAfterAppend,
+                        message: "written to the log, but the partition's core stopped".into(),
                     }),
                 },
                 Err(r) => Err(r),
@@ -403,6 +404,13 @@ async fn append_idempotent(
             .acquire_permit(1)
             .await
             .map_err(|_| LogError::RuntimeStopped)?;
+        // The log first, then the sequence, as Kafka orders them: after an
+        // offline log or a fence refused batch N ("not persisted"), batch
+        // N+1 must get the same refusal, not OUT_OF_ORDER_SEQUENCE_NUMBER.
+        // librdkafka reads that pair as skipped sequence numbers and bumps
+        // its epoch, renumbering writes still waiting that may already be in
+        // the log: duplicates (nemesis seed 2000, bitflip on a leader).
+        partition.check_appendable(mode).await?;
         if !producers.loaded.get() {
             rebuild(partition, tp, &producers).await?;
             producers.loaded.set(true);
