@@ -33,8 +33,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "16,100,1000,10000")]
     pub partitions: Vec<i32>,
     /// Idle connection counts to measure (on a fresh 16-partition cluster);
-    /// empty to skip.
-    #[arg(long, value_delimiter = ',', default_value = "10,1000")]
+    /// the flag with no value skips them.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "10,1000")]
     pub idle_connections: Vec<usize>,
     /// Nodes per cluster; the topic's replication factor is the same.
     #[arg(long, default_value_t = 1)]
