@@ -38,7 +38,7 @@ use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use common::{batch, mutable, run};
+use common::{batch, mutable, run, segment_bases};
 use skiff_engine::batch::BatchHeader;
 use skiff_engine::batch_cache::BatchCache;
 use skiff_engine::segment::index::{decode_offset_entries, decode_time_entries};
@@ -349,18 +349,6 @@ fn check_epochs(dir: &Path, cycle: usize) {
         );
         log.close().await.unwrap();
     });
-}
-
-fn segment_bases(dir: &Path) -> Vec<i64> {
-    let mut bases: Vec<i64> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            name.strip_suffix(".log").and_then(|b| b.parse().ok())
-        })
-        .collect();
-    bases.sort_unstable();
-    bases
 }
 
 struct Acked {

@@ -627,18 +627,6 @@ fn a_failed_sync_takes_the_log_offline_until_reopened() {
 }
 
 /// The `.log` files of a partition directory, by base offset.
-fn segment_files(dir: &std::path::Path) -> Vec<i64> {
-    let mut bases: Vec<i64> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            name.strip_suffix(".log").and_then(|b| b.parse().ok())
-        })
-        .collect();
-    bases.sort_unstable();
-    bases
-}
-
 /// A replica batch at `base` in leader epoch `epoch`.
 fn replica_batch(seed: u64, base: i64, records: usize, epoch: i32) -> bytes::BytesMut {
     let mut b = mutable(&batch(seed, records, 300, seed as i64));
@@ -690,7 +678,7 @@ fn truncate_fully_and_start_at_starts_an_empty_log_there() {
         assert_eq!(log.segment_count(), 1);
         assert_eq!(log.segments().next().unwrap().base_offset(), start);
         assert!(log.leader_epochs().entries().is_empty());
-        assert_eq!(segment_files(&path), vec![start]);
+        assert_eq!(segment_bases(&path), vec![start]);
         assert!(log
             .read(start, 100, i64::MAX)
             .await
@@ -747,7 +735,7 @@ fn truncate_fully_and_start_at_starts_an_empty_log_there() {
             );
         }
         assert_eq!(log.leader_epochs().latest_epoch(), Some(7));
-        assert!(segment_files(&path).iter().all(|&b| b >= start));
+        assert!(segment_bases(&path).iter().all(|&b| b >= start));
         log.close().await.unwrap();
     });
 }
@@ -773,7 +761,7 @@ fn an_empty_log_starts_over_below_its_start_for_a_straddling_batch() {
         ));
         log.truncate_fully_and_start_at(95).await.unwrap();
         assert_eq!((log.log_start_offset(), log.log_end_offset()), (95, 95));
-        assert_eq!(segment_files(&path), vec![95]);
+        assert_eq!(segment_bases(&path), vec![95]);
         log.append(straddling, AppendMode::Replica).await.unwrap();
         assert_eq!(log.delete_records(100, 105).await.unwrap(), 100);
         log.close().await.unwrap();
@@ -831,7 +819,7 @@ fn an_interrupted_truncate_fully_recovers_to_the_old_log_or_the_new_one() {
             log.close().await.unwrap();
             if new_start.is_some() {
                 assert!(
-                    !segment_files(&path).contains(&at),
+                    !segment_bases(&path).contains(&at),
                     "the empty gap segment went"
                 );
             }
@@ -852,7 +840,7 @@ fn an_interrupted_truncate_fully_recovers_to_the_old_log_or_the_new_one() {
             std::fs::write(path.join(format!("{start:020}.log")), b"").unwrap();
             write_start_checkpoint(&path, start);
             if !keep_old {
-                let first = segment_files(&path)[0];
+                let first = segment_bases(&path)[0];
                 for suffix in ["index", "timeindex", "log"] {
                     std::fs::remove_file(path.join(format!("{first:020}.{suffix}"))).unwrap();
                 }
@@ -863,7 +851,7 @@ fn an_interrupted_truncate_fully_recovers_to_the_old_log_or_the_new_one() {
                 (start, start)
             );
             assert!(log.leader_epochs().entries().is_empty(), "no epochs");
-            assert_eq!(segment_files(&path), vec![start]);
+            assert_eq!(segment_bases(&path), vec![start]);
             let info = log
                 .append(replica_batch(3, start, 2, 9), AppendMode::Replica)
                 .await
@@ -895,7 +883,7 @@ fn a_log_ending_below_its_checkpointed_start_starts_over_there() {
             (end + 10, end + 10)
         );
         assert!(log.leader_epochs().entries().is_empty());
-        assert_eq!(segment_files(&path), vec![end + 10]);
+        assert_eq!(segment_bases(&path), vec![end + 10]);
         let info = log
             .append(mutable(&batch(1, 1, 10, 0)), LEADER)
             .await
@@ -917,12 +905,12 @@ fn recovery_removes_segments_wholly_below_the_checkpointed_start() {
         let end = fill(&mut log).await;
         let all = read_all(&mut log, 0).await;
         log.close().await.unwrap();
-        let files = segment_files(&path);
+        let files = segment_bases(&path);
         let start = files[2];
         write_start_checkpoint(&path, start);
         let mut log = open_uncached(&path, small_config()).await.unwrap();
         assert_eq!((log.log_start_offset(), log.log_end_offset()), (start, end));
-        assert_eq!(segment_files(&path), files[2..].to_vec());
+        assert_eq!(segment_bases(&path), files[2..].to_vec());
         let first = log.leader_epochs().entries()[0];
         assert_eq!((first.epoch, first.start_offset), (1, start));
         let kept: Vec<_> = all
@@ -1162,7 +1150,7 @@ fn a_flipped_byte_on_disk_is_never_served_and_repair_cuts_before_it() {
             log.close().await.unwrap();
 
             // The third batch of the second (closed) segment.
-            let second = path.join(format!("{:020}.log", segment_files(&path)[1]));
+            let second = path.join(format!("{:020}.log", segment_bases(&path)[1]));
             let mut bytes = std::fs::read(&second).unwrap();
             let (position, header) = BatchScanner::new(&bytes).nth(2).unwrap();
             let bad_offset = header.base_offset;

@@ -5,23 +5,11 @@
 
 mod common;
 
-use common::{batch, mutable, open_uncached, run, small_config};
+use common::{batch, mutable, open_uncached, run, segment_bases, small_config};
 use skiff_engine::batch::BatchScanner;
 use skiff_engine::{AppendMode, LogError};
 
 const LEADER: AppendMode = AppendMode::Leader { leader_epoch: 1 };
-
-fn segment_files(dir: &std::path::Path) -> Vec<i64> {
-    let mut bases: Vec<i64> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            name.strip_suffix(".log").and_then(|b| b.parse().ok())
-        })
-        .collect();
-    bases.sort_unstable();
-    bases
-}
 
 #[test]
 fn a_pass_verifies_every_closed_segment_and_finds_a_flipped_byte() {
@@ -35,7 +23,7 @@ fn a_pass_verifies_every_closed_segment_and_finds_a_flipped_byte() {
                 .unwrap();
         }
         log.flush().await.unwrap();
-        let bases = segment_files(&path);
+        let bases = segment_bases(&path);
         assert!(bases.len() > 3, "small segment.bytes must roll");
         let closed: u64 = bases[..bases.len() - 1]
             .iter()

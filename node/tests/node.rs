@@ -945,7 +945,7 @@ fn full_disk_case(settings: &[&str]) {
     );
 
     let value = |n: usize| format!("{n:06}:{}", "v".repeat(VALUE_BYTES));
-    let request = |n: usize| {
+    let acks_all_to_full = |records: Bytes| {
         ProduceRequest::default()
             .with_acks(-1)
             .with_timeout_ms(10_000)
@@ -953,8 +953,9 @@ fn full_disk_case(settings: &[&str]) {
                 .with_name(TopicName(StrBytes::from_static_str("full")))
                 .with_partition_data(vec![PartitionProduceData::default()
                     .with_index(0)
-                    .with_records(Some(batch(&[&value(n)], None)))])])
+                    .with_records(Some(records))])])
     };
+    let request = |n: usize| acks_all_to_full(batch(&[&value(n)], None));
     let mut producer = node.client();
     producer.set_read_timeout(ANSWER_WITHIN).unwrap();
     // Far more than the limit leaves room for: some write must fail.
@@ -1033,16 +1034,7 @@ fn full_disk_case(settings: &[&str]) {
     // UNKNOWN_PRODUCER_ID or OUT_OF_ORDER_SEQUENCE_NUMBER because the first
     // was refused (librdkafka reads that as skipped sequence numbers and
     // bumps its epoch, which can duplicate writes still waiting).
-    let idempotent = |seq: i32| {
-        ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(10_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_static_str("full")))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(batch(&["idempotent"], Some((4242, 0, seq)))))])])
-    };
+    let idempotent = |seq: i32| acks_all_to_full(batch(&["idempotent"], Some((4242, 0, seq))));
     let first = producer.send(&idempotent(0), 9).unwrap();
     let second = producer.send(&idempotent(1), 9).unwrap();
     for (seq, id) in [(0, first), (1, second)] {

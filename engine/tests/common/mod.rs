@@ -62,6 +62,19 @@ pub fn mutable(b: &Bytes) -> BytesMut {
     BytesMut::from(&b[..])
 }
 
+/// Base offsets of the `.log` files in `dir`, ascending.
+pub fn segment_bases(dir: &Path) -> Vec<i64> {
+    let mut bases: Vec<i64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".log").and_then(|b| b.parse().ok())
+        })
+        .collect();
+    bases.sort_unstable();
+    bases
+}
+
 /// Every batch of the log from `from`, read in steps.
 pub async fn read_all(log: &mut PartitionLog, from: i64) -> Vec<Bytes> {
     let mut out = Vec::new();
