@@ -139,6 +139,14 @@ class _NetFault(Fault):
     def _count_drops(self, run):
         self.dropped_before = {ns: run.net.dropped(ns) or 0 for ns in run.net.hosts}
 
+    def _cut_from_other_nodes(self, run):
+        """Both directions between this node and every other node."""
+        self._count_drops(run)
+        me = net.node_ns(self.node)
+        for other in run.nodes:
+            if other != self.node:
+                self.rules += run.net.cut(me, net.node_ns(other))
+
     def heal(self, run):
         dropped = sum((run.net.dropped(ns) or 0) - before for ns, before in self.dropped_before.items())
         run.net.remove(self.rules)
@@ -154,12 +162,8 @@ class Isolate(_NetFault):
         return f"node {self.node} (leader of p{self.partition}) from all"
 
     def start(self, run):
-        self._count_drops(run)
-        me = net.node_ns(self.node)
-        for other in run.nodes:
-            if other != self.node:
-                self.rules += run.net.cut(me, net.node_ns(other))
-        self.rules += run.net.cut(me, net.CLIENT_NS)
+        self._cut_from_other_nodes(run)
+        self.rules += run.net.cut(net.node_ns(self.node), net.CLIENT_NS)
 
 
 class PartitionLeader(_NetFault):
@@ -170,11 +174,7 @@ class PartitionLeader(_NetFault):
         return f"node {self.node} (leader of p{self.partition}) | others"
 
     def start(self, run):
-        self._count_drops(run)
-        me = net.node_ns(self.node)
-        for other in run.nodes:
-            if other != self.node:
-                self.rules += run.net.cut(me, net.node_ns(other))
+        self._cut_from_other_nodes(run)
 
 
 class OneWay(_NetFault):
