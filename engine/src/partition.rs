@@ -10,6 +10,7 @@
 //! The lock is a glommio (single-thread) lock: nothing here is shared across cores.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -238,14 +239,6 @@ impl Partition {
         }
     }
 
-    /// Waits until the log end passes `seen` or `timeout` elapses: the long
-    /// poll of a follower's fetch (followers read to the log end, not the
-    /// high watermark).
-    pub async fn wait_for_end(&self, seen: i64, timeout: std::time::Duration) {
-        self.wait_until(|p| p.log_end_offset.get() > seen, timeout)
-            .await
-    }
-
     /// OffsetsForLeaderEpoch: the largest epoch <= `epoch` this log knows and
     /// its end offset (the next epoch's start, or the log end). None when the
     /// log knows no epoch that old.
@@ -320,32 +313,21 @@ impl Partition {
 
     /// Waits until the high watermark passes `seen` or `timeout` elapses: the
     /// long poll of a consumer's fetch that saw `seen` as its high watermark.
-    pub async fn wait_for_data(&self, seen: i64, timeout: std::time::Duration) {
-        self.wait_until(|p| p.high_watermark() > seen, timeout)
-            .await
+    pub async fn wait_for_data(self: &Rc<Self>, seen: i64, timeout: std::time::Duration) {
+        wait_for_any(&[(self.clone(), seen)], LongPoll::HighWatermark, timeout).await
     }
 
-    /// Waits until `passed` holds or `timeout` elapses, re-checking after
-    /// every append, flush and high watermark change. The check and the
-    /// registration for a wake-up happen with no await between them, so a
-    /// change that lands in between is not missed.
-    async fn wait_until(&self, passed: impl Fn(&Self) -> bool, timeout: std::time::Duration) {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let changed = self.changed.wait();
-            if passed(self) {
-                return;
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            futures_util::future::select(
-                std::pin::pin!(changed),
-                std::pin::pin!(glommio::timer::sleep(left)),
-            )
-            .await;
+    /// Whether what a long poll waits on has passed `seen`.
+    fn passed(&self, what: LongPoll, seen: i64) -> bool {
+        match what {
+            LongPoll::HighWatermark => self.high_watermark() > seen,
+            LongPoll::LogEnd => self.log_end_offset.get() > seen,
         }
+    }
+
+    /// Long polls waiting on this partition now (each holds one waker).
+    pub fn long_poll_waiters(&self) -> usize {
+        self.changed.waiters()
     }
 
     /// Applies new settings (topic config changes); they take effect from the next
@@ -564,6 +546,46 @@ impl Partition {
     }
 }
 
+/// What a long poll waits to pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LongPoll {
+    /// A consumer's fetch: the high watermark.
+    HighWatermark,
+    /// A follower's fetch: the log end (followers read past the high watermark).
+    LogEnd,
+}
+
+/// Waits until any of `partitions` passes the offset its reader saw, or
+/// `timeout` elapses: the long poll of one fetch over every partition it
+/// reads on this core, one task however many partitions. Re-checks after
+/// every append, flush and high watermark change of any of them; the check
+/// and the registration for a wake-up happen with no await between them, so
+/// a change that lands in between is not missed.
+pub async fn wait_for_any(
+    partitions: &[(Rc<Partition>, i64)],
+    what: LongPoll,
+    timeout: std::time::Duration,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let changed: Vec<SignalWait<'_>> =
+            partitions.iter().map(|(p, _)| p.changed.wait()).collect();
+        if partitions.iter().any(|(p, seen)| p.passed(what, *seen)) {
+            return;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let sleep = std::pin::pin!(glommio::timer::sleep(left));
+        if changed.is_empty() {
+            sleep.await;
+            return;
+        }
+        futures_util::future::select(futures_util::future::select_all(changed), sleep).await;
+    }
+}
+
 /// The running group commit of a partition: `flushing` is set while it lives;
 /// dropping it (after the flush, or with a flush future cancelled mid-way)
 /// clears it and wakes every waiter, so none waits on a flush nobody runs.
@@ -584,11 +606,16 @@ impl Drop for FlushRunning<'_> {
     }
 }
 
-/// Wakes every waiter once per `notify_all`: a single-threaded condition variable.
+/// Wakes every waiter once per `notify_all`: a single-threaded condition
+/// variable. Each wait holds at most one registered waker, replaced when it is
+/// polled again and removed when the wait is dropped: a long poll that times
+/// out on an idle partition leaves nothing behind (a kept waker would also keep
+/// its finished task's memory alive until the partition next changed).
 #[derive(Default)]
 struct Signal {
     generation: Cell<u64>,
-    waiters: RefCell<Vec<Waker>>,
+    next_key: Cell<u64>,
+    waiters: RefCell<HashMap<u64, Waker>>,
 }
 
 impl Signal {
@@ -596,29 +623,61 @@ impl Signal {
         SignalWait {
             signal: self,
             generation: self.generation.get(),
+            key: None,
         }
     }
 
     fn notify_all(&self) {
         self.generation.set(self.generation.get() + 1);
-        for w in self.waiters.borrow_mut().drain(..) {
+        let woken = std::mem::take(&mut *self.waiters.borrow_mut());
+        for (_, w) in woken {
             w.wake();
         }
+    }
+
+    fn waiters(&self) -> usize {
+        self.waiters.borrow().len()
     }
 }
 
 struct SignalWait<'a> {
     signal: &'a Signal,
     generation: u64,
+    /// This wait's entry in `waiters` once it has been polled.
+    key: Option<u64>,
 }
 
 impl Future for SignalWait<'_> {
     type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.signal.generation.get() != self.generation {
             return Poll::Ready(());
         }
-        self.signal.waiters.borrow_mut().push(cx.waker().clone());
+        let key = match self.key {
+            Some(key) => key,
+            None => {
+                let key = self.signal.next_key.get();
+                self.signal.next_key.set(key + 1);
+                self.key = Some(key);
+                key
+            }
+        };
+        let mut waiters = self.signal.waiters.borrow_mut();
+        match waiters.get_mut(&key) {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            Some(w) => w.clone_from(cx.waker()),
+            None => {
+                waiters.insert(key, cx.waker().clone());
+            }
+        }
         Poll::Pending
+    }
+}
+
+impl Drop for SignalWait<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            self.signal.waiters.borrow_mut().remove(&key);
+        }
     }
 }

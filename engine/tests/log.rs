@@ -421,6 +421,76 @@ fn long_poll_wakes_on_append_and_never_misses_one() {
     });
 }
 
+/// One long poll over many partitions (a fetch's, per core): it wakes when any
+/// of them passes what it saw, follows the log end for a follower, and a poll
+/// that ends (timeout or wake) leaves no waker behind on the partitions that
+/// did not change: an idle partition polled all day holds none.
+#[test]
+fn long_poll_over_many_partitions_wakes_on_any_and_leaves_no_waiters() {
+    use skiff_engine::{wait_for_any, LongPoll};
+    use std::rc::Rc;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let mut parts = Vec::new();
+        for i in 0..3 {
+            let log = open(&root.join(format!("t-{i}")), small_config())
+                .await
+                .unwrap();
+            parts.push(Rc::new(skiff_engine::Partition::new(log)));
+        }
+        let polled: Vec<(Rc<skiff_engine::Partition>, i64)> =
+            parts.iter().map(|p| (p.clone(), 0)).collect();
+        // Idle: many timed-out polls, no waker kept.
+        for _ in 0..50 {
+            wait_for_any(&polled, LongPoll::HighWatermark, Duration::from_millis(1)).await;
+        }
+        for p in &parts {
+            assert_eq!(p.long_poll_waiters(), 0);
+        }
+        // An append to the last partition wakes a poll over all three.
+        let writer = parts[2].clone();
+        let appender = glommio::spawn_local(async move {
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            writer
+                .append(mutable(&batch(0, 1, 10, 0)), LEADER)
+                .await
+                .unwrap();
+        });
+        let t = Instant::now();
+        let high_watermarks: Vec<(Rc<skiff_engine::Partition>, i64)> = parts
+            .iter()
+            .map(|p| (p.clone(), p.high_watermark()))
+            .collect();
+        assert_eq!(high_watermarks[2].1, 0);
+        wait_for_any(
+            &high_watermarks,
+            LongPoll::HighWatermark,
+            Duration::from_secs(30),
+        )
+        .await;
+        assert!(t.elapsed() < Duration::from_secs(10), "woken by the append");
+        appender.await;
+        for p in &parts {
+            assert_eq!(p.long_poll_waiters(), 0, "a finished poll left a waker");
+        }
+        // A follower's poll passes on the log end; a consumer's that saw the
+        // high watermark at 1 does not.
+        let ends: Vec<(Rc<skiff_engine::Partition>, i64)> =
+            parts.iter().map(|p| (p.clone(), p.log_end())).collect();
+        let t = Instant::now();
+        wait_for_any(&ends, LongPoll::LogEnd, Duration::from_millis(30)).await;
+        assert!(
+            t.elapsed() >= Duration::from_millis(30),
+            "nothing passed the ends"
+        );
+        for p in parts {
+            p.close().await.unwrap();
+        }
+    });
+}
+
 /// Retention by time and size with the clock passed in: whole closed segments
 /// only, never the active one, never at or past the high watermark; the log start
 /// offset moves and survives a reopen.

@@ -88,6 +88,12 @@ pub struct NodeConfig {
     pub scrub_bytes_per_second: u64,
     pub batch_cache_bytes: usize,
     pub io_memory_bytes: usize,
+    /// `max.incremental.fetch.session.cache.slots`: KIP-227 fetch sessions the
+    /// node holds, shared out over its cores (0: none, every fetch is full).
+    pub fetch_session_cache_slots: usize,
+    /// `min.incremental.fetch.session.eviction.ms`: a session idle this long
+    /// gives way to any new one.
+    pub fetch_session_eviction_ms: u64,
     pub offsets_topic_num_partitions: i32,
     pub group_min_session_timeout_ms: i32,
     pub group_max_session_timeout_ms: i32,
@@ -150,6 +156,8 @@ impl NodeConfig {
             scrub_bytes_per_second: skiff_engine::shard::SCRUB_BYTES_PER_SECOND,
             batch_cache_bytes: 256 << 20,
             io_memory_bytes: 64 << 20,
+            fetch_session_cache_slots: 1000,
+            fetch_session_eviction_ms: 120_000,
             offsets_topic_num_partitions: 4,
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,
@@ -294,6 +302,8 @@ impl NodeConfig {
             "skiff.log.scrub.bytes.per.second" => self.scrub_bytes_per_second = num!(),
             "skiff.batch.cache.bytes" => self.batch_cache_bytes = num!(),
             "skiff.io.memory.bytes" => self.io_memory_bytes = num!(),
+            "max.incremental.fetch.session.cache.slots" => self.fetch_session_cache_slots = num!(),
+            "min.incremental.fetch.session.eviction.ms" => self.fetch_session_eviction_ms = num!(),
             "offsets.topic.num.partitions" => {
                 self.offsets_topic_num_partitions = value
                     .parse()

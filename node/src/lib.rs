@@ -13,6 +13,7 @@
 pub mod admin_client;
 pub mod cluster;
 pub mod config;
+pub mod fetch_session;
 pub mod group;
 pub mod handlers;
 pub mod listeners;

@@ -12,6 +12,7 @@ use skiff_controller::service::StatusReader;
 use skiff_engine::{Shard, TopicPartition};
 
 use crate::config::NodeConfig;
+use crate::fetch_session::SessionCache;
 use crate::metrics::{CoreMetrics, Phase};
 use crate::producer::ProducerStates;
 use crate::topics::TopicTable;
@@ -102,6 +103,8 @@ pub struct CoreState {
     /// Where the node is in its life; core 0's (where `/health` is served) is
     /// the one kept up to date.
     pub phase: Cell<Phase>,
+    /// KIP-227 fetch sessions made by connections on this core.
+    pub fetch_sessions: RefCell<SessionCache>,
 }
 
 pub struct PartitionProducers {
@@ -118,6 +121,11 @@ pub struct PartitionProducers {
 
 impl CoreState {
     pub fn install(shard: Rc<Shard>, node: Arc<NodeContext>) -> Rc<CoreState> {
+        // The node's session slots, shared out over its cores.
+        let cores = shard.table().shards().max(1);
+        let sessions_per_core = node.config.fetch_session_cache_slots.div_ceil(cores);
+        let session_eviction =
+            std::time::Duration::from_millis(node.config.fetch_session_eviction_ms);
         let state = Rc::new(CoreState {
             shard,
             node,
@@ -127,6 +135,7 @@ impl CoreState {
             stopping: Cell::new(false),
             metrics: CoreMetrics::default(),
             phase: Cell::new(Phase::Starting),
+            fetch_sessions: RefCell::new(SessionCache::new(sessions_per_core, session_eviction)),
         });
         CORE.with(|c| *c.borrow_mut() = Some(state.clone()));
         state

@@ -1621,6 +1621,164 @@ fn fetch_bytes(client: &mut AdminClient, topic: &str, partition: i32) -> usize {
     p.records.as_ref().map_or(0, |r| r.len())
 }
 
+/// One incremental fetch request: `session_id` at `epoch`, naming `named`
+/// (partition, fetch offset) and forgetting `forgotten`.
+fn session_fetch(
+    topic: &str,
+    session_id: i32,
+    epoch: i32,
+    named: &[(i32, i64)],
+    forgotten: &[i32],
+    max_wait_ms: i32,
+) -> FetchRequest {
+    use kafka_protocol::messages::fetch_request::ForgottenTopic;
+    let name = TopicName(StrBytes::from_string(topic.to_string()));
+    let topics = if named.is_empty() {
+        Vec::new()
+    } else {
+        vec![FetchTopic::default()
+            .with_topic(name.clone())
+            .with_partitions(
+                named
+                    .iter()
+                    .map(|(p, offset)| {
+                        FetchPartition::default()
+                            .with_partition(*p)
+                            .with_fetch_offset(*offset)
+                            .with_partition_max_bytes(1 << 20)
+                    })
+                    .collect(),
+            )]
+    };
+    let forgotten = if forgotten.is_empty() {
+        Vec::new()
+    } else {
+        vec![ForgottenTopic::default()
+            .with_topic(name)
+            .with_partitions(forgotten.to_vec())]
+    };
+    FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_id(session_id)
+        .with_session_epoch(epoch)
+        .with_topics(topics)
+        .with_forgotten_topics_data(forgotten)
+}
+
+/// The partitions a fetch response names, with their record bytes.
+fn named_partitions(response: &FetchResponse) -> Vec<(i32, usize)> {
+    let mut named: Vec<(i32, usize)> = response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| (p.partition_index, p.records.as_ref().map_or(0, Bytes::len)))
+        .collect();
+    named.sort_unstable();
+    named
+}
+
+/// KIP-227 on the wire: a full fetch makes a session; incremental fetches on it
+/// name only partitions with something new, wake on any of the session's
+/// partitions on either core, forget what they are told to, and refuse a
+/// wrong epoch or an unknown session without losing it.
+#[test]
+fn fetch_sessions_answer_only_what_changed() {
+    const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+    const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+    let tmp = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(
+        tmp.path(),
+        free_port(),
+        &["auto.create.topics.enable=false", "cores=2"],
+    );
+    let mut c = node.client();
+    let topic = "sessions";
+    create_topic(&mut c, topic, 4);
+    assert_eq!(produce(&mut c, topic, 1, batch(&["a"], None)), (0, 0));
+
+    let all: Vec<(i32, i64)> = (0..4).map(|p| (p, 0)).collect();
+    let full: FetchResponse = c
+        .call(&session_fetch(topic, 0, 0, &all, &[], 0), 12)
+        .unwrap();
+    assert_eq!(full.error_code, 0);
+    let id = full.session_id;
+    assert_ne!(id, 0, "a full fetch at epoch 0 makes a session");
+    let named = named_partitions(&full);
+    assert_eq!(
+        named.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    assert!(named[1].1 > 0 && named[0].1 == 0);
+
+    // Nothing new (partition 1 moves on past its record): nothing named.
+    let quiet: FetchResponse = c
+        .call(&session_fetch(topic, id, 1, &[(1, 1)], &[], 200), 12)
+        .unwrap();
+    assert_eq!((quiet.error_code, quiet.session_id), (0, id));
+    assert_eq!(named_partitions(&quiet), vec![]);
+
+    // A record on partition 3 wakes a long poll over the session and is the
+    // only partition named.
+    let port = node.port;
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut c = AdminClient::connect(&format!("127.0.0.1:{port}")).unwrap();
+        produce(&mut c, "sessions", 3, batch(&["b"], None))
+    });
+    let started = Instant::now();
+    let woken: FetchResponse = c
+        .call(&session_fetch(topic, id, 2, &[], &[], 20_000), 12)
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "woken by the record, not the timeout"
+    );
+    assert_eq!(producer.join().unwrap(), (0, 0));
+    let named = named_partitions(&woken);
+    assert_eq!(named.len(), 1, "{named:?}");
+    assert_eq!(named[0].0, 3);
+    assert!(named[0].1 > 0);
+
+    // The same epoch again: refused, and the session lives on.
+    let stale: FetchResponse = c
+        .call(&session_fetch(topic, id, 2, &[], &[], 0), 12)
+        .unwrap();
+    assert_eq!(stale.error_code, INVALID_FETCH_SESSION_EPOCH);
+    assert!(stale.responses.is_empty());
+    let unknown: FetchResponse = c
+        .call(&session_fetch(topic, id ^ 0x5a5a, 1, &[], &[], 0), 12)
+        .unwrap();
+    assert_eq!(unknown.error_code, FETCH_SESSION_ID_NOT_FOUND);
+
+    // Forget partition 3 and move it on; a record there is not named, one on
+    // partition 0 is.
+    assert_eq!(produce(&mut c, topic, 3, batch(&["c"], None)), (0, 1));
+    assert_eq!(produce(&mut c, topic, 0, batch(&["d"], None)), (0, 0));
+    let after: FetchResponse = c
+        .call(&session_fetch(topic, id, 3, &[], &[3], 1000), 12)
+        .unwrap();
+    assert_eq!(after.error_code, 0);
+    let named = named_partitions(&after);
+    assert_eq!(named.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![0]);
+
+    // Closing the session (epoch -1) answers in full and holds nothing more.
+    let closing: FetchResponse = c
+        .call(&session_fetch(topic, id, -1, &all, &[], 0), 12)
+        .unwrap();
+    assert_eq!((closing.error_code, closing.session_id), (0, 0));
+    assert_eq!(named_partitions(&closing).len(), 4);
+    let gone: FetchResponse = c
+        .call(&session_fetch(topic, id, 4, &[], &[], 0), 12)
+        .unwrap();
+    assert_eq!(gone.error_code, FETCH_SESSION_ID_NOT_FOUND);
+    let samples = scrape(node.metrics_port);
+    assert_eq!(metric(&samples, "skiff_fetch_sessions"), 0.0);
+    assert!(metric(&samples, "skiff_fetch_sessions_created_total") >= 1.0);
+}
+
 #[test]
 fn metrics_count_produce_and_fetch_exactly_and_health_answers() {
     let tmp = tempfile::tempdir().unwrap();
@@ -2344,11 +2502,12 @@ fn a_corrupt_closed_segment_is_never_served_and_the_replica_repairs_from_the_oth
         let values: Vec<String> = (0..3).map(|j| value(i, j)).collect();
         let refs: Vec<&str> = values.iter().map(String::as_str).collect();
         // The leader's own table may lag the metadata that named it by a
-        // moment (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS: nothing written).
+        // moment (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+        // NOT_ENOUGH_REPLICAS: nothing written).
         let started = Instant::now();
         loop {
             match produce(&mut c, topic, 0, batch(&refs, None)) {
-                (6 | 19, _) if started.elapsed() < Duration::from_secs(10) => {
+                (3 | 6 | 19, _) if started.elapsed() < Duration::from_secs(10) => {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 answer => {
@@ -2362,6 +2521,13 @@ fn a_corrupt_closed_segment_is_never_served_and_the_replica_repairs_from_the_oth
         }
     }
     cluster.wait_for(leader, topic, Duration::from_secs(30), "full ISR", whole);
+    // The followers replicated all of it over KIP-227 sessions with the leader.
+    let samples = scrape(cluster.node(leader).metrics_port);
+    assert!(
+        metric(&samples, "skiff_fetch_sessions") >= 2.0,
+        "{samples:?}"
+    );
+    assert!(metric(&samples, "skiff_fetch_session_partitions") >= 2.0);
 
     // Flip a record byte of the second batch in the leader's first segment
     // (closed: the log rolled past it).

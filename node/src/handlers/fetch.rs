@@ -6,22 +6,26 @@
 //! the batch cache's own `Bytes` into the response (`Splices` placeholders), so a
 //! cached fetch copies no record bytes in user space.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::future::{join_all, select_all};
+use futures_channel::oneshot;
+use futures_util::future::{join_all, select, select_all};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use skiff_engine::batch::BatchHeader;
-use skiff_engine::{LogError, Shard, TopicPartition};
+use skiff_engine::{wait_for_any, LogError, LongPoll, Partition, Shard, TopicPartition};
 use skiff_protocol::splice::Splices;
 use skiff_replication::FollowerFetch;
 
 use super::error_code;
+use crate::fetch_session::{Answer, FetchContext, FetchParams, INVALID_SESSION_ID};
 use crate::state::CoreState;
 
 /// Upper bound on one long poll, whatever the client asks.
@@ -47,16 +51,6 @@ enum Reader {
     Follower { id: i32 },
 }
 
-/// One partition of a fetch.
-#[derive(Debug, Clone)]
-struct Wanted {
-    tp: TopicPartition,
-    offset: i64,
-    max_bytes: usize,
-    current_leader_epoch: i32,
-    last_fetched_epoch: i32,
-}
-
 pub async fn handle(
     core: &CoreState,
     request: FetchRequest,
@@ -78,31 +72,73 @@ pub async fn handle(
     } else {
         Reader::Consumer
     };
-    let mut wanted: Vec<Wanted> = Vec::new();
     let topics = core.topics();
-    for t in &request.topics {
-        let name = if t.topic.0.is_empty() {
+    let topic_name = |name: &TopicName, id: &uuid::Uuid| {
+        if name.0.is_empty() {
             topics
-                .by_id(t.topic_id)
+                .by_id(*id)
                 .map(|i| i.name.clone())
                 .unwrap_or_default()
         } else {
-            t.topic.0.to_string()
-        };
+            name.0.to_string()
+        }
+    };
+    let mut named: Vec<(TopicPartition, FetchParams)> = Vec::new();
+    for t in &request.topics {
+        let name = topic_name(&t.topic, &t.topic_id);
         for p in &t.partitions {
-            wanted.push(Wanted {
-                tp: TopicPartition::new(name.clone(), p.partition),
-                offset: p.fetch_offset,
-                max_bytes: p.partition_max_bytes.max(0) as usize,
-                current_leader_epoch: p.current_leader_epoch,
-                last_fetched_epoch: if version >= 12 {
-                    p.last_fetched_epoch
-                } else {
-                    -1
+            named.push((
+                TopicPartition::new(name.clone(), p.partition),
+                FetchParams {
+                    fetch_offset: p.fetch_offset,
+                    partition_max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                    last_fetched_epoch: if version >= 12 {
+                        p.last_fetched_epoch
+                    } else {
+                        -1
+                    },
+                    log_start_offset: p.log_start_offset,
                 },
-            });
+            ));
         }
     }
+
+    // KIP-227: which partitions this fetch reads and answers.
+    let context = if version >= 7 {
+        let forgotten: Vec<TopicPartition> = request
+            .forgotten_topics_data
+            .iter()
+            .flat_map(|t| {
+                let name = topic_name(&t.topic, &t.topic_id);
+                t.partitions
+                    .iter()
+                    .map(move |p| TopicPartition::new(name.clone(), *p))
+            })
+            .collect();
+        core.fetch_sessions.borrow_mut().begin(
+            request.session_id,
+            request.session_epoch,
+            &named,
+            &forgotten,
+            started,
+        )
+    } else {
+        Ok(FetchContext::Full { create: false })
+    };
+    let (session, wanted) = match context {
+        Ok(FetchContext::Full { create }) => (Session::Full { create }, named),
+        Ok(FetchContext::Incremental {
+            session_id,
+            partitions,
+        }) => (Session::Incremental(session_id), partitions),
+        Err(e) => {
+            tracing::debug!(error = %e, "fetch session refused");
+            return FetchResponse::default()
+                .with_error_code(e.code().code())
+                .with_session_id(INVALID_SESSION_ID);
+        }
+    };
 
     let results = loop {
         let results = read_all(core, &wanted, reader).await;
@@ -121,182 +157,280 @@ pub async fn handle(
         let seen: Vec<(TopicPartition, i64)> = wanted
             .iter()
             .zip(&results)
-            .filter_map(|(w, r)| r.as_ref().ok().map(|r| (w.tp.clone(), r.seen)))
+            .filter_map(|((tp, _), r)| r.as_ref().ok().map(|r| (tp.clone(), r.seen)))
             .collect();
-        let follower = matches!(reader, Reader::Follower { .. });
-        wait_for_data(&core.shard, seen, max_wait - waited, follower).await;
+        let what = match reader {
+            Reader::Follower { .. } => LongPoll::LogEnd,
+            Reader::Consumer => LongPoll::HighWatermark,
+        };
+        wait_for_data(&core.shard, seen, max_wait - waited, what).await;
     };
 
-    // Trim to max_bytes in request order; the first non-empty partition always
-    // gets at least one batch (KIP-74).
+    // Trim to max_bytes in the order read; the first non-empty partition
+    // always gets at least one batch (KIP-74). An incremental answer names
+    // only the partitions with something new.
     let mut budget = max_bytes;
     let mut first = true;
     let mut responses: Vec<FetchableTopicResponse> = Vec::new();
-    for (t_index, t) in request.topics.iter().enumerate() {
-        let mut partitions = Vec::with_capacity(t.partitions.len());
-        let offset_before: usize = request.topics[..t_index]
-            .iter()
-            .map(|t| t.partitions.len())
-            .sum();
-        for (i, p) in t.partitions.iter().enumerate() {
-            let data = PartitionData::default().with_partition_index(p.partition);
-            let data = match &results[offset_before + i] {
-                Err(e) => data
-                    .with_error_code(e.code())
-                    .with_high_watermark(-1)
-                    .with_last_stable_offset(-1),
-                Ok(r) => {
-                    let mut batches = Vec::new();
-                    let (mut bytes, mut records) = (0usize, 0u64);
-                    for b in &r.batches {
-                        if b.len() > budget && !first {
-                            break;
-                        }
-                        budget = budget.saturating_sub(b.len());
-                        first = false;
-                        bytes += b.len();
-                        // Stored batches passed validation; a header that does
-                        // not parse counts no records rather than failing.
-                        records += BatchHeader::parse(b)
-                            .map_or(0, |h| u64::try_from(h.records_count).unwrap_or(0));
-                        batches.push(b.clone());
-                    }
-                    if !batches.is_empty() {
-                        core.metrics
-                            .fetched(&wanted[offset_before + i].tp.topic, bytes, records);
-                    }
-                    let mut data = data
-                        .with_high_watermark(r.high_watermark)
-                        .with_last_stable_offset(r.high_watermark)
-                        .with_aborted_transactions(Some(Vec::new()));
-                    // The log start offset field exists from v5 on.
-                    if version >= 5 {
-                        data.log_start_offset = r.log_start_offset;
-                    }
-                    if let (Some((epoch, end_offset)), true) = (r.diverging, version >= 12) {
-                        data.diverging_epoch = data
-                            .diverging_epoch
-                            .with_epoch(epoch)
-                            .with_end_offset(end_offset);
-                    }
-                    if batches.is_empty() {
-                        data.with_records(Some(Bytes::new()))
-                    } else {
-                        data.with_records(Some(splices.placeholder(batches)))
-                    }
-                }
-            };
-            partitions.push(data);
+    let mut held: Vec<(TopicPartition, FetchParams, Answer)> = Vec::new();
+    for ((tp, params), result) in wanted.into_iter().zip(results) {
+        let (data, answer) =
+            partition_data(core, &tp, result, version, &mut budget, &mut first, splices);
+        let name_it = match session {
+            Session::Incremental(id) => core.fetch_sessions.borrow_mut().respond(id, &tp, answer),
+            Session::Full { .. } => true,
+        };
+        if name_it {
+            match responses.last_mut() {
+                Some(t) if t.topic.0.as_str() == tp.topic => t.partitions.push(data),
+                _ => responses.push(
+                    FetchableTopicResponse::default()
+                        .with_topic(TopicName(StrBytes::from_string(tp.topic.clone())))
+                        .with_partitions(vec![data]),
+                ),
+            }
         }
-        responses.push(
-            FetchableTopicResponse::default()
-                .with_topic(t.topic.clone())
-                .with_partitions(partitions),
-        );
+        if let Session::Full { create: true } = session {
+            held.push((tp, params, answer));
+        }
     }
-    FetchResponse::default().with_responses(responses)
+    let session_id = match session {
+        Session::Full { create: true } => core.fetch_sessions.borrow_mut().create(
+            matches!(reader, Reader::Follower { .. }),
+            held,
+            Instant::now(),
+        ),
+        Session::Full { create: false } => INVALID_SESSION_ID,
+        Session::Incremental(id) => id,
+    };
+    FetchResponse::default()
+        .with_session_id(session_id)
+        .with_responses(responses)
 }
 
+/// How this fetch stands to a KIP-227 session.
+#[derive(Debug, Clone, Copy)]
+enum Session {
+    /// Every partition answered; `create`: make a session of them.
+    Full { create: bool },
+    /// Only what changed is answered.
+    Incremental(i32),
+}
+
+/// One partition's answer, its batches trimmed to what is left of the
+/// response's `budget`, and what a session compares of it.
+fn partition_data(
+    core: &CoreState,
+    tp: &TopicPartition,
+    result: Result<PartitionRead, ResponseError>,
+    version: i16,
+    budget: &mut usize,
+    first: &mut bool,
+    splices: &mut Splices,
+) -> (PartitionData, Answer) {
+    let data = PartitionData::default().with_partition_index(tp.partition);
+    let r = match result {
+        Err(e) => {
+            let answer = Answer {
+                records: false,
+                high_watermark: -1,
+                log_start_offset: -1,
+                error: true,
+                diverging: false,
+            };
+            let data = data
+                .with_error_code(e.code())
+                .with_high_watermark(-1)
+                .with_last_stable_offset(-1);
+            return (data, answer);
+        }
+        Ok(r) => r,
+    };
+    let mut batches = Vec::new();
+    let (mut bytes, mut records) = (0usize, 0u64);
+    for b in &r.batches {
+        if b.len() > *budget && !*first {
+            break;
+        }
+        *budget = budget.saturating_sub(b.len());
+        *first = false;
+        bytes += b.len();
+        // Stored batches passed validation; a header that does not parse
+        // counts no records rather than failing.
+        records += BatchHeader::parse(b).map_or(0, |h| u64::try_from(h.records_count).unwrap_or(0));
+        batches.push(b.clone());
+    }
+    if !batches.is_empty() {
+        core.metrics.fetched(&tp.topic, bytes, records);
+    }
+    let mut data = data
+        .with_high_watermark(r.high_watermark)
+        .with_last_stable_offset(r.high_watermark)
+        .with_aborted_transactions(Some(Vec::new()));
+    // The log start offset field exists from v5 on.
+    if version >= 5 {
+        data.log_start_offset = r.log_start_offset;
+    }
+    let diverging = matches!((r.diverging, version >= 12), (Some(_), true));
+    if let (Some((epoch, end_offset)), true) = (r.diverging, version >= 12) {
+        data.diverging_epoch = data
+            .diverging_epoch
+            .with_epoch(epoch)
+            .with_end_offset(end_offset);
+    }
+    let answer = Answer {
+        records: !batches.is_empty(),
+        high_watermark: r.high_watermark,
+        log_start_offset: r.log_start_offset,
+        error: false,
+        diverging,
+    };
+    let data = if batches.is_empty() {
+        data.with_records(Some(Bytes::new()))
+    } else {
+        data.with_records(Some(splices.placeholder(batches)))
+    };
+    (data, answer)
+}
+
+/// Reads every wanted partition: one call to each owner core, which reads
+/// its partitions concurrently. Results come back in `wanted`'s order.
 async fn read_all(
     core: &CoreState,
-    wanted: &[Wanted],
+    wanted: &[(TopicPartition, FetchParams)],
     reader: Reader,
 ) -> Vec<Result<PartitionRead, ResponseError>> {
     let topics = core.topics();
-    join_all(wanted.iter().map(|w| {
+    let mut results: Vec<Option<Result<PartitionRead, ResponseError>>> =
+        (0..wanted.len()).map(|_| None).collect();
+    let mut by_owner: BTreeMap<usize, Vec<(usize, TopicPartition, FetchParams)>> = BTreeMap::new();
+    for (i, (tp, params)) in wanted.iter().enumerate() {
         // A follower's epoch is checked by its leader role (replica::follower_fetch).
         let current_leader_epoch = match reader {
-            Reader::Consumer => w.current_leader_epoch,
+            Reader::Consumer => params.current_leader_epoch,
             Reader::Follower { .. } => -1,
         };
-        let serves =
-            super::check_leader_at(&topics, &w.tp.topic, w.tp.partition, current_leader_epoch)
-                .map(|_| ());
-        read_one(&core.shard, w.clone(), reader, serves)
+        match super::check_leader_at(&topics, &tp.topic, tp.partition, current_leader_epoch) {
+            Err(e) => results[i] = Some(Err(e)),
+            Ok(_) => by_owner
+                .entry(core.shard.table().shard_of(tp))
+                .or_default()
+                .push((i, tp.clone(), *params)),
+        }
+    }
+    let shard = &core.shard;
+    let reads = join_all(by_owner.into_iter().map(|(owner, items)| async move {
+        let indexes: Vec<usize> = items.iter().map(|(i, _, _)| *i).collect();
+        let answers = shard
+            .invoke_on(owner, move |shard| async move {
+                join_all(
+                    items
+                        .into_iter()
+                        .map(|(_, tp, params)| read_local(&shard, tp, params, reader)),
+                )
+                .await
+            })
+            .await;
+        (indexes, answers)
     }))
-    .await
-}
-
-async fn read_one(
-    shard: &Rc<Shard>,
-    w: Wanted,
-    reader: Reader,
-    serves: Result<(), ResponseError>,
-) -> Result<PartitionRead, ResponseError> {
-    serves?;
-    let owner = shard.table().shard_of(&w.tp);
-    shard
-        .invoke_on(owner, move |shard| async move {
-            let p = shard
-                .local(&w.tp)
-                .ok_or_else(|| LogError::UnknownPartition(w.tp.to_string()))?;
-            let log_start_offset = p.log_start_offset().await?;
-            match reader {
-                Reader::Consumer => {
-                    let high_watermark = p.high_watermark();
-                    let read = p
-                        .read(w.offset, w.max_bytes.max(1), high_watermark)
-                        .await
-                        .inspect_err(|e| on_read_error(&w.tp, e))?;
-                    Ok::<_, FetchError>(PartitionRead {
-                        high_watermark,
-                        log_start_offset,
-                        batches: read.batches,
-                        seen: high_watermark,
-                        diverging: None,
-                    })
-                }
-                Reader::Follower { id } => {
-                    // Our end offset for the epoch of the follower's last
-                    // record: replica::follower_fetch decides whether its log
-                    // diverges from ours (KIP-595: it then gets the diverging
-                    // epoch and no data, and truncates before it fetches).
-                    let epoch_end = if w.last_fetched_epoch >= 0 {
-                        let (epoch, end) = p.epoch_end_offset(w.last_fetched_epoch).await?;
-                        (epoch >= 0 && end >= 0).then_some((epoch, end))
-                    } else {
-                        None
-                    };
-                    let core = CoreState::current().ok_or(LogError::RuntimeStopped)?;
-                    let fetch = FollowerFetch {
-                        follower: id,
-                        fetch_offset: w.offset,
-                        last_fetched_epoch: w.last_fetched_epoch,
-                        current_leader_epoch: w.current_leader_epoch,
-                    };
-                    let (high_watermark, diverging) =
-                        crate::replica::follower_fetch(&core, &w.tp, fetch, epoch_end, &p)
-                            .map_err(|r| FetchError::Refused(r.error))?;
-                    if diverging.is_some() {
-                        return Ok(PartitionRead {
-                            high_watermark,
-                            log_start_offset,
-                            batches: Vec::new(),
-                            seen: p.log_end(),
-                            diverging,
-                        });
-                    }
-                    let end = p.log_end();
-                    let read = p
-                        .read(w.offset, w.max_bytes.max(1), end)
-                        .await
-                        .inspect_err(|e| on_read_error(&w.tp, e))?;
-                    Ok(PartitionRead {
-                        high_watermark,
-                        log_start_offset,
-                        batches: read.batches,
-                        seen: end,
-                        diverging: None,
-                    })
+    .await;
+    for (indexes, answers) in reads {
+        match answers {
+            Ok(answers) => {
+                for (i, a) in indexes.into_iter().zip(answers) {
+                    results[i] = Some(a);
                 }
             }
-        })
-        .await
-        .map_err(|e| error_code(&e))?
-        .map_err(|e| match e {
-            FetchError::Log(e) => error_code(&e),
-            FetchError::Refused(e) => e,
-        })
+            Err(e) => {
+                for i in indexes {
+                    results[i] = Some(Err(error_code(&e)));
+                }
+            }
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or(Err(ResponseError::UnknownServerError)))
+        .collect()
+}
+
+/// On the owner core: one partition's read.
+async fn read_local(
+    shard: &Rc<Shard>,
+    tp: TopicPartition,
+    params: FetchParams,
+    reader: Reader,
+) -> Result<PartitionRead, ResponseError> {
+    let max_bytes = (params.partition_max_bytes.max(0) as usize).max(1);
+    let read = async {
+        let p = shard
+            .local(&tp)
+            .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+        let log_start_offset = p.log_start_offset().await?;
+        match reader {
+            Reader::Consumer => {
+                let high_watermark = p.high_watermark();
+                let read = p
+                    .read(params.fetch_offset, max_bytes, high_watermark)
+                    .await
+                    .inspect_err(|e| on_read_error(&tp, e))?;
+                Ok::<_, FetchError>(PartitionRead {
+                    high_watermark,
+                    log_start_offset,
+                    batches: read.batches,
+                    seen: high_watermark,
+                    diverging: None,
+                })
+            }
+            Reader::Follower { id } => {
+                // Our end offset for the epoch of the follower's last
+                // record: replica::follower_fetch decides whether its log
+                // diverges from ours (KIP-595: it then gets the diverging
+                // epoch and no data, and truncates before it fetches).
+                let epoch_end = if params.last_fetched_epoch >= 0 {
+                    let (epoch, end) = p.epoch_end_offset(params.last_fetched_epoch).await?;
+                    (epoch >= 0 && end >= 0).then_some((epoch, end))
+                } else {
+                    None
+                };
+                let core = CoreState::current().ok_or(LogError::RuntimeStopped)?;
+                let fetch = FollowerFetch {
+                    follower: id,
+                    fetch_offset: params.fetch_offset,
+                    last_fetched_epoch: params.last_fetched_epoch,
+                    current_leader_epoch: params.current_leader_epoch,
+                };
+                let (high_watermark, diverging) =
+                    crate::replica::follower_fetch(&core, &tp, fetch, epoch_end, &p)
+                        .map_err(|r| FetchError::Refused(r.error))?;
+                if diverging.is_some() {
+                    return Ok(PartitionRead {
+                        high_watermark,
+                        log_start_offset,
+                        batches: Vec::new(),
+                        seen: p.log_end(),
+                        diverging,
+                    });
+                }
+                let end = p.log_end();
+                let read = p
+                    .read(params.fetch_offset, max_bytes, end)
+                    .await
+                    .inspect_err(|e| on_read_error(&tp, e))?;
+                Ok(PartitionRead {
+                    high_watermark,
+                    log_start_offset,
+                    batches: read.batches,
+                    seen: end,
+                    diverging: None,
+                })
+            }
+        }
+    };
+    read.await.map_err(|e| match e {
+        FetchError::Log(e) => error_code(&e),
+        FetchError::Refused(e) => e,
+    })
 }
 
 /// On the owner core: a corrupt log is replication's business too.
@@ -318,37 +452,45 @@ impl From<LogError> for FetchError {
     }
 }
 
-/// Waits until any partition's high watermark passes the value seen, or
-/// `timeout`. Each waiter on an owner core ends by itself at the timeout, so
-/// abandoned waiters do not pile up.
+/// Waits until any partition passes the offset its read saw (`what`: the
+/// high watermark for a consumer, the log end for a follower), or `timeout`:
+/// one waiting task per owner core, however many partitions. When the fetch
+/// stops waiting, the other cores' waits are told to end at once.
 async fn wait_for_data(
     shard: &Rc<Shard>,
     seen: Vec<(TopicPartition, i64)>,
     timeout: Duration,
-    follower: bool,
+    what: LongPoll,
 ) {
-    let mut waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = seen
-        .into_iter()
-        .map(|(tp, high_watermark)| {
-            let owner = shard.table().shard_of(&tp);
-            let wait: Pin<Box<dyn Future<Output = ()> + '_>> = Box::pin(async move {
-                let _ = shard
-                    .invoke_on(owner, move |shard| async move {
-                        if let Some(p) = shard.local(&tp) {
-                            if follower {
-                                p.wait_for_end(high_watermark, timeout).await;
-                            } else {
-                                p.wait_for_data(high_watermark, timeout).await;
-                            }
-                        }
-                    })
-                    .await;
-            });
-            wait
-        })
-        .collect();
+    let mut by_owner: BTreeMap<usize, Vec<(TopicPartition, i64)>> = BTreeMap::new();
+    for (tp, offset) in seen {
+        by_owner
+            .entry(shard.table().shard_of(&tp))
+            .or_default()
+            .push((tp, offset));
+    }
+    // Dropped when this function returns: each remote wait then ends.
+    let mut cancels = Vec::with_capacity(by_owner.len());
+    let mut waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = Vec::new();
+    for (owner, items) in by_owner {
+        let (cancel, cancelled) = oneshot::channel::<()>();
+        cancels.push(cancel);
+        waits.push(Box::pin(async move {
+            let _ = shard
+                .invoke_on(owner, move |shard| async move {
+                    let partitions: Vec<(Rc<Partition>, i64)> = items
+                        .into_iter()
+                        .filter_map(|(tp, offset)| shard.local(&tp).map(|p| (p, offset)))
+                        .collect();
+                    let wait = std::pin::pin!(wait_for_any(&partitions, what, timeout));
+                    select(wait, cancelled).await;
+                })
+                .await;
+        }));
+    }
     waits.push(Box::pin(async move {
         glommio::timer::sleep(timeout).await;
     }));
     let _ = select_all(waits).await;
+    drop(cancels);
 }

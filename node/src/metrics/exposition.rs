@@ -231,6 +231,30 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         "Fetch requests from decoded to answered, long-poll wait included.",
     );
     w.histogram("skiff_fetch_latency_seconds", &[], &s.api.fetch_latency);
+    w.single(
+        "skiff_fetch_sessions",
+        Kind::Gauge,
+        "KIP-227 incremental fetch sessions held (max.incremental.fetch.session.cache.slots).",
+        s.fetch_sessions.sessions,
+    );
+    w.single(
+        "skiff_fetch_session_partitions",
+        Kind::Gauge,
+        "Partitions held over every fetch session.",
+        s.fetch_sessions.partitions,
+    );
+    w.single(
+        "skiff_fetch_sessions_created_total",
+        Kind::Counter,
+        "Fetch sessions made.",
+        s.fetch_sessions.created,
+    );
+    w.single(
+        "skiff_fetch_sessions_evicted_total",
+        Kind::Counter,
+        "Fetch sessions evicted to make room for another.",
+        s.fetch_sessions.evicted,
+    );
 
     w.single(
         "skiff_batch_cache_hits_total",
@@ -833,6 +857,8 @@ mod tests {
             ("skiff_request_errors_total", "counter"),
             ("skiff_produce_latency_seconds", "histogram"),
             ("skiff_fetch_latency_seconds", "histogram"),
+            ("skiff_fetch_sessions", "gauge"),
+            ("skiff_fetch_sessions_evicted_total", "counter"),
             ("skiff_log_fsync_duration_seconds", "histogram"),
             ("skiff_batch_cache_hits_total", "counter"),
             ("skiff_log_segments", "gauge"),

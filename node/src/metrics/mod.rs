@@ -351,6 +351,17 @@ pub struct Snapshot {
     pub cluster: ClusterSnapshot,
     /// Replication counters and follower lag (summed / listed over cores).
     pub replication: crate::replica::ReplicationSnapshot,
+    /// KIP-227 fetch sessions held (summed over cores).
+    pub fetch_sessions: FetchSessionSnapshot,
+}
+
+/// The fetch session caches' contents and churn.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FetchSessionSnapshot {
+    pub sessions: u64,
+    pub partitions: u64,
+    pub created: u64,
+    pub evicted: u64,
 }
 
 /// The cluster as this node sees it at a scrape.
@@ -448,6 +459,10 @@ impl Snapshot {
         self.partitions.extend(other.partitions);
         self.offline.extend(other.offline);
         self.replication.merge(other.replication);
+        self.fetch_sessions.sessions += other.fetch_sessions.sessions;
+        self.fetch_sessions.partitions += other.fetch_sessions.partitions;
+        self.fetch_sessions.created += other.fetch_sessions.created;
+        self.fetch_sessions.evicted += other.fetch_sessions.evicted;
     }
 }
 
@@ -485,6 +500,15 @@ async fn collect(shard: Rc<Shard>) -> Snapshot {
         offline,
         cluster: ClusterSnapshot::default(),
         replication: crate::replica::snapshot(&|tp| shard.local(tp)),
+        fetch_sessions: {
+            let sessions = core.fetch_sessions.borrow();
+            FetchSessionSnapshot {
+                sessions: sessions.len() as u64,
+                partitions: sessions.partitions() as u64,
+                created: sessions.created,
+                evicted: sessions.evicted,
+            }
+        },
     }
 }
 

@@ -12,6 +12,11 @@
 //!       Fetch v12 { replica_id: me, per partition: fetch_offset = log end,
 //!                   last_fetched_epoch = epoch of the last record,
 //!                   current_leader_epoch }
+//!         on a KIP-227 session (fetch_session::SessionBuilder): the first
+//!         request names every partition; later ones only those whose
+//!         position changed (and forget those no longer fetched), and the
+//!         leader answers only partitions with something new. A session error
+//!         or a new connection: the next request is full again
 //!   -> a response is applied only if the log still ends at its fetch offset
 //!      and we still follow that leader epoch (on_response)
 //!   -> diverging_epoch: truncate where the logs part (on_diverging), fetch
@@ -41,7 +46,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
     BrokerId, FetchRequest, ListOffsetsRequest, RequestHeader, ResponseHeader, TopicName,
@@ -54,6 +59,7 @@ use skiff_replication::{
     check_fetched_batch, FetchPosition, FetchedBatch, FollowerReplica, LocalLog, NextFetch,
 };
 
+use crate::fetch_session::{FetchParams, SessionBuilder};
 use crate::state::CoreState;
 
 const FETCH_VERSION: i16 = 12;
@@ -137,6 +143,8 @@ pub fn remove(tp: &TopicPartition) {
 async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
     let mut conn: Option<TcpStream> = None;
     let mut correlation = 0i32;
+    // KIP-227: after the first full fetch, each names only what changed.
+    let mut session = SessionBuilder::new();
     loop {
         if partitions.borrow().is_empty() || core.stopping.get() {
             // The next `add` for this leader starts a new fetcher.
@@ -167,6 +175,8 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
                 Ok(s) => {
                     let _ = s.set_nodelay(true);
                     conn = Some(s);
+                    // A new connection: close the old session, make a new one.
+                    session.on_failure();
                 }
                 Err(e) => {
                     tracing::debug!(leader, %addr, error = %e, "connecting to the leader");
@@ -178,7 +188,7 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
         let Some(stream) = conn.as_mut() else {
             continue;
         };
-        let request = match build_request(&core, &partitions).await {
+        let request = match build_request(&core, &partitions, &mut session).await {
             Some(r) => r,
             None => {
                 glommio::timer::sleep(PARTITION_BACKOFF).await;
@@ -198,6 +208,7 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
                 r
             }
             Err(e) => {
+                session.on_failure();
                 super::count_fetch(0, true);
                 tracing::debug!(leader, error = %e, "fetch from the leader failed; reconnecting");
                 conn = None;
@@ -205,9 +216,16 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
                 continue;
             }
         };
-        if response.error_code != 0 {
+        if !session.on_response(response.error_code, response.session_id) {
+            let session_error = [
+                ResponseError::FetchSessionIdNotFound.code(),
+                ResponseError::InvalidFetchSessionEpoch.code(),
+            ]
+            .contains(&response.error_code);
             tracing::debug!(leader, error = response.error_code, "fetch refused");
-            glommio::timer::sleep(PARTITION_BACKOFF).await;
+            if !session_error {
+                glommio::timer::sleep(PARTITION_BACKOFF).await;
+            }
             continue;
         }
         let mut out_of_range = Vec::new();
@@ -275,16 +293,23 @@ fn pause(partitions: &Partitions, tp: &TopicPartition) {
     }
 }
 
-async fn build_request(core: &CoreState, partitions: &Partitions) -> Option<FetchRequest> {
+/// The next fetch: every partition not paused, brought to where it may be
+/// fetched from; on the session, only those whose position changed are
+/// named (and those no longer fetched are forgotten). None: nothing to fetch.
+async fn build_request(
+    core: &CoreState,
+    partitions: &Partitions,
+    session: &mut SessionBuilder,
+) -> Option<FetchRequest> {
     let now = Instant::now();
-    let wanted: Vec<(TopicPartition, i32)> = partitions
+    let candidates: Vec<(TopicPartition, i32)> = partitions
         .borrow()
         .iter()
         .filter(|(_, f)| f.paused_until.is_none_or(|t| t <= now))
         .map(|(tp, f)| (tp.clone(), f.leader_epoch()))
         .collect();
-    let mut topics: Vec<FetchTopic> = Vec::new();
-    for (tp, leader_epoch) in wanted {
+    let mut wanted: BTreeMap<TopicPartition, FetchParams> = BTreeMap::new();
+    for (tp, leader_epoch) in candidates {
         let Some(partition) = core.shard.local(&tp) else {
             continue;
         };
@@ -297,13 +322,30 @@ async fn build_request(core: &CoreState, partitions: &Partitions) -> Option<Fetc
                 continue;
             }
         };
+        wanted.insert(
+            tp,
+            FetchParams {
+                fetch_offset: position.fetch_offset,
+                partition_max_bytes: FETCH_PARTITION_BYTES,
+                current_leader_epoch: leader_epoch,
+                last_fetched_epoch: position.last_fetched_epoch,
+                log_start_offset: -1,
+            },
+        );
+    }
+    if wanted.is_empty() {
+        return None;
+    }
+    let next = session.build(&wanted);
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for (tp, params) in next.send {
         let fp = FetchPartition::default()
             .with_partition(tp.partition)
-            .with_current_leader_epoch(leader_epoch)
-            .with_fetch_offset(position.fetch_offset)
-            .with_last_fetched_epoch(position.last_fetched_epoch)
-            .with_log_start_offset(-1)
-            .with_partition_max_bytes(FETCH_PARTITION_BYTES);
+            .with_current_leader_epoch(params.current_leader_epoch)
+            .with_fetch_offset(params.fetch_offset)
+            .with_last_fetched_epoch(params.last_fetched_epoch)
+            .with_log_start_offset(params.log_start_offset)
+            .with_partition_max_bytes(params.partition_max_bytes);
         match topics.last_mut() {
             Some(t) if t.topic.0.as_str() == tp.topic => t.partitions.push(fp),
             _ => topics.push(
@@ -313,8 +355,16 @@ async fn build_request(core: &CoreState, partitions: &Partitions) -> Option<Fetc
             ),
         }
     }
-    if topics.is_empty() {
-        return None;
+    let mut forgotten: Vec<ForgottenTopic> = Vec::new();
+    for tp in next.forget {
+        match forgotten.last_mut() {
+            Some(t) if t.topic.0.as_str() == tp.topic => t.partitions.push(tp.partition),
+            _ => forgotten.push(
+                ForgottenTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(tp.topic.clone())))
+                    .with_partitions(vec![tp.partition]),
+            ),
+        }
     }
     Some(
         FetchRequest::default()
@@ -323,9 +373,10 @@ async fn build_request(core: &CoreState, partitions: &Partitions) -> Option<Fetc
             .with_min_bytes(1)
             .with_max_bytes(FETCH_MAX_BYTES)
             .with_isolation_level(0)
-            .with_session_id(0)
-            .with_session_epoch(-1)
-            .with_topics(topics),
+            .with_session_id(next.session_id)
+            .with_session_epoch(next.epoch)
+            .with_topics(topics)
+            .with_forgotten_topics_data(forgotten),
     )
 }
 
