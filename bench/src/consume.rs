@@ -18,7 +18,7 @@ use anyhow::Context;
 use clap::Args as ClapArgs;
 use hdrhistogram::Histogram;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use serde::Serialize;
 use skiff_engine::batch::{BatchHeader, BATCH_HEADER_LEN};
@@ -340,8 +340,7 @@ impl Consumer {
         while let Some((group, correlation_id)) = self.queue.pop_front() {
             let frame = kafka::read_frame(&mut self.stream)?;
             let now_us = workload::wall_us();
-            let (answered, response) =
-                kafka::decode_response::<FetchRequest, FetchResponse>(frame, self.version)?;
+            let (answered, response) = kafka::decode_fetch_response(frame, self.version)?;
             anyhow::ensure!(
                 answered == correlation_id,
                 "fetch response for correlation id {answered}, expected {correlation_id}"

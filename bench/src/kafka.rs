@@ -19,9 +19,9 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
-    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, ListOffsetsRequest,
-    ListOffsetsResponse, MetadataRequest, MetadataResponse, RequestHeader, ResponseHeader,
-    TopicName,
+    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, FetchRequest, FetchResponse,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, RequestHeader,
+    ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use kafka_protocol::ResponseError;
@@ -117,6 +117,76 @@ where
     let response = Resp::decode(&mut frame, version)
         .with_context(|| format!("decoding a {api_key:?} v{version} response"))?;
     Ok((header.correlation_id, response))
+}
+
+/// A Fetch response frame (header and body), skipping any top-level tagged
+/// field its version does not define. KIP-482 says a receiver skips tags it
+/// does not know; kafka-protocol 0.18 instead refuses tag 0 (NodeEndpoints,
+/// defined from v16) below v16, which Tansu 0.6 sends with Fetch v12. The body
+/// up to the tags is decoded by kafka-protocol itself.
+pub fn decode_fetch_response(
+    mut frame: Bytes,
+    version: i16,
+) -> anyhow::Result<(i32, FetchResponse)> {
+    use bytes::Buf;
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, NodeEndpoint};
+    if version < 12 {
+        return decode_response::<FetchRequest, FetchResponse>(frame, version);
+    }
+    let header = ResponseHeader::decode(&mut frame, ApiKey::Fetch.response_header_version(version))
+        .context("decoding a fetch response header")?;
+    let context = || format!("decoding a Fetch v{version} response");
+    anyhow::ensure!(frame.remaining() >= 10, "{}: truncated", context());
+    let throttle_time_ms = frame.get_i32();
+    let error_code = frame.get_i16();
+    let session_id = frame.get_i32();
+    // A compact array: its length plus one (0: null), then the elements, each
+    // decoded by kafka-protocol.
+    let mut responses = Vec::new();
+    for _ in 0..uvarint(&mut frame)?.saturating_sub(1) {
+        responses.push(FetchableTopicResponse::decode(&mut frame, version).with_context(context)?);
+    }
+    let mut response = FetchResponse::default()
+        .with_throttle_time_ms(throttle_time_ms)
+        .with_error_code(error_code)
+        .with_session_id(session_id)
+        .with_responses(responses);
+    for _ in 0..uvarint(&mut frame)? {
+        let tag = uvarint(&mut frame)?;
+        let size = uvarint(&mut frame)? as usize;
+        anyhow::ensure!(
+            size <= frame.len(),
+            "{}: tagged field {tag} of {size} bytes, {} left",
+            context(),
+            frame.len()
+        );
+        let mut value = frame.split_to(size);
+        if tag == 0 && version >= 16 {
+            for _ in 0..uvarint(&mut value)?.saturating_sub(1) {
+                response
+                    .node_endpoints
+                    .push(NodeEndpoint::decode(&mut value, version).with_context(context)?);
+            }
+        } else {
+            response.unknown_tagged_fields.insert(tag as i32, value);
+        }
+    }
+    Ok((header.correlation_id, response))
+}
+
+/// An unsigned varint (the flexible versions' lengths and tags).
+fn uvarint(buf: &mut Bytes) -> anyhow::Result<u32> {
+    use bytes::Buf;
+    let mut value = 0u32;
+    for shift in (0..35).step_by(7) {
+        anyhow::ensure!(buf.has_remaining(), "truncated varint");
+        let byte = buf.get_u8();
+        value |= u32::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    bail!("varint longer than 5 bytes")
 }
 
 /// A Kafka error code as a readable error, or `Ok` for 0.
@@ -574,4 +644,60 @@ pub fn delete_topic(bootstrap: &str, topic: &str) -> anyhow::Result<()> {
         check(r.error_code, &format!("deleting topic {topic}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+
+    /// A Fetch v12 response frame as Tansu 0.6 sends it: a top-level tag 0,
+    /// which Fetch defines only from v16.
+    fn frame_with_tag_zero(tag_bytes: &[u8]) -> Bytes {
+        let response = FetchResponse::default()
+            .with_session_id(7)
+            .with_responses(vec![FetchableTopicResponse::default()
+                .with_topic(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(vec![PartitionData::default()
+                    .with_partition_index(0)
+                    .with_high_watermark(5)
+                    .with_records(Some(Bytes::from_static(b"batch")))])]);
+        let mut frame = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(42)
+            .encode(&mut frame, ApiKey::Fetch.response_header_version(12))
+            .unwrap();
+        response.encode(&mut frame, 12).unwrap();
+        // The body ends with its tag count, 0: replace it.
+        assert_eq!(frame.last(), Some(&0));
+        frame.truncate(frame.len() - 1);
+        frame.extend_from_slice(tag_bytes);
+        frame.freeze()
+    }
+
+    #[test]
+    fn a_fetch_response_with_a_tag_its_version_does_not_define_is_read() {
+        let frame = frame_with_tag_zero(&[1, 0, 2, 0xab, 0xcd]);
+        assert!(
+            decode_response::<FetchRequest, FetchResponse>(frame.clone(), 12).is_err(),
+            "kafka-protocol refuses it (if it no longer does, this workaround can go)"
+        );
+        let (correlation, response) = decode_fetch_response(frame, 12).unwrap();
+        assert_eq!((correlation, response.session_id), (42, 7));
+        let p = &response.responses[0].partitions[0];
+        assert_eq!(p.high_watermark, 5);
+        assert_eq!(p.records.as_deref(), Some(&b"batch"[..]));
+        assert_eq!(
+            response.unknown_tagged_fields.get(&0).map(|b| b.to_vec()),
+            Some(vec![0xab, 0xcd])
+        );
+    }
+
+    #[test]
+    fn a_tagged_field_longer_than_the_frame_is_an_error() {
+        let frame = frame_with_tag_zero(&[1, 0, 9, 0xab]);
+        let e = decode_fetch_response(frame, 12).unwrap_err();
+        assert!(e.to_string().contains("tagged field 0 of 9 bytes"), "{e}");
+    }
 }

@@ -157,6 +157,23 @@ pub async fn remove(path: &Path) -> Result<()> {
     }
 }
 
+/// Removes a directory and everything in it on glommio's blocking-thread
+/// pool: unlinking a large file can take tens of milliseconds, which on the
+/// executor's own thread would stall every partition of the core. A
+/// directory already gone is fine.
+pub async fn remove_dir_all(dir: &Path) -> Result<()> {
+    let owned = dir.to_path_buf();
+    let removed = glommio::executor()
+        .spawn_blocking(move || std::fs::remove_dir_all(&owned))
+        .await;
+    match removed {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(LogError::io("remove dir", dir, e))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn tmp_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(".tmp");

@@ -1539,6 +1539,12 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Gives back the active segment's append chunk when everything appended
+    /// is written (a partition gone quiet): the bytes released.
+    pub fn release_idle_memory(&mut self) -> usize {
+        self.active().release_idle()
+    }
+
     /// Deletes the log and its directory.
     pub async fn delete(mut self) -> Result<()> {
         self.cache.remove_log(self.cache_id);
@@ -1546,7 +1552,7 @@ impl PartitionLog {
         for (_, segment) in segments {
             segment.delete().await?;
         }
-        std::fs::remove_dir_all(&self.dir).map_err(|e| LogError::io("remove dir", &self.dir, e))
+        crate::fsutil::remove_dir_all(&self.dir).await
     }
 }
 

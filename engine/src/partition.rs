@@ -54,6 +54,10 @@ pub struct Partition {
     /// Bumped by every truncation: a producer snapshot prepared before one
     /// is not written (`write_producer_snapshot`).
     truncations: Cell<u64>,
+    /// The log end at the previous idle check (`release_if_idle`).
+    idle_mark: Cell<i64>,
+    /// The offline reason last read (`offline_reason_now`).
+    offline_seen: RefCell<Option<String>>,
 }
 
 /// A partition log's size and state, for metrics.
@@ -86,6 +90,8 @@ impl Partition {
             // Built on the core that owns it: that core's stats.
             stats: stats::local(),
             truncations: Cell::new(0),
+            idle_mark: Cell::new(-1),
+            offline_seen: RefCell::new(None),
         }
     }
 
@@ -103,7 +109,24 @@ impl Partition {
 
     /// Why the partition is offline (a failed write or fdatasync), or None.
     pub async fn offline_reason(&self) -> Result<Option<String>> {
-        Ok(self.shared().await?.offline_reason().map(str::to_string))
+        let reason = self.shared().await?.offline_reason().map(str::to_string);
+        self.offline_seen.replace(reason.clone());
+        Ok(reason)
+    }
+
+    /// `offline_reason` without waiting: while the log is locked for a write
+    /// (a roll, a truncation), the reason seen last. For the broker's
+    /// heartbeat, which reports every partition and must never wait behind
+    /// one.
+    pub fn offline_reason_now(&self) -> Option<String> {
+        match self.log.try_read() {
+            Ok(log) => {
+                let reason = log.offline_reason().map(str::to_string);
+                self.offline_seen.replace(reason.clone());
+                reason
+            }
+            Err(_) => self.offline_seen.borrow().clone(),
+        }
     }
 
     async fn write(&self) -> Result<glommio::sync::RwLockWriteGuard<'_, PartitionLog>> {
@@ -521,6 +544,17 @@ impl Partition {
             log.checkpoint_high_watermark(hw).await?;
         }
         Ok(())
+    }
+
+    /// Once per checkpoint period: a partition whose log end has not moved
+    /// since the previous call gives back its append chunk
+    /// (`PartitionLog::release_idle_memory`). Returns the bytes released.
+    pub async fn release_if_idle(&self) -> Result<usize> {
+        let end = self.log_end_offset.get();
+        if self.idle_mark.replace(end) != end {
+            return Ok(0);
+        }
+        Ok(self.write().await?.release_idle_memory())
     }
 
     /// The replicated high watermark the log had on disk when it opened.

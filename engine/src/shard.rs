@@ -187,6 +187,18 @@ impl Shard {
         crate::stats::local().snapshot()
     }
     /// This core's partitions (shared handles), for metrics and health.
+    /// This core's partitions that are offline, without waiting on any of
+    /// them (`Partition::offline_reason_now`): one pass, nothing cloned but
+    /// the names found.
+    pub fn offline_partitions_now(&self) -> Vec<TopicPartition> {
+        self.partitions
+            .borrow()
+            .iter()
+            .filter(|(_, p)| p.offline_reason_now().is_some())
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
     pub fn local_partition_handles(&self) -> Vec<(TopicPartition, Rc<Partition>)> {
         let mut v: Vec<_> = self
             .partitions
@@ -295,7 +307,7 @@ impl Shard {
                     // In-flight requests still hold it: close, then remove the files.
                     shared.close().await?;
                     let dir = shard.config.data_dir.join(tp.dir_name());
-                    std::fs::remove_dir_all(&dir).map_err(|e| LogError::io("remove dir", &dir, e))
+                    crate::fsutil::remove_dir_all(&dir).await
                 }
             }
         })
@@ -712,8 +724,9 @@ async fn scrub_loop(shard: Rc<Shard>) {
 }
 
 /// The shard's background work, in the low-share task queue: the interval flush
-/// (`Durability::Interval`), recovery-point checkpoints and retention, each on its
-/// own period.
+/// (`Durability::Interval`), recovery-point checkpoints (and, with them, the
+/// append chunks of partitions quiet since the previous one given back) and
+/// retention, each on its own period.
 async fn background_loop(shard: Rc<Shard>) {
     let flush_every = match shard.config.log.durability {
         Durability::Interval(d) => Some(d),
@@ -756,6 +769,10 @@ async fn background_loop(shard: Rc<Shard>) {
             if checkpoint {
                 if let Err(e) = p.checkpoint().await {
                     tracing::error!(error = %e, "recovery point checkpoint failed");
+                }
+                // Quiet for a whole period: its append chunk goes back.
+                if let Ok(released) = p.release_if_idle().await {
+                    stats.record_idle_release(released);
                 }
             }
         }

@@ -120,6 +120,8 @@ pub struct ShardStats {
     /// Segments and bytes removed by retention (`retention.ms`/`retention.bytes`).
     pub retention_deleted_segments: Cell<u64>,
     pub retention_deleted_bytes: Cell<u64>,
+    /// Append chunk bytes given back by partitions gone quiet.
+    pub idle_released_bytes: Cell<u64>,
 }
 
 impl ShardStats {
@@ -135,6 +137,10 @@ impl ShardStats {
             outcome.deleted_segments as u64,
         );
         add(&self.retention_deleted_bytes, outcome.deleted_bytes);
+    }
+
+    pub fn record_idle_release(&self, bytes: usize) {
+        add(&self.idle_released_bytes, bytes as u64);
     }
 
     pub fn record_fsync(&self, elapsed: Duration, ok: bool) {
@@ -158,6 +164,7 @@ impl ShardStats {
             cleaner_written_bytes: self.cleaner_written_bytes.get(),
             retention_deleted_segments: self.retention_deleted_segments.get(),
             retention_deleted_bytes: self.retention_deleted_bytes.get(),
+            idle_released_bytes: self.idle_released_bytes.get(),
         }
     }
 }
@@ -173,6 +180,7 @@ pub struct ShardStatsSnapshot {
     pub cleaner_written_bytes: u64,
     pub retention_deleted_segments: u64,
     pub retention_deleted_bytes: u64,
+    pub idle_released_bytes: u64,
 }
 
 impl ShardStatsSnapshot {
@@ -185,6 +193,7 @@ impl ShardStatsSnapshot {
         self.cleaner_written_bytes += other.cleaner_written_bytes;
         self.retention_deleted_segments += other.retention_deleted_segments;
         self.retention_deleted_bytes += other.retention_deleted_bytes;
+        self.idle_released_bytes += other.idle_released_bytes;
     }
 }
 

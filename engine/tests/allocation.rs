@@ -114,3 +114,59 @@ fn a_roll_trims_the_closed_segment_and_the_next_keeps_the_grown_step() {
         );
     });
 }
+
+/// A partition busy once and quiet since gives back its grown append chunk,
+/// keeping at most one block; appends go on from the partial block it kept,
+/// and the log reads back byte for byte as a log that kept its chunk, from
+/// the cache-less disk path and after a reopen.
+#[test]
+fn a_quiet_partition_gives_back_its_append_chunk_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, control_path) = (dir.path().join("t-0"), dir.path().join("t-1"));
+    run(move || async move {
+        let mut log = common::open_uncached(&path, config(1 << 30)).await.unwrap();
+        let mut control = common::open_uncached(&control_path, config(1 << 30))
+            .await
+            .unwrap();
+        // About 700 KiB in 7 KiB batches: the chunk grows past its first size.
+        for i in 0..100 {
+            let b = batch(i, 7, 1000, 1_000);
+            log.append(mutable(&b), LEADER).await.unwrap();
+            control.append(mutable(&b), LEADER).await.unwrap();
+        }
+        // Nothing to give back while appended data is not written out.
+        assert_eq!(log.release_idle_memory(), 0);
+        log.flush().await.unwrap();
+        let released = log.release_idle_memory() as u64;
+        assert!(released >= 60 * KIB, "released {released} bytes");
+        assert_eq!(log.release_idle_memory(), 0, "nothing left to give");
+        // Appends continue the partial block that was kept.
+        for i in 100..110 {
+            let b = batch(i, 3, 333, 2_000);
+            log.append(mutable(&b), LEADER).await.unwrap();
+            control.append(mutable(&b), LEADER).await.unwrap();
+        }
+        log.flush().await.unwrap();
+        control.flush().await.unwrap();
+        assert!(log.release_idle_memory() > 0);
+        let expected = common::read_all(&mut control, 0).await.concat();
+        let read = common::read_all(&mut log, 0).await.concat();
+        assert!(
+            read == expected,
+            "read {} bytes, the control {}",
+            read.len(),
+            expected.len()
+        );
+        log.close().await.unwrap();
+        control.close().await.unwrap();
+        let mut log = common::open_uncached(&path, config(1 << 30)).await.unwrap();
+        let read = common::read_all(&mut log, 0).await.concat();
+        assert!(
+            read == expected,
+            "after reopen: read {} bytes, the control {}",
+            read.len(),
+            expected.len()
+        );
+        log.close().await.unwrap();
+    });
+}

@@ -491,6 +491,34 @@ fn long_poll_over_many_partitions_wakes_on_any_and_leaves_no_waiters() {
     });
 }
 
+/// The heartbeat's view of a partition's health, read without waiting on its
+/// lock, says what the locked read says.
+#[test]
+fn offline_now_agrees_with_the_locked_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let healthy =
+            skiff_engine::Partition::new(open(&root.join("t-0"), small_config()).await.unwrap());
+        assert_eq!(healthy.offline_reason_now(), None);
+        let mut log = open(&root.join("t-1"), small_config()).await.unwrap();
+        log.append(mutable(&batch(0, 1, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        log.write_out().await.unwrap();
+        log.poison("fdatasync failed: injected");
+        let sick = skiff_engine::Partition::new(log);
+        let now = sick.offline_reason_now();
+        assert!(
+            now.as_deref().is_some_and(|r| r.contains("injected")),
+            "{now:?}"
+        );
+        assert_eq!(now, sick.offline_reason().await.unwrap());
+        healthy.close().await.unwrap();
+        let _ = sick.close().await;
+    });
+}
+
 /// Retention by time and size with the clock passed in: whole closed segments
 /// only, never the active one, never at or past the high watermark; the log start
 /// offset moves and survives a reopen.

@@ -345,6 +345,34 @@ impl Appender {
         self.sync().await
     }
 
+    /// Gives back an idle appender's chunk: once everything appended is
+    /// written, the chunk (up to `append_chunk_bytes`) is replaced by one
+    /// block holding the partial last block, or by nothing, and the sizes
+    /// start small again. A partition that was busy once and then went quiet
+    /// keeps a few KiB, not its largest chunk. Returns the bytes released;
+    /// nothing while writes are in flight or data is not written out.
+    pub fn release_idle(&mut self) -> usize {
+        if self.failed.is_some() || !self.inflight.is_empty() || self.buf_written != self.buf_len {
+            return 0;
+        }
+        let Some(buf) = self.buf.take() else {
+            return 0;
+        };
+        let released = buf.len();
+        let start = self.align_down(self.buf_len as u64) as usize;
+        if start < self.buf_len {
+            let mut tail = self.file.alloc_dma_buffer(self.align as usize);
+            tail.as_bytes_mut()[..self.buf_len - start]
+                .copy_from_slice(&buf.as_bytes()[start..self.buf_len]);
+            self.buf = Some(tail);
+        }
+        self.buf_pos += start as u64;
+        self.buf_len -= start;
+        self.buf_written = self.buf_len;
+        self.chunk_bytes = MIN_CHUNK_BYTES.min(self.max_chunk_bytes);
+        released.saturating_sub(self.buf.as_ref().map_or(0, DmaBuffer::len))
+    }
+
     /// Cuts the file at `end` (which must be at or below the current end) and
     /// continues appending from there.
     pub async fn truncate(&mut self, end: u64) -> Result<()> {

@@ -295,6 +295,11 @@ impl Segment {
         }
     }
 
+    /// An idle active segment's chunk given back (`Appender::release_idle`).
+    pub fn release_idle(&mut self) -> usize {
+        self.appender.as_mut().map_or(0, Appender::release_idle)
+    }
+
     pub fn poison(&mut self, reason: &str) {
         if let Some(a) = self.appender.as_mut() {
             a.poison(reason);
