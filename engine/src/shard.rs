@@ -187,18 +187,6 @@ impl Shard {
         crate::stats::local().snapshot()
     }
     /// This core's partitions (shared handles), for metrics and health.
-    /// This core's partitions that are offline, without waiting on any of
-    /// them (`Partition::offline_reason_now`): one pass, nothing cloned but
-    /// the names found.
-    pub fn offline_partitions_now(&self) -> Vec<TopicPartition> {
-        self.partitions
-            .borrow()
-            .iter()
-            .filter(|(_, p)| p.offline_reason_now().is_some())
-            .map(|(tp, _)| tp.clone())
-            .collect()
-    }
-
     pub fn local_partition_handles(&self) -> Vec<(TopicPartition, Rc<Partition>)> {
         let mut v: Vec<_> = self
             .partitions

@@ -444,9 +444,13 @@ async fn offline_replicas(core: &CoreState, broker: &Broker) -> Vec<(TopicId, u3
         let found = core
             .shard
             .invoke_on(target, |shard| async move {
-                // No waiting on any partition's lock: a heartbeat held
-                // behind a roll or a truncation could cost the node its lease.
-                shard.offline_partitions_now()
+                let mut found = Vec::new();
+                for (tp, p) in shard.local_partition_handles() {
+                    if matches!(p.offline_reason().await, Ok(Some(_))) {
+                        found.push(tp);
+                    }
+                }
+                found
             })
             .await;
         match found {
