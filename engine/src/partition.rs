@@ -56,8 +56,6 @@ pub struct Partition {
     truncations: Cell<u64>,
     /// The log end at the previous idle check (`release_if_idle`).
     idle_mark: Cell<i64>,
-    /// The offline reason last read (`offline_reason_now`).
-    offline_seen: RefCell<Option<String>>,
 }
 
 /// A partition log's size and state, for metrics.
@@ -91,7 +89,6 @@ impl Partition {
             stats: stats::local(),
             truncations: Cell::new(0),
             idle_mark: Cell::new(-1),
-            offline_seen: RefCell::new(None),
         }
     }
 
@@ -109,25 +106,7 @@ impl Partition {
 
     /// Why the partition is offline (a failed write or fdatasync), or None.
     pub async fn offline_reason(&self) -> Result<Option<String>> {
-        let reason = self.shared().await?.offline_reason().map(str::to_string);
-        self.offline_seen.replace(reason.clone());
-        Ok(reason)
-    }
-
-    /// `offline_reason` without waiting: while the log is locked for a write
-    /// (a roll, a truncation), the reason seen last. Meant for the broker's
-    /// heartbeat, which should never wait behind one partition; not used there
-    /// yet: a heartbeat built on it made node stops hang in a stress run
-    /// (see issue 15's notes), cause not found.
-    pub fn offline_reason_now(&self) -> Option<String> {
-        match self.log.try_read() {
-            Ok(log) => {
-                let reason = log.offline_reason().map(str::to_string);
-                self.offline_seen.replace(reason.clone());
-                reason
-            }
-            Err(_) => self.offline_seen.borrow().clone(),
-        }
+        Ok(self.shared().await?.offline_reason().map(str::to_string))
     }
 
     async fn write(&self) -> Result<glommio::sync::RwLockWriteGuard<'_, PartitionLog>> {
@@ -333,12 +312,6 @@ impl Partition {
     /// The latest leader epoch written to this log (None: empty history).
     pub async fn latest_epoch(&self) -> Result<Option<i32>> {
         Ok(self.shared().await?.leader_epochs().latest_epoch())
-    }
-
-    /// Waits until the high watermark passes `seen` or `timeout` elapses: the
-    /// long poll of a consumer's fetch that saw `seen` as its high watermark.
-    pub async fn wait_for_data(self: &Rc<Self>, seen: i64, timeout: std::time::Duration) {
-        wait_for_any(&[(self.clone(), seen)], LongPoll::HighWatermark, timeout).await
     }
 
     /// Whether what a long poll waits on has passed `seen`.

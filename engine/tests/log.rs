@@ -382,6 +382,7 @@ proptest! {
 
 #[test]
 fn long_poll_wakes_on_append_and_never_misses_one() {
+    use skiff_engine::{wait_for_any, LongPoll};
     use std::rc::Rc;
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
@@ -394,11 +395,21 @@ fn long_poll_wakes_on_append_and_never_misses_one() {
             .unwrap();
         // Data past what the fetch saw: no wait at all.
         let t = Instant::now();
-        p.wait_for_data(0, Duration::from_secs(30)).await;
+        wait_for_any(
+            &[(p.clone(), 0)],
+            LongPoll::HighWatermark,
+            Duration::from_secs(30),
+        )
+        .await;
         assert!(t.elapsed() < Duration::from_secs(10));
         // Nothing new: returns at the timeout.
         let t = Instant::now();
-        p.wait_for_data(1, Duration::from_millis(50)).await;
+        wait_for_any(
+            &[(p.clone(), 1)],
+            LongPoll::HighWatermark,
+            Duration::from_millis(50),
+        )
+        .await;
         assert!(t.elapsed() >= Duration::from_millis(50));
         // An append while waiting wakes the waiter long before its timeout.
         let writer = p.clone();
@@ -410,7 +421,12 @@ fn long_poll_wakes_on_append_and_never_misses_one() {
                 .unwrap();
         });
         let t = Instant::now();
-        p.wait_for_data(1, Duration::from_secs(30)).await;
+        wait_for_any(
+            &[(p.clone(), 1)],
+            LongPoll::HighWatermark,
+            Duration::from_secs(30),
+        )
+        .await;
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "woken by the append, not the timeout"
@@ -491,16 +507,16 @@ fn long_poll_over_many_partitions_wakes_on_any_and_leaves_no_waiters() {
     });
 }
 
-/// The heartbeat's view of a partition's health, read without waiting on its
-/// lock, says what the locked read says.
+/// A partition's offline state, as the broker's heartbeat reads it: none for
+/// a healthy log, the failure's reason for one whose sync failed.
 #[test]
-fn offline_now_agrees_with_the_locked_read() {
+fn offline_reason_names_the_failure() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     run(move || async move {
         let healthy =
             skiff_engine::Partition::new(open(&root.join("t-0"), small_config()).await.unwrap());
-        assert_eq!(healthy.offline_reason_now(), None);
+        assert_eq!(healthy.offline_reason().await.unwrap(), None);
         let mut log = open(&root.join("t-1"), small_config()).await.unwrap();
         log.append(mutable(&batch(0, 1, 10, 0)), LEADER)
             .await
@@ -508,12 +524,11 @@ fn offline_now_agrees_with_the_locked_read() {
         log.write_out().await.unwrap();
         log.poison("fdatasync failed: injected");
         let sick = skiff_engine::Partition::new(log);
-        let now = sick.offline_reason_now();
+        let reason = sick.offline_reason().await.unwrap();
         assert!(
-            now.as_deref().is_some_and(|r| r.contains("injected")),
-            "{now:?}"
+            reason.as_deref().is_some_and(|r| r.contains("injected")),
+            "{reason:?}"
         );
-        assert_eq!(now, sick.offline_reason().await.unwrap());
         healthy.close().await.unwrap();
         let _ = sick.close().await;
     });

@@ -99,6 +99,13 @@ impl SessionError {
     }
 }
 
+/// Whether a Fetch's top-level error is about its session: the fetcher starts
+/// over with a full request at once (nothing else is wrong).
+pub fn is_session_error(code: i16) -> bool {
+    code == ResponseError::FetchSessionIdNotFound.code()
+        || code == ResponseError::InvalidFetchSessionEpoch.code()
+}
+
 /// The epoch after `epoch` (Kafka's `nextEpoch`: it wraps to 1, never to the
 /// full-request epochs).
 pub fn next_epoch(epoch: i32) -> i32 {

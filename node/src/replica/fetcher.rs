@@ -59,7 +59,7 @@ use skiff_replication::{
     check_fetched_batch, FetchPosition, FetchedBatch, FollowerReplica, LocalLog, NextFetch,
 };
 
-use crate::fetch_session::{FetchParams, SessionBuilder};
+use crate::fetch_session::{is_session_error, FetchParams, SessionBuilder};
 use crate::state::CoreState;
 
 const FETCH_VERSION: i16 = 12;
@@ -217,13 +217,8 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             }
         };
         if !session.on_response(response.error_code, response.session_id) {
-            let session_error = [
-                ResponseError::FetchSessionIdNotFound.code(),
-                ResponseError::InvalidFetchSessionEpoch.code(),
-            ]
-            .contains(&response.error_code);
             tracing::debug!(leader, error = response.error_code, "fetch refused");
-            if !session_error {
+            if !is_session_error(response.error_code) {
                 glommio::timer::sleep(PARTITION_BACKOFF).await;
             }
             continue;
