@@ -232,6 +232,21 @@ def test_churn_missing_and_undeleted():
     assert counts(r) == {"churn_missing": 1}
 
 
+def test_churn_retried_deletes():
+    # The workload deletes again what a failed call may have left: c-3's second
+    # delete is acknowledged, so a node listing it is an anomaly; c-2's create
+    # timed out, so its acknowledged delete may be overtaken by the late create.
+    calls = CALLS + [
+        {"op": "delete", "topic": "c-2", "partitions": None, "ok": True, "code": None},
+        {"op": "delete", "topic": "c-3", "partitions": None, "ok": True, "code": None},
+    ]
+    ok = view(**{"c-0": {0: 1, 1: 2}})
+    r, _ = checker.check_churn(calls, {1: ok, 2: {**ok, **view(**{"c-2": {0: 1}})}, 3: ok})
+    assert counts(r) == {}
+    r, _ = checker.check_churn(calls, {1: ok, 2: {**ok, **view(**{"c-3": {0: 1}})}, 3: ok})
+    assert counts(r) == {"churn_undeleted": 1}
+
+
 def test_quorum_split_status_parsing():
     from nemesis import faults
 

@@ -245,10 +245,17 @@ def group_member(cfg, member, stop, stats):
             out.close()
 
 
+# Answers after which the topic certainly does not exist (nothing to delete).
+NOT_THERE = {"create": ("INVALID_REPLICATION_FACTOR", "INVALID_TOPIC_EXCEPTION"),
+             "delete": ("UNKNOWN_TOPIC_OR_PART",)}
+
+
 def churn(cfg, stop, stats):
     """Creates and deletes small topics (nemesis-churn-N, 1-3 partitions,
     RF 3) through the AdminClient while the faults happen, at most `live` at
-    once, one call every `period_s`; records every call and its answer."""
+    once, one call every `period_s`; records every call and its answer. A
+    topic whose create or delete failed without proving it absent is queued
+    for deletion again, so the live set stays bounded over a long run."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     ch = cfg["churn"]
@@ -274,8 +281,14 @@ def churn(cfg, stop, stats):
                 live.append(topic)
         except Exception as e:
             kerr = e.args[0] if e.args and hasattr(e.args[0], "code") else None
-            rec.update(ok=False, code=kerr.name() if kerr is not None else type(e).__name__, err=str(e)[:300])
+            code = kerr.name() if kerr is not None else type(e).__name__
+            rec.update(ok=False, code=code, err=str(e)[:300])
             stats["churn_errors"] += 1
+            # The topic may exist (a create or delete that timed out may
+            # still have happened): delete it later, as an operator would,
+            # so the cluster does not fill with topics nobody deletes.
+            if code not in NOT_THERE.get(op, ()):
+                live.append(topic)
         rec["t1"] = time.time()
         out.write(json.dumps(rec) + "\n")
     out.close()
