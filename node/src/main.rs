@@ -26,8 +26,34 @@ use skiff_node::node::Node;
     about = "skiff: a Kafka-compatible streaming storage engine"
 )]
 struct Cli {
+    /// Log lines on stderr: `text` (coloured only on a terminal) or `json`
+    /// (one object per line, for log shippers). RUST_LOG filters them.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs go to stderr: plain text without colour codes unless stderr is a
+/// terminal (a file or journald gets no escape sequences), or JSON lines.
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    // raft-rs narrates every election at info; its warnings are enough.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,raft=warn".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().with_current_span(false).init(),
+    }
 }
 
 #[derive(Subcommand)]
@@ -177,15 +203,9 @@ struct Conn {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            // raft-rs narrates every election at info; its warnings are enough.
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,raft=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let result = match Cli::parse().command {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    let result = match cli.command {
         Command::Node(args) => run_node(args),
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),

@@ -60,8 +60,11 @@ class NodeError(Exception):
 class Node:
     """One `skiff node` process on 127.0.0.1:port with its own data dir."""
 
-    def __init__(self, settings=None, cores=2, node_id=1, extra_args=(), controller_listen="127.0.0.1:0"):
+    def __init__(self, settings=None, cores=2, node_id=1, extra_args=(), controller_listen="127.0.0.1:0",
+                 env=None):
         self.settings = dict(settings or {})
+        # Environment over the defaults below; a None value removes the variable.
+        self.env = dict(env or {})
         # Never the default 9093 either; a cluster member passes its quorum entry.
         self.controller_listen = controller_listen
         # What the log says once the node serves (a controller-only node has
@@ -122,6 +125,11 @@ class Node:
         env.setdefault("RUST_LOG", "info,raft=warn")
         env.setdefault("RUST_BACKTRACE", "1")
         env.setdefault("NO_COLOR", "1")  # plain node logs in failure reports
+        for k, v in self.env.items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
         self.proc = subprocess.Popen(
             self.args(),
             stdin=subprocess.DEVNULL,

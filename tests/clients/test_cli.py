@@ -44,3 +44,27 @@ def test_topic_cli_unreachable_bootstrap_fails_fast():
     p = subprocess.run([SKIFF_BIN, "topic", "list", "--bootstrap", f"127.0.0.1:{free_port()}"],
                        capture_output=True, timeout=60)
     assert p.returncode != 0
+
+
+def test_node_logs_plain_in_a_file_and_json_on_request(node_factory):
+    """A node whose stderr is a file writes no terminal colour codes (with
+    NO_COLOR unset, as systemd or a shell redirect leaves it), and `--log-format
+    json` writes one JSON object per line with the level, target and message."""
+    import json
+
+    plain = node_factory(cores=1, env={"NO_COLOR": None})
+    with open(plain.log_path, "rb") as f:
+        text = f.read()
+    assert b"listening on" in text
+    assert b"\x1b[" not in text, text[-2000:]
+
+    js = node_factory(cores=1, env={"NO_COLOR": None}, extra_args=["--log-format", "json"])
+    js.cli("topic", "create", "json-logs", "--partitions", "1", "--replication-factor", "1")
+    js.stop()
+    with open(js.log_path, "rb") as f:
+        lines = [ln for ln in f.read().decode().splitlines() if ln and not ln.startswith("=====")]
+    records = [json.loads(ln) for ln in lines]  # every line is one JSON object
+    messages = [r["fields"].get("message", "") for r in records]
+    assert any(m.startswith("skiff node listening on") for m in messages), messages
+    assert any(m == "stopped cleanly" for m in messages), messages
+    assert all(r["level"] in ("TRACE", "DEBUG", "INFO", "WARN", "ERROR") and r["target"] for r in records)
