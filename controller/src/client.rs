@@ -24,6 +24,7 @@ use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 
 use crate::decisions::{AlterPartition, Heartbeat, HeartbeatReply, Registration};
+use crate::records::NodeId;
 use crate::rpc::{self, Request, Response, RpcError, RpcMessage};
 use crate::state::PartitionState;
 
@@ -144,6 +145,22 @@ impl ControllerClient {
         self.committed(Request::AlterTopicConfigs {
             name: name.to_string(),
             ops,
+        })
+        .await
+    }
+
+    /// Grows topic `name` to `count` partitions (CreatePartitions); the offset
+    /// its records committed at.
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        assignments: Option<Vec<Vec<NodeId>>>,
+    ) -> Result<u64, ClientError> {
+        self.committed(Request::CreatePartitions {
+            name: name.to_string(),
+            count,
+            assignments,
         })
         .await
     }

@@ -91,6 +91,16 @@ pub enum ControllerError {
     InvalidUpdateVersion { request: i32, current: i32 },
     #[error("ISR would contain ineligible replicas {0:?} (fenced, shutting down or not replicas)")]
     IneligibleReplica(Vec<NodeId>),
+    #[error(
+        "topic {topic} has {current} partitions; the new count must be higher, not {requested}"
+    )]
+    PartitionCountNotHigher {
+        topic: String,
+        current: u32,
+        requested: i32,
+    },
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 }
@@ -102,8 +112,10 @@ impl ControllerError {
             ControllerError::UnknownTopicOrPartition => 3,
             ControllerError::InvalidTopic { .. } => 17,
             ControllerError::TopicAlreadyExists(_) => 36,
-            ControllerError::InvalidPartitions(_) => 37,
+            ControllerError::InvalidPartitions(_)
+            | ControllerError::PartitionCountNotHigher { .. } => 37,
             ControllerError::InvalidReplicationFactor { .. } => 38,
+            ControllerError::InvalidReplicaAssignment(_) => 39,
             ControllerError::NotController { .. } => 41,
             ControllerError::InvalidRequest(_) => 42,
             ControllerError::FencedLeaderEpoch { .. } => 74,
@@ -584,6 +596,115 @@ pub fn create_topic(
         }));
     }
     Ok(out)
+}
+
+/// Adds partitions to a topic (CreatePartitions): one `Partition` record per new
+/// index, from the current count up to `count`. Replicas as many as partition
+/// 0 has; `assignments` (one replica list per new partition) or, without them,
+/// the round-robin of `assign_replicas` continued from where the topic's
+/// creation started it (partition 0's first replica), so the new partitions
+/// spread as if the topic had been created with `count`. The ISR is the
+/// eligible replicas, the first of them leading; a new partition with no
+/// eligible replica is refused.
+pub fn create_partitions(
+    state: &ClusterState,
+    name: &str,
+    count: i32,
+    assignments: Option<&[Vec<NodeId>]>,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let topic = state
+        .topic_by_name(name)
+        .ok_or(ControllerError::UnknownTopicOrPartition)?;
+    let current = topic.partition_count;
+    if count <= current as i32 {
+        return Err(ControllerError::PartitionCountNotHigher {
+            topic: name.to_string(),
+            current,
+            requested: count,
+        });
+    }
+    if count - current as i32 > TOPIC_PARTITIONS_MAX {
+        return Err(ControllerError::InvalidPartitions(count));
+    }
+    let added = (count as u32 - current) as usize;
+    let rf = topic
+        .partitions
+        .get(&0)
+        .map_or(1, |p| p.replicas.len())
+        .max(1);
+    let eligible = |n: NodeId| state.node(n).is_some_and(|n| n.is_eligible());
+    let replica_sets: Vec<Vec<NodeId>> = match assignments {
+        Some(sets) => {
+            if sets.len() != added {
+                return Err(ControllerError::InvalidReplicaAssignment(format!(
+                    "{} replica lists for {added} new partitions",
+                    sets.len()
+                )));
+            }
+            for replicas in sets {
+                if replicas.len() != rf {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "{replicas:?} has {} replicas; the topic's partitions have {rf}",
+                        replicas.len()
+                    )));
+                }
+                let distinct: BTreeSet<NodeId> = replicas.iter().copied().collect();
+                if distinct.len() != replicas.len() {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "{replicas:?} names a node twice"
+                    )));
+                }
+                if let Some(unknown) = replicas.iter().find(|n| state.node(**n).is_none()) {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "node {unknown} is not registered"
+                    )));
+                }
+                if !replicas.iter().any(|n| eligible(*n)) {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "no replica of {replicas:?} is unfenced to lead"
+                    )));
+                }
+            }
+            sets.to_vec()
+        }
+        None => {
+            let nodes: Vec<(NodeId, Option<&str>)> = state
+                .nodes()
+                .filter(|n| n.is_eligible())
+                .map(|n| (n.node_id, n.rack.as_deref()))
+                .collect();
+            if rf > nodes.len() {
+                return Err(ControllerError::InvalidReplicationFactor {
+                    requested: rf as i16,
+                    available: nodes.len(),
+                });
+            }
+            let mut ids: Vec<NodeId> = nodes.iter().map(|(n, _)| *n).collect();
+            ids.sort_unstable();
+            let first = topic.partitions.get(&0).and_then(|p| p.replicas.first());
+            let start = first
+                .and_then(|f| ids.iter().position(|n| n == f))
+                .unwrap_or(0);
+            let mut all = assign_replicas(&nodes, count as usize, rf, start);
+            all.split_off(current as usize)
+        }
+    };
+    Ok(replica_sets
+        .into_iter()
+        .enumerate()
+        .map(|(i, replicas)| {
+            let isr: Vec<NodeId> = replicas.iter().copied().filter(|n| eligible(*n)).collect();
+            MetadataRecord::Partition(Partition {
+                topic_id: topic.topic_id,
+                index: current + i as u32,
+                leader: isr[0],
+                isr,
+                replicas,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            })
+        })
+        .collect())
 }
 
 /// Kafka's replica assignment (`AdminUtils.assignReplicasToBrokers`): leaders

@@ -409,6 +409,94 @@ fn create_topic_validates_and_spreads() {
 }
 
 #[test]
+fn create_partitions_continues_the_spread_and_validates() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 2, 3).unwrap();
+    let grow = |h: &Harness, count, sets: Option<&[Vec<NodeId>]>| {
+        create_partitions(&h.state, "t", count, sets)
+    };
+    assert_eq!(
+        create_partitions(&h.state, "nope", 3, None)
+            .unwrap_err()
+            .kafka_code(),
+        3
+    );
+    for not_higher in [0, 1, 2] {
+        let e = grow(&h, not_higher, None).unwrap_err();
+        assert_eq!(e.kafka_code(), 37, "{e}");
+        assert!(e.to_string().contains("has 2 partitions"), "{e}");
+    }
+    assert_eq!(
+        grow(&h, 2 + TOPIC_PARTITIONS_MAX + 1, None)
+            .unwrap_err()
+            .kafka_code(),
+        37
+    );
+    h.commit(&grow(&h, 6, None).unwrap());
+    assert_eq!(h.state.topic_by_name("t").unwrap().partition_count, 6);
+    // As if created with 6: leaders keep rotating, every partition on all 3.
+    let leaders: Vec<NodeId> = (0..6).map(|i| h.part(1, i).leader).collect();
+    assert_eq!(leaders, vec![1, 2, 3, 1, 2, 3]);
+    for i in 2..6 {
+        let p = h.part(1, i);
+        assert_eq!(
+            (p.isr.clone(), p.leader_epoch, p.partition_epoch),
+            (p.replicas.clone(), 0, 0)
+        );
+        assert_eq!(p.replicas.iter().collect::<BTreeSet<_>>().len(), 3);
+    }
+
+    // Manual assignments: one list per new partition, RF of the topic, known
+    // nodes, no node twice, someone to lead.
+    let bad: [&[Vec<NodeId>]; 5] = [
+        &[vec![1, 2, 3]],
+        &[vec![1, 2], vec![1, 2, 3]],
+        &[vec![1, 1, 2], vec![1, 2, 3]],
+        &[vec![1, 2, 9], vec![1, 2, 3]],
+        &[vec![1, 2, 3], vec![3, 2, 1], vec![2, 3, 1]],
+    ];
+    for sets in bad {
+        assert_eq!(
+            grow(&h, 8, Some(sets)).unwrap_err().kafka_code(),
+            39,
+            "{sets:?}"
+        );
+    }
+    // A fenced replica stays out of the ISR and does not lead.
+    h.commit(&fence_node(&h.state, 3, &CFG));
+    h.commit(&grow(&h, 8, Some(&[vec![3, 1, 2], vec![2, 3, 1]])).unwrap());
+    let p = h.part(1, 6);
+    assert_eq!(
+        (p.replicas, p.isr, p.leader),
+        (vec![3, 1, 2], vec![1, 2], 1)
+    );
+    // Without assignments RF 3 needs three eligible nodes.
+    assert_eq!(grow(&h, 9, None).unwrap_err().kafka_code(), 38);
+}
+
+#[test]
+fn a_partition_record_past_the_next_index_is_refused() {
+    let mut h = Harness::cluster(1, None);
+    h.create("t", 1, 1, 1).unwrap();
+    let record = |index| {
+        MetadataRecord::Partition(Partition {
+            topic_id: tid(1),
+            index,
+            leader: 1,
+            isr: vec![1],
+            replicas: vec![1],
+            leader_epoch: 0,
+            partition_epoch: 0,
+        })
+    };
+    let refused = h.state.apply_batch(9, &[record(2)]);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(h.state.topic_by_name("t").unwrap().partition_count, 1);
+    assert!(h.state.apply_batch(10, &[record(1), record(2)]).is_empty());
+    assert_eq!(h.state.topic_by_name("t").unwrap().partition_count, 3);
+}
+
+#[test]
 fn assignment_matches_kafka_rack_unaware() {
     // Kafka's AdminUtils test: 5 brokers, 10 partitions, RF 3, start index 0.
     let nodes: Vec<(NodeId, Option<&str>)> = (0..5).map(|n| (n, None)).collect();

@@ -30,6 +30,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::decisions::{AlterPartition, Heartbeat, HeartbeatReply, Registration};
 use crate::node::Committed;
+use crate::records::NodeId;
 use crate::state::PartitionState;
 
 /// Format version written first in every frame body.
@@ -128,6 +129,13 @@ pub enum Request {
         ops: Vec<(String, Option<String>)>,
     },
     AlterPartition(AlterPartition),
+    /// CreatePartitions: grow topic `name` to `count` partitions, with a
+    /// replica list per new partition or the controller's placement.
+    CreatePartitions {
+        name: String,
+        count: i32,
+        assignments: Option<Vec<Vec<NodeId>>>,
+    },
     FetchMetadata {
         from_offset: u64,
         max_wait_ms: u32,
@@ -312,6 +320,14 @@ mod tests {
                 request: Request::AlterTopicConfigs {
                     name: "t".into(),
                     ops: vec![("a".into(), Some("1".into())), ("b".into(), None)],
+                },
+            },
+            RpcMessage::Request {
+                correlation_id: 9,
+                request: Request::CreatePartitions {
+                    name: "t".into(),
+                    count: 5,
+                    assignments: Some(vec![vec![1, 2], vec![2, 3]]),
                 },
             },
             RpcMessage::Response {

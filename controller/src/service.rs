@@ -23,7 +23,7 @@
 //! inline, blocking the thread: acceptable here because the thread is the
 //! controller's alone (off the data path) and a sync is a few hundred bytes.
 //!
-//! Decisions (Register, Heartbeat, CreateTopic, DeleteTopic,
+//! Decisions (Register, Heartbeat, CreateTopic, DeleteTopic, CreatePartitions,
 //! AlterTopicConfigs, AlterPartition, and session fencing on every tick) are
 //! made by the active controller only (the Raft leader whose term's first entry
 //! is applied), ONE AT A TIME against the committed state: a decision's records
@@ -421,6 +421,7 @@ enum Decision {
     DeleteTopic(String),
     AlterTopicConfigs(String, Vec<(String, Option<String>)>),
     AlterPartition(AlterPartition),
+    CreatePartitions(String, i32, Option<Vec<Vec<NodeId>>>),
 }
 
 /// How to answer once a decision's batch committed.
@@ -702,6 +703,10 @@ impl Core {
             }
             Decision::DeleteTopic(name) => {
                 decisions::delete_topic(state, name).map(|r| (r, Done::Committed))
+            }
+            Decision::CreatePartitions(name, count, assignments) => {
+                decisions::create_partitions(state, name, *count, assignments.as_deref())
+                    .map(|r| (r, Done::Committed))
             }
             Decision::AlterTopicConfigs(name, ops) => {
                 decisions::alter_topic_configs(state, name, ops).map(|r| (r, Done::Committed))
@@ -1061,6 +1066,11 @@ async fn handle(shared: &Rc<Shared>, request: Request) -> Response {
         Request::DeleteTopic { name } => Decision::DeleteTopic(name),
         Request::AlterTopicConfigs { name, ops } => Decision::AlterTopicConfigs(name, ops),
         Request::AlterPartition(a) => Decision::AlterPartition(a),
+        Request::CreatePartitions {
+            name,
+            count,
+            assignments,
+        } => Decision::CreatePartitions(name, count, assignments),
     };
     let rx = {
         let mut core = shared.core.borrow_mut();

@@ -280,7 +280,9 @@ impl ClusterState {
                     .topics
                     .get_mut(&p.topic_id)
                     .ok_or(ApplyError::UnknownTopic(p.topic_id))?;
-                if p.index >= topic.partition_count {
+                // The next index adds a partition (CreatePartitions); a gap
+                // is refused.
+                if p.index > topic.partition_count {
                     return Err(ApplyError::UnknownPartition {
                         topic: p.topic_id,
                         index: p.index,
@@ -306,6 +308,9 @@ impl ClusterState {
                         index: p.index,
                         reason,
                     })?;
+                if p.index == topic.partition_count {
+                    topic.partition_count += 1;
+                }
                 topic.partitions.insert(p.index, state);
                 Ok(())
             }
@@ -648,12 +653,14 @@ mod tests {
             s.apply(2, &topic_with_partition()[0]),
             Err(ApplyError::TopicExists(_))
         ));
-        // A partition index beyond the declared count is refused.
+        // A partition index past the next one is refused (the next one adds a
+        // partition: CreatePartitions).
         let mut extra = topic_with_partition()[1].clone();
         if let MetadataRecord::Partition(p) = &mut extra {
-            p.index = 1;
+            p.index = 2;
         }
         assert!(s.apply(2, &extra).is_err());
+        assert_eq!(s.topic_by_name("t").unwrap().partition_count, 1);
         let set = MetadataRecord::Config(crate::records::Config {
             resource: ConfigResource::Topic("t".into()),
             name: "retention.ms".into(),

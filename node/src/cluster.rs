@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use glommio::timer::sleep;
 use skiff_controller::client::{ClientError, ControllerClient, CreateTopicRequest};
 use skiff_controller::decisions::{Heartbeat, Registration};
-use skiff_controller::records::{Endpoint, TopicId, NO_LEADER};
+use skiff_controller::records::{Endpoint, NodeId, TopicId, NO_LEADER};
 use skiff_controller::rpc::{MetadataFetch, RpcError};
 use skiff_controller::state::ClusterState;
 use skiff_engine::{shard::list_partition_dirs, TopicPartition};
@@ -719,6 +719,22 @@ pub async fn delete_topic(name: &str) -> Result<(), ClusterError> {
     let offset = broker
         .client
         .delete_topic(name)
+        .await
+        .map_err(|e| refusal(name, e))?;
+    broker.wait_applied(offset, START_TIMEOUT).await
+}
+
+/// Grows a topic to `count` partitions through the controller; returns once
+/// this node has applied it (its new local partitions exist).
+pub async fn create_partitions(
+    name: &str,
+    count: i32,
+    assignments: Option<Vec<Vec<NodeId>>>,
+) -> Result<(), ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let offset = broker
+        .client
+        .create_partitions(name, count, assignments)
         .await
         .map_err(|e| refusal(name, e))?;
     broker.wait_applied(offset, START_TIMEOUT).await

@@ -6,11 +6,19 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
+use kafka_protocol::messages::create_partitions_request::{
+    CreatePartitionsAssignment, CreatePartitionsTopic,
+};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::metadata_response::MetadataResponsePartition;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, TopicName,
+    BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+    DeleteTopicsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -193,6 +201,29 @@ enum TopicCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Change a topic: add partitions (CreatePartitions; a count can only
+    /// grow), set or remove config overrides (IncrementalAlterConfigs).
+    Alter {
+        name: String,
+        /// The new partition count (higher than the current one).
+        #[arg(long)]
+        partitions: Option<i32>,
+        /// Replicas of each new partition: node ids per partition, partitions
+        /// separated by ':' (Kafka's form), e.g. "1,2:2,3" for two more.
+        #[arg(long, value_name = "IDS:IDS", requires = "partitions")]
+        replica_assignment: Option<String>,
+        /// Set a config override key=value (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+        /// Remove a config override, back to the node default (repeatable).
+        #[arg(long = "delete-config", value_name = "KEY")]
+        delete_configs: Vec<String>,
+        /// Check with the cluster without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 #[derive(Args)]
@@ -310,6 +341,83 @@ fn topic(command: TopicCommand) -> anyhow::Result<()> {
             for t in response.topics {
                 check(t.error_code, t.error_message.as_deref())?;
                 println!("Created topic {}.", t.name.0.as_str());
+            }
+        }
+        TopicCommand::Alter {
+            name,
+            partitions,
+            replica_assignment,
+            configs,
+            delete_configs,
+            dry_run,
+            conn,
+        } => {
+            if partitions.is_none() && configs.is_empty() && delete_configs.is_empty() {
+                bail!("nothing to alter: give --partitions, --config or --delete-config");
+            }
+            let mut ops = Vec::new();
+            for c in &configs {
+                let (k, v) = c
+                    .split_once('=')
+                    .ok_or_else(|| anyhow::anyhow!("--config expects key=value, got {c:?}"))?;
+                ops.push((k.to_string(), Some(v.to_string())));
+            }
+            ops.extend(delete_configs.iter().map(|k| (k.clone(), None)));
+            let assignments = replica_assignment
+                .as_deref()
+                .map(parse_replica_assignment)
+                .transpose()?;
+            let mut client = AdminClient::connect(&conn.bootstrap)?;
+            let verb = if dry_run { "Would alter" } else { "Altered" };
+            if let Some(count) = partitions {
+                let topic = CreatePartitionsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(name.clone())))
+                    .with_count(count)
+                    .with_assignments(assignments.map(|sets| {
+                        sets.into_iter()
+                            .map(|ids| {
+                                CreatePartitionsAssignment::default()
+                                    .with_broker_ids(ids.into_iter().map(BrokerId).collect())
+                            })
+                            .collect()
+                    }));
+                let request = CreatePartitionsRequest::default()
+                    .with_topics(vec![topic])
+                    .with_timeout_ms(30_000)
+                    .with_validate_only(dry_run);
+                let response: CreatePartitionsResponse = client.call(&request, 3)?;
+                for r in response.results {
+                    check(r.error_code, r.error_message.as_deref())?;
+                    println!("{verb} topic {name}: {count} partitions.");
+                }
+            }
+            if !ops.is_empty() {
+                let resource = AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(StrBytes::from_string(name.clone()))
+                    .with_configs(
+                        ops.iter()
+                            .map(|(k, v)| {
+                                AlterableConfig::default()
+                                    .with_name(StrBytes::from_string(k.clone()))
+                                    .with_config_operation(if v.is_some() { 0 } else { 1 })
+                                    .with_value(v.clone().map(StrBytes::from_string))
+                            })
+                            .collect(),
+                    );
+                let request = IncrementalAlterConfigsRequest::default()
+                    .with_resources(vec![resource])
+                    .with_validate_only(dry_run);
+                let response: IncrementalAlterConfigsResponse = client.call(&request, 1)?;
+                for r in response.responses {
+                    check(r.error_code, r.error_message.as_deref())?;
+                }
+                for (k, v) in &ops {
+                    match v {
+                        Some(v) => println!("{verb} topic {name}: {k}={v}."),
+                        None => println!("{verb} topic {name}: {k} back to its default."),
+                    }
+                }
             }
         }
         TopicCommand::List { conn } => {
@@ -568,6 +676,22 @@ fn partition_line(topic: &str, p: &MetadataResponsePartition) -> String {
     line
 }
 
+/// Kafka's `--replica-assignment` form: "1,2:2,3" is two partitions, on
+/// nodes 1 and 2, then 2 and 3.
+fn parse_replica_assignment(text: &str) -> anyhow::Result<Vec<Vec<i32>>> {
+    text.split(':')
+        .map(|part| {
+            part.split(',')
+                .map(|id| {
+                    id.trim().parse::<i32>().with_context(|| {
+                        format!("--replica-assignment: {id:?} in {text:?} is not a node id")
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
 fn check(code: i16, message: Option<&str>) -> anyhow::Result<()> {
     match ResponseError::try_from_code(code) {
         None => Ok(()),
@@ -579,9 +703,22 @@ fn check(code: i16, message: Option<&str>) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use kafka_protocol::messages::BrokerId;
+
+    #[test]
+    fn replica_assignment_is_kafkas_form() {
+        assert_eq!(
+            parse_replica_assignment("1,2:2,3").unwrap(),
+            vec![vec![1, 2], vec![2, 3]]
+        );
+        assert_eq!(parse_replica_assignment("7").unwrap(), vec![vec![7]]);
+        for bad in ["", "1,,2", "1:x", "1;2"] {
+            let e = parse_replica_assignment(bad).unwrap_err().to_string();
+            assert!(e.contains("is not a node id"), "{bad:?}: {e}");
+        }
+    }
 
     fn partition(leader: i32, replicas: &[i32], isr: &[i32]) -> MetadataResponsePartition {
         MetadataResponsePartition::default()

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use kafka_protocol::ResponseError;
 use skiff_engine::Shard;
 use thiserror::Error;
 use uuid::Uuid;
@@ -281,6 +282,72 @@ pub async fn delete(core: &CoreState, name: String) -> Result<TopicInfo, TopicEr
     })
     .await?;
     Ok(info)
+}
+
+/// CreatePartitions for one topic: grows `name` to `count` partitions, with one
+/// replica list per new partition when `assignments` are given. What this
+/// node's metadata can check (the topic, a higher count, the lists' shape) is
+/// checked here, so `validate_only` answers without the controller, which
+/// then decides against the committed state.
+pub async fn add_partitions(
+    core: &CoreState,
+    name: String,
+    count: i32,
+    assignments: Option<Vec<Vec<i32>>>,
+    validate_only: bool,
+) -> Result<(), TopicError> {
+    let table = core.topics();
+    let info = table
+        .get(&name)
+        .ok_or_else(|| TopicError::Unknown(name.clone()))?;
+    if count <= info.partitions {
+        return Err(TopicError::Refused {
+            code: ResponseError::InvalidPartitions.code(),
+            message: format!(
+                "topic {name} has {} partitions; the new count must be higher, not {count}",
+                info.partitions
+            ),
+        });
+    }
+    if count - info.partitions > skiff_controller::decisions::TOPIC_PARTITIONS_MAX {
+        return Err(TopicError::InvalidPartitions(count));
+    }
+    if let Some(sets) = &assignments {
+        let bad = |message: String| TopicError::Refused {
+            code: ResponseError::InvalidReplicaAssignment.code(),
+            message,
+        };
+        let added = (count - info.partitions) as usize;
+        if sets.len() != added {
+            return Err(bad(format!(
+                "{} replica lists for {added} new partitions",
+                sets.len()
+            )));
+        }
+        let rf = info.assignment.first().map_or(1, |a| a.replicas.len());
+        for replicas in sets {
+            if replicas.len() != rf {
+                return Err(bad(format!(
+                    "{replicas:?} has {} replicas; the topic's partitions have {rf}",
+                    replicas.len()
+                )));
+            }
+            if let Some(n) = replicas
+                .iter()
+                .find(|n| !table.brokers.iter().any(|b| b.id == **n))
+            {
+                return Err(bad(format!("node {n} is not registered")));
+            }
+        }
+    }
+    drop(table);
+    if validate_only {
+        return Ok(());
+    }
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::create_partitions(&name, count, assignments).await?) })
+    })
+    .await
 }
 
 /// One config change of IncrementalAlterConfigs.

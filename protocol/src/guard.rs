@@ -250,6 +250,21 @@ pub(crate) static DESCRIBE_CONFIGS: Schema = Schema {
     flexible_since: 4,
 };
 
+// CreatePartitions (create_partitions_request.rs): topics of (name, count,
+// nullable assignments of broker id arrays), timeout, validate only.
+static CREATE_PARTITIONS_ASSIGNMENT: Struct = Struct {
+    fields: &[f(FixedArray(4))],
+};
+static CREATE_PARTITIONS_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(I32), f(Array(&CREATE_PARTITIONS_ASSIGNMENT))],
+};
+pub(crate) static CREATE_PARTITIONS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&CREATE_PARTITIONS_TOPIC)), f(I32), f(BOOL)],
+    },
+    flexible_since: 2,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

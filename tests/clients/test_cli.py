@@ -29,6 +29,28 @@ def test_topic_subcommands(node, topic_name):
     assert p.returncode != 0
     assert b"exist" in (p.stderr + p.stdout).lower(), p.stderr
 
+    # alter: more partitions, a config override set and removed, a dry run,
+    # and the refusals with Kafka's reasons.
+    out = node.cli("topic", "alter", topic_name, "--partitions", "5", "--dry-run").stdout.decode()
+    assert "Would alter" in out, out
+    assert len(ck.wait_for_topic(node.bootstrap, topic_name, 3).topics[topic_name].partitions) == 3
+    node.cli("topic", "alter", topic_name, "--partitions", "5", "--config", "retention.ms=5000")
+    assert len(ck.wait_for_topic(node.bootstrap, topic_name, 5).topics[topic_name].partitions) == 5
+    assert ck.describe_topic_configs(node.bootstrap, topic_name)["retention.ms"].value == "5000"
+    node.cli("topic", "alter", topic_name, "--partitions", "6", "--replica-assignment", "1")
+    node.cli("topic", "alter", topic_name, "--delete-config", "retention.ms")
+    assert ck.describe_topic_configs(node.bootstrap, topic_name)["retention.ms"].value != "5000"
+    for args, needle in [
+        (["--partitions", "4"], b"has 6 partitions; the new count must be higher, not 4"),
+        (["--partitions", "8", "--replica-assignment", "1"], b"1 replica lists for 2 new partitions"),
+        (["--partitions", "7", "--replica-assignment", "1,x"], b"is not a node id"),
+        (["--config", "retention.ms"], b"key=value"),
+        ([], b"nothing to alter"),
+    ]:
+        p = node.cli("topic", "alter", topic_name, *args, check=False)
+        assert p.returncode != 0, args
+        assert needle in p.stderr, (args, p.stderr)
+
     node.cli("topic", "delete", topic_name)
     out = node.cli("topic", "list").stdout.decode()
     assert topic_name not in out.split(), out

@@ -1,12 +1,14 @@
 """confluent-kafka's AdminClient against a skiff node: CreateTopics, Metadata,
-DeleteTopics, DescribeConfigs, IncrementalAlterConfigs, and their errors."""
+DeleteTopics, CreatePartitions, DescribeConfigs, IncrementalAlterConfigs, and
+their errors."""
 
 import os
 import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic, ResourceType
+from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions,
+                                  NewTopic, ResourceType)
 
 import ck
 
@@ -96,6 +98,67 @@ def test_delete_unknown_topic(node, topic_name):
     with pytest.raises(KafkaException) as e:
         fs[topic_name].result(timeout=T)
     assert error_code(e) == KafkaError.UNKNOWN_TOPIC_OR_PART, e.value
+
+
+def add_partitions(a, topic, count, assignment=None, validate_only=False):
+    new = NewPartitions(topic, count) if assignment is None else NewPartitions(topic, count, assignment)
+    fs = a.create_partitions([new],
+                             operation_timeout=T, request_timeout=T, validate_only=validate_only)
+    return fs[topic].result(timeout=T)
+
+
+def test_create_partitions_grows_a_topic_that_keeps_its_data(node, topic_name):
+    """CreatePartitions: the new partitions are listed, empty, writable and
+    readable; the old ones keep their records; validate_only changes nothing."""
+    a = ck.admin(node.bootstrap)
+    create(a, topic_name, 2)
+    ck.wait_for_topic(node.bootstrap, topic_name, 2)
+    p = ck.producer(node.bootstrap)
+    for i in range(10):
+        ck.produce_bounded(p, topic=topic_name, partition=i % 2, value=f"old-{i}".encode())
+    ck.flush(p)
+
+    add_partitions(a, topic_name, 4, validate_only=True)
+    assert len(a.list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 2
+    add_partitions(a, topic_name, 5)
+    md = ck.wait_for_topic(node.bootstrap, topic_name, 5)
+    for pid, part in md.topics[topic_name].partitions.items():
+        assert (part.leader, list(part.replicas), list(part.isrs)) == (1, [1], [1]), f"partition {pid}: {part}"
+
+    p = ck.producer(node.bootstrap)  # a client learns of new partitions on its next metadata refresh
+    for i in range(15):
+        ck.produce_bounded(p, topic=topic_name, partition=i % 5, value=f"new-{i}".encode())
+    ck.flush(p)
+    got = ck.consume_all(node.bootstrap, topic_name, 5, 25)
+    values = {pid: [m.value().decode() for m in msgs] for pid, msgs in got.items()}
+    assert values[0] == [f"old-{i}" for i in range(0, 10, 2)] + [f"new-{i}" for i in range(0, 15, 5)]
+    assert values[4] == [f"new-{i}" for i in (4, 9, 14)]
+    ck.assert_contiguous(got)
+
+
+def test_create_partitions_errors(node, topic_name):
+    a = ck.admin(node.bootstrap)
+    create(a, topic_name, 3)
+    ck.wait_for_topic(node.bootstrap, topic_name, 3)
+    cases = [
+        (topic_name, 3, None, KafkaError.INVALID_PARTITIONS),  # not higher
+        (topic_name, 2, None, KafkaError.INVALID_PARTITIONS),  # fewer
+        (topic_name, 5, [[1]], KafkaError.INVALID_REPLICA_ASSIGNMENT),  # one list for two partitions
+        (topic_name, 4, [[1, 1]], KafkaError.INVALID_REPLICA_ASSIGNMENT),  # two replicas on a 1-replica topic
+        (topic_name, 4, [[9]], KafkaError.INVALID_REPLICA_ASSIGNMENT),  # no such node
+        (topic_name + "-missing", 4, None, KafkaError.UNKNOWN_TOPIC_OR_PART),
+    ]
+    for topic, count, assignment, code in cases:
+        with pytest.raises(KafkaException) as e:
+            add_partitions(a, topic, count, assignment)
+        assert error_code(e) == code, (topic, count, assignment, e.value)
+    with pytest.raises(KafkaException) as e:
+        add_partitions(a, topic_name, 2)
+    assert "has 3 partitions" in str(e.value), e.value
+    assert len(a.list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 3
+    # A manual assignment on this node works.
+    add_partitions(a, topic_name, 5, [[1], [1]])
+    ck.wait_for_topic(node.bootstrap, topic_name, 5)
 
 
 def test_describe_and_alter_configs(node, topic_name):

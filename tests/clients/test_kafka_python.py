@@ -148,6 +148,30 @@ def test_non_idempotent_acks_1(node, topic_name):
     assert [r.value for r in got[0]] == [b"m%d" % i for i in range(100)]
 
 
+def test_admin_create_partitions(node, topic_name):
+    """kafka-python's KafkaAdminClient.create_partitions, then its producer
+    writes to a new partition and its consumer reads it back."""
+    from kafka.admin import KafkaAdminClient, NewPartitions
+    from kafka.errors import InvalidPartitionsError
+
+    ck.create_topic(node.bootstrap, topic_name, 1)
+    a = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=30000)
+    try:
+        a.create_partitions({topic_name: NewPartitions(total_count=3)})
+        with pytest.raises(InvalidPartitionsError):
+            a.create_partitions({topic_name: NewPartitions(total_count=2)}, raise_errors=True)
+    finally:
+        a.close()
+    ck.wait_for_topic(node.bootstrap, topic_name, 3)
+    p = make_producer(node.bootstrap)
+    try:
+        assert p.send(topic_name, value=b"on-2", partition=2).get(timeout=30).offset == 0
+    finally:
+        p.close(timeout=10)
+    got = consume(node.bootstrap, topic_name, 3, 1)
+    assert [r.value for r in got[2]] == [b"on-2"]
+
+
 # ---------------------------------------------------------------- a lost produce response
 
 

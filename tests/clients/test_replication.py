@@ -191,6 +191,42 @@ def test_two_of_three_down_refuses_acks_all(cluster_factory, topic_name):
     assert error == 0 and offset == 2, (error, offset)
 
 
+def test_added_partitions_replicate_like_the_first(cluster_factory, topic_name):
+    """CreatePartitions on RF=3: the new partitions have three replicas spread
+    like the first ones (leaders rotating), a full ISR, and take acks=all
+    writes that every replica holds."""
+    from confluent_kafka.admin import NewPartitions
+
+    c = cluster_factory(size=3, settings=REPLICATED)
+    ck.create_topic(c.node(1).bootstrap, topic_name, 3, replication_factor=3)
+    wait_partition(c.bootstrap, topic_name, lambda d: len(d) == 3 and all(len(x[2]) == 3 for x in d.values()),
+                   "3 partitions with an ISR of 3")
+    a = ck.admin(c.node(2).bootstrap)
+    fs = a.create_partitions([NewPartitions(topic_name, 6)], operation_timeout=WAIT_S, request_timeout=WAIT_S)
+    fs[topic_name].result(timeout=WAIT_S)
+    d = wait_partition(c.bootstrap, topic_name, lambda d: len(d) == 6 and all(len(x[2]) == 3 for x in d.values()),
+                       "6 partitions with an ISR of 3")
+    for part in range(3, 6):
+        leader, replicas, isr = d[part]
+        assert sorted(replicas) == [1, 2, 3] and sorted(isr) == [1, 2, 3] and leader == replicas[0], d
+    # The new ones continue the old ones' rotation: 6 partitions, 2 led by each node.
+    assert sorted(x[0] for x in d.values()) == [1, 1, 2, 2, 3, 3], d
+
+    p = ck.producer(c.bootstrap, {"acks": "all", "enable.idempotence": True})
+    for i in range(60):
+        ck.produce_bounded(p, topic=topic_name, partition=3 + i % 3, value=f"v-{i}".encode())
+    ck.flush(p)
+    got = ck.consume_all(c.bootstrap, topic_name, 6, 60)
+    assert [len(got[part]) for part in range(6)] == [0, 0, 0, 20, 20, 20]
+    # Every replica of a new partition holds all 20 (the high watermark moved
+    # only once all three had them: ISR of 3, acks=all).
+    for part in range(3, 6):
+        wait_partition(c.bootstrap, topic_name, lambda d: len(d[part][2]) == 3, f"partition {part} in sync")
+        for n in c.nodes:
+            batches = replica_batches(n, topic_name, part, 20)
+            assert sum(last - base + 1 for base, last, _ in batches) == 20, (n.node_id, part, batches)
+
+
 def test_stopped_follower_leaves_the_isr_and_rejoins(cluster_factory, topic_name):
     # A session longer than the lag window: the leader, not the controller's
     # fencing, takes the stopped follower out of the ISR.

@@ -1,7 +1,9 @@
-//! CreateTopics, DeleteTopics, DescribeConfigs and IncrementalAlterConfigs.
+//! CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and
+//! IncrementalAlterConfigs.
 
 use std::collections::BTreeMap;
 
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
@@ -11,9 +13,9 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse, TopicName,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
@@ -125,6 +127,40 @@ pub async fn create_topics(
         });
     }
     CreateTopicsResponse::default().with_topics(results)
+}
+
+/// CreatePartitions: each topic grows on its own (one controller decision
+/// each); a topic named twice in one request is refused, as Kafka does.
+pub async fn create_partitions(
+    core: &CoreState,
+    request: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let mut results = Vec::with_capacity(request.topics.len());
+    let mut seen = std::collections::BTreeSet::new();
+    for t in request.topics {
+        let name = t.name.0.to_string();
+        let outcome = if !seen.insert(name.clone()) {
+            Err(TopicError::Refused {
+                code: ResponseError::InvalidRequest.code(),
+                message: format!("topic {name} is named twice in one request"),
+            })
+        } else {
+            let assignments = t.assignments.map(|sets| {
+                sets.into_iter()
+                    .map(|a| a.broker_ids.into_iter().map(|b| b.0).collect())
+                    .collect()
+            });
+            topics::add_partitions(core, name, t.count, assignments, request.validate_only).await
+        };
+        let result = CreatePartitionsTopicResult::default().with_name(t.name);
+        results.push(match outcome {
+            Ok(()) => result,
+            Err(e) => result
+                .with_error_code(topic_error(&e).code())
+                .with_error_message(Some(str_bytes(e.to_string()))),
+        });
+    }
+    CreatePartitionsResponse::default().with_results(results)
 }
 
 fn failed(name: TopicName, e: &TopicError, version: i16) -> CreatableTopicResult {

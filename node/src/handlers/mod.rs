@@ -176,6 +176,9 @@ async fn handle(
         Some(RequestKind::DeleteTopics(r)) => {
             ResponseKind::DeleteTopics(admin::delete_topics(&core, r, version).await)
         }
+        Some(RequestKind::CreatePartitions(r)) => {
+            ResponseKind::CreatePartitions(admin::create_partitions(&core, r).await)
+        }
         Some(RequestKind::DescribeConfigs(r)) => {
             ResponseKind::DescribeConfigs(admin::describe_configs(&core, r, version))
         }

@@ -3,6 +3,9 @@
 //! the round-trip tests and by the guard's layout check (which includes this file).
 
 use bytes::Bytes;
+use kafka_protocol::messages::create_partitions_request::{
+    CreatePartitionsAssignment, CreatePartitionsTopic,
+};
 use kafka_protocol::messages::create_topics_request::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
@@ -31,9 +34,9 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteGroupsRequest,
-    DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind,
@@ -180,6 +183,25 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                 .with_validate_only(true)
                 .into()
         }
+        ApiKey::CreatePartitions => CreatePartitionsRequest::default()
+            .with_topics(vec![
+                CreatePartitionsTopic::default()
+                    .with_name(topic("orders"))
+                    .with_count(5)
+                    .with_assignments(Some(vec![
+                        CreatePartitionsAssignment::default()
+                            .with_broker_ids(vec![BrokerId(1), BrokerId(2)]),
+                        CreatePartitionsAssignment::default()
+                            .with_broker_ids(vec![BrokerId(2), BrokerId(3)]),
+                    ])),
+                CreatePartitionsTopic::default()
+                    .with_name(topic("payments"))
+                    .with_count(8)
+                    .with_assignments(None),
+            ])
+            .with_timeout_ms(5000)
+            .with_validate_only(true)
+            .into(),
         ApiKey::DeleteTopics => {
             let request = DeleteTopicsRequest::default().with_timeout_ms(5000);
             if v >= 6 {
