@@ -232,6 +232,33 @@ impl ControllerClient {
         }
     }
 
+    /// The active controller's status when it answers (its `voters` carry
+    /// each voter's matched index), else the first voter's that answers.
+    pub async fn quorum_status(&self) -> Result<ControllerStatus, ClientError> {
+        let first = self.status().await?;
+        let Some(addr) = first
+            .leader_id
+            .filter(|l| *l != first.node_id)
+            .and_then(|l| self.quorum.iter().find(|(id, _)| *id == l))
+            .map(|(_, a)| *a)
+        else {
+            return Ok(first);
+        };
+        let _permit = self.permit().await?;
+        match self
+            .round_trip(addr, &Request::Status, self.request_timeout)
+            .await
+        {
+            Ok(Response::Status(s)) => Ok(s),
+            _ => Ok(first),
+        }
+    }
+
+    /// The voters this client asks, with their addresses.
+    pub fn quorum(&self) -> &[(u64, SocketAddr)] {
+        &self.quorum
+    }
+
     async fn committed(&self, request: Request) -> Result<u64, ClientError> {
         match self.call(request, Duration::ZERO).await? {
             Response::Committed { offset } => Ok(offset),

@@ -252,6 +252,28 @@ impl QuorumNode {
         self.raw.raft.term
     }
 
+    /// Each voter's id and, on the leader, the highest log index known to
+    /// match the leader's (Raft's `matched`); `None` elsewhere.
+    pub fn voter_progress(&self) -> Vec<(u64, Option<u64>)> {
+        let leader = self.is_leader();
+        let mut out: Vec<(u64, Option<u64>)> = self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .map(|(id, pr)| {
+                let matched = if *id == self.id() {
+                    self.last_index()
+                } else {
+                    pr.matched
+                };
+                (*id, leader.then_some(matched))
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     /// The committed metadata, as applied so far.
     pub fn state(&self) -> &ClusterState {
         &self.state

@@ -97,6 +97,9 @@ pub struct ControllerStatus {
     pub commit_index: u64,
     pub applied_offset: u64,
     pub nodes: Vec<NodeStatus>,
+    /// The controller quorum's voters: (Raft id, the log index known to match
+    /// the leader's). Known only in a leader's answer; `None` elsewhere.
+    pub voters: Vec<(u64, Option<u64>)>,
     pub topics: u32,
     pub partitions: u32,
     /// Partitions without a leader.

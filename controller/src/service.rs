@@ -870,6 +870,7 @@ impl Core {
                     metadata_offset: self.reported_offsets.get(&n.node_id).copied(),
                 })
                 .collect(),
+            voters: self.node.voter_progress(),
             topics: state.topics().count() as u32,
             partitions: state.partitions().count() as u32,
             offline_partitions: state

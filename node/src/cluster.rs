@@ -25,6 +25,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +36,7 @@ use skiff_controller::decisions::{Heartbeat, Registration};
 use skiff_controller::records::{Endpoint, NodeId, TopicId, NO_LEADER};
 use skiff_controller::rpc::{MetadataFetch, RpcError};
 use skiff_controller::state::ClusterState;
+use skiff_controller::ControllerStatus;
 use skiff_engine::{shard::list_partition_dirs, TopicPartition};
 use uuid::Uuid;
 
@@ -722,6 +724,22 @@ pub async fn delete_topic(name: &str) -> Result<(), ClusterError> {
         .await
         .map_err(|e| refusal(name, e))?;
     broker.wait_applied(offset, START_TIMEOUT).await
+}
+
+/// The controller quorum's status (the active controller's when it answers:
+/// its voters carry their matched log index) and the voters' addresses,
+/// asked over core 0's controller link.
+pub async fn quorum_status(
+    core: &CoreState,
+) -> Result<(ControllerStatus, Vec<(u64, SocketAddr)>), ClusterError> {
+    core.shard
+        .invoke_on(0, |_| async move {
+            let broker = Broker::current().ok_or_else(not_running)?;
+            let status = broker.client.quorum_status().await?;
+            Ok((status, broker.client.quorum().to_vec()))
+        })
+        .await
+        .map_err(|e| ClusterError::Topic(TopicError::Engine(e)))?
 }
 
 /// Grows a topic to `count` partitions through the controller; returns once

@@ -17,7 +17,8 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::metadata_response::MetadataResponsePartition;
 use kafka_protocol::messages::{
     BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
-    DeleteTopicsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
+    DescribeQuorumRequest, DescribeQuorumResponse, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -89,11 +90,17 @@ enum Command {
 #[derive(Subcommand)]
 enum ClusterCommand {
     /// The active controller, Raft term and commit index, and every node
-    /// (fenced or not) with its endpoints; from the first voter that answers.
+    /// (fenced or not) with its endpoints: over a node's Kafka port with
+    /// --bootstrap (DescribeQuorum, DescribeCluster, Metadata), else from the
+    /// first controller voter that answers.
     Status {
         /// Controller addresses: HOST:PORT or ID@HOST:PORT, comma-separated.
         #[arg(long, default_value = "127.0.0.1:9093")]
         controller: String,
+        /// Ask a broker instead (comma-separated HOST:PORT list), as the
+        /// other commands do.
+        #[arg(long, conflicts_with = "controller")]
+        bootstrap: Option<String>,
         /// How long to wait for an answer.
         #[arg(long, default_value_t = 5000)]
         timeout_ms: u64,
@@ -512,9 +519,13 @@ fn topic(command: TopicCommand) -> anyhow::Result<()> {
 fn cluster(command: ClusterCommand) -> anyhow::Result<()> {
     let ClusterCommand::Status {
         controller,
+        bootstrap,
         timeout_ms,
     } = command;
     let timeout = std::time::Duration::from_millis(timeout_ms);
+    if let Some(bootstrap) = bootstrap {
+        return status_over_kafka(&bootstrap, timeout);
+    }
     let mut voters: Vec<(Option<u64>, std::net::SocketAddr)> = Vec::new();
     for entry in controller
         .split(',')
@@ -564,6 +575,105 @@ fn cluster(command: ClusterCommand) -> anyhow::Result<()> {
         "no controller answered ({})",
         last_error.unwrap_or_else(|| "no address given".into())
     )
+}
+
+/// `skiff cluster status --bootstrap`: the same report from a broker's Kafka
+/// port. DescribeQuorum gives the controller quorum (leader, term, commit
+/// index, each voter's and node's metadata log end as the active controller
+/// knows it), DescribeCluster the nodes with their fenced state, Metadata the
+/// topic and partition counts.
+fn status_over_kafka(bootstrap: &str, timeout: std::time::Duration) -> anyhow::Result<()> {
+    use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+    let mut client = AdminClient::connect(bootstrap)?;
+    client.set_read_timeout(timeout.max(std::time::Duration::from_secs(1)))?;
+    let cluster: DescribeClusterResponse = client.call(
+        &DescribeClusterRequest::default()
+            .with_endpoint_type(1)
+            .with_include_fenced_brokers(true),
+        2,
+    )?;
+    check(cluster.error_code, cluster.error_message.as_deref())?;
+    let quorum: DescribeQuorumResponse = client.call(
+        &DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+            .with_partitions(vec![PartitionData::default().with_partition_index(0)])]),
+        2,
+    )?;
+    check(quorum.error_code, quorum.error_message.as_deref())?;
+    let q = quorum
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .context("DescribeQuorum answered no partition")?;
+    check(q.error_code, q.error_message.as_deref())?;
+    let metadata = client.metadata(None)?;
+    let partitions: Vec<_> = metadata.topics.iter().flat_map(|t| &t.partitions).collect();
+    let offline = partitions.iter().filter(|p| p.leader_id.0 < 0).count();
+
+    println!(
+        "asked:             node {} at {bootstrap} (Kafka port)",
+        cluster.controller_id.0
+    );
+    println!("cluster id:        {}", cluster.cluster_id);
+    if q.leader_id.0 < 0 {
+        println!("active controller: none (election in progress)");
+    } else {
+        println!("active controller: node {}", q.leader_id.0);
+    }
+    println!("raft term:         {}", q.leader_epoch);
+    println!("commit index:      {}", q.high_watermark);
+    let end = |o: i64| {
+        if o < 0 {
+            "?".to_string()
+        } else {
+            o.to_string()
+        }
+    };
+    let voters: Vec<String> = q
+        .current_voters
+        .iter()
+        .map(|v| {
+            format!(
+                "node {} (log end {})",
+                v.replica_id.0,
+                end(v.log_end_offset)
+            )
+        })
+        .collect();
+    println!("voters:            {}", voters.join(", "));
+    println!(
+        "topics:            {} ({} partitions, {} offline)",
+        metadata.topics.len(),
+        partitions.len(),
+        offline
+    );
+    println!("nodes:");
+    for b in &cluster.brokers {
+        let offset = q
+            .current_voters
+            .iter()
+            .chain(&q.observers)
+            .find(|r| r.replica_id == b.broker_id)
+            .map_or(-1, |r| r.log_end_offset);
+        let lag = if offset < 0 {
+            "lag ?".to_string()
+        } else {
+            format!("lag {}", (q.high_watermark - offset).max(0))
+        };
+        println!(
+            "  node {:<4} {:<14} {:<9} {}:{}{}",
+            b.broker_id.0,
+            if b.is_fenced { "fenced" } else { "unfenced" },
+            lag,
+            b.host,
+            b.port,
+            b.rack
+                .as_ref()
+                .map_or_else(String::new, |r| format!(" rack {r}")),
+        );
+    }
+    println!("(lag: metadata offsets behind the commit index at the node's last heartbeat to the active controller)");
+    Ok(())
 }
 
 fn print_status(addr: std::net::SocketAddr, s: &skiff_controller::service::ControllerStatus) {

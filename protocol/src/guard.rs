@@ -265,6 +265,19 @@ pub(crate) static CREATE_PARTITIONS: Schema = Schema {
     flexible_since: 2,
 };
 
+// DescribeQuorum (describe_quorum_request.rs): topics of (name, partition
+// indexes as structs).
+static DESCRIBE_QUORUM_PARTITION: Struct = Struct { fields: &[f(I32)] };
+static DESCRIBE_QUORUM_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(Array(&DESCRIBE_QUORUM_PARTITION))],
+};
+pub(crate) static DESCRIBE_QUORUM: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&DESCRIBE_QUORUM_TOPIC))],
+    },
+    flexible_since: 0,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

@@ -108,6 +108,10 @@ pub const SERVED_APIS: &[ServedApi] = &[
     // v6 answers unknown groups with GROUP_ID_NOT_FOUND; up to v5 they are Dead.
     ServedApi::new(ApiKey::DescribeGroups, 0, 5).guarded(&guard::DESCRIBE_GROUPS),
     ServedApi::new(ApiKey::DeleteGroups, 0, 2).guarded(&guard::DELETE_GROUPS),
+    // Inspection over the Kafka port (KIP-700, KIP-595): brokers from the
+    // node's metadata, the controller quorum from the active controller.
+    ServedApi::new(ApiKey::DescribeCluster, 0, 2),
+    ServedApi::new(ApiKey::DescribeQuorum, 0, 2).guarded(&guard::DESCRIBE_QUORUM),
 ];
 
 /// The table entry for `api_key`, if skiff serves it.

@@ -23,6 +23,19 @@ def test_three_nodes_serve_one_cluster(cluster_factory, topic_name):
 
     md = ck.admin(c.bootstrap).list_topics(timeout=10)
     assert sorted(md.brokers) == [1, 2, 3], md.brokers
+
+    # The same report over any broker's Kafka port (DescribeQuorum,
+    # DescribeCluster, Metadata), and DescribeCluster as librdkafka asks it.
+    out = c.node(2).cli("cluster", "status").stdout.decode()
+    assert f"active controller: node {status['active']}" in out, out
+    assert f"cluster id:        {md.cluster_id}" in out, out
+    assert sorted(int(n) for n in re.findall(r"node (\d+) \(log end \d+\)", out)) == [1, 2, 3], out
+    assert sorted(int(n) for n in re.findall(r"node (\d+)\s+unfenced\s+lag \d+", out)) == [1, 2, 3], out
+    a = ck.admin(c.node(3).bootstrap)
+    described = a.describe_cluster(request_timeout=10).result(timeout=10)
+    assert described.cluster_id == md.cluster_id
+    assert sorted(n.id for n in described.nodes) == [1, 2, 3], described.nodes
+    assert {f"{n.host}:{n.port}" for n in described.nodes} == {n.bootstrap for n in c.nodes}
     # One cluster, one id, whichever node answers (librdkafka warns otherwise).
     ids = {ck.admin(n.bootstrap).list_topics(timeout=10).cluster_id for n in c.nodes}
     assert len(ids) == 1 and len(next(iter(ids))) == 22, ids
@@ -95,6 +108,11 @@ def test_dead_node_is_fenced_and_its_partitions_return_with_it(cluster_factory, 
     c.node(3).kill()
     c.wait_status("node 3 fenced", lambda s: s["nodes"].get(3) == "fenced")
     survivors = ",".join(n.bootstrap for n in c.nodes[:2])
+    # A broker's view lists it fenced too (DescribeCluster with fenced brokers).
+    deadline = time.monotonic() + WAIT_S
+    while not re.search(r"node 3\s+fenced", out := c.node(1).cli("cluster", "status").stdout.decode()):
+        assert time.monotonic() < deadline, out
+        time.sleep(0.2)
     after = wait_leaders(survivors, topic_name, lambda g: all(g[p] == -1 for p in on_3), "offline on node 3")
     assert {p: l for p, l in after.items() if p not in on_3} == {p: l for p, l in before.items() if p not in on_3}
     md = ck.admin(survivors).list_topics(timeout=10)

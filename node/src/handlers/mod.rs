@@ -5,6 +5,7 @@
 
 mod admin;
 mod delete_records;
+mod describe;
 mod fetch;
 mod find_coordinator;
 mod groups;
@@ -178,6 +179,12 @@ async fn handle(
         }
         Some(RequestKind::CreatePartitions(r)) => {
             ResponseKind::CreatePartitions(admin::create_partitions(&core, r).await)
+        }
+        Some(RequestKind::DescribeCluster(r)) => {
+            ResponseKind::DescribeCluster(describe::describe_cluster(&core, &r, version))
+        }
+        Some(RequestKind::DescribeQuorum(r)) => {
+            ResponseKind::DescribeQuorum(describe::describe_quorum(&core, r, version).await)
         }
         Some(RequestKind::DescribeConfigs(r)) => {
             ResponseKind::DescribeConfigs(admin::describe_configs(&core, r, version))

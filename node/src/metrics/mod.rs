@@ -244,6 +244,14 @@ fn error_codes(response: &ResponseKind, mut f: impl FnMut(i16)) {
         ResponseKind::CreateTopics(r) => r.topics.iter().for_each(|t| f(t.error_code)),
         ResponseKind::DeleteTopics(r) => r.responses.iter().for_each(|t| f(t.error_code)),
         ResponseKind::CreatePartitions(r) => r.results.iter().for_each(|t| f(t.error_code)),
+        ResponseKind::DescribeCluster(r) => f(r.error_code),
+        ResponseKind::DescribeQuorum(r) => {
+            f(r.error_code);
+            r.topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| f(p.error_code));
+        }
         ResponseKind::DeleteRecords(r) => r
             .topics
             .iter()

@@ -14,6 +14,7 @@ use kafka_protocol::messages::delete_records_request::{
 };
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
@@ -35,12 +36,13 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind,
-    SyncGroupRequest, TopicName, TransactionalId,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeQuorumRequest, FetchRequest,
+    FindCoordinatorRequest, GroupId, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
+    OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind, SyncGroupRequest,
+    TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -201,6 +203,26 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
             ])
             .with_timeout_ms(5000)
             .with_validate_only(true)
+            .into(),
+        ApiKey::DescribeCluster => {
+            let request =
+                DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
+            match v {
+                0 => request.into(),
+                1 => request.with_endpoint_type(1).into(),
+                _ => request
+                    .with_endpoint_type(1)
+                    .with_include_fenced_brokers(true)
+                    .into(),
+            }
+        }
+        ApiKey::DescribeQuorum => DescribeQuorumRequest::default()
+            .with_topics(vec![TopicData::default()
+                .with_topic_name(topic("__cluster_metadata"))
+                .with_partitions(vec![
+                    PartitionData::default().with_partition_index(0),
+                    PartitionData::default().with_partition_index(1),
+                ])])
             .into(),
         ApiKey::DeleteTopics => {
             let request = DeleteTopicsRequest::default().with_timeout_ms(5000);

@@ -1,0 +1,155 @@
+//! DescribeCluster and DescribeQuorum: the cluster and its controller quorum as
+//! Kafka's admin tools ask for them over a broker's port (KIP-700, KIP-595).
+//!
+//! DescribeCluster is answered from this node's applied metadata, like
+//! Metadata (the controller id is this node's own, as a KRaft broker answers;
+//! fenced brokers only when v2 asks for them). DescribeQuorum asks the
+//! controller quorum (core 0's controller link): the active controller's
+//! answer carries each voter's matched log index, which is the voter's log end
+//! offset as the leader knows it; from any other voter only ids are known
+//! (offsets -1, Kafka's "unknown"). Brokers that are not voters are observers.
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_quorum_response::{
+    Listener, Node, PartitionData, ReplicaState, TopicData,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
+    DescribeQuorumResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::str_bytes;
+use crate::cluster;
+use crate::state::CoreState;
+
+/// The metadata log's name in DescribeQuorum (Kafka's).
+const METADATA_TOPIC: &str = "__cluster_metadata";
+/// DescribeCluster's endpoint type for brokers (2 is controllers).
+const ENDPOINT_BROKERS: i8 = 1;
+
+pub fn describe_cluster(
+    core: &CoreState,
+    request: &DescribeClusterRequest,
+    version: i16,
+) -> DescribeClusterResponse {
+    let table = core.topics();
+    let mut response = DescribeClusterResponse::default()
+        .with_controller_id(BrokerId(core.node.config.node_id))
+        .with_cluster_id(str_bytes(
+            table
+                .cluster_id
+                .clone()
+                .unwrap_or_else(|| core.node.cluster_id.clone()),
+        ))
+        .with_cluster_authorized_operations(i32::MIN);
+    if version >= 1 {
+        if request.endpoint_type != ENDPOINT_BROKERS {
+            // Controllers are not reachable over this port's protocol.
+            return response
+                .with_endpoint_type(request.endpoint_type)
+                .with_error_code(ResponseError::UnsupportedEndpointType.code())
+                .with_error_message(Some(StrBytes::from_static_str(
+                    "skiff answers DescribeCluster for brokers only (endpoint type 1)",
+                )));
+        }
+        response.endpoint_type = ENDPOINT_BROKERS;
+    }
+    let include_fenced = version >= 2 && request.include_fenced_brokers;
+    response.brokers = table
+        .brokers
+        .iter()
+        .filter(|b| include_fenced || !b.fenced)
+        .map(|b| {
+            let broker = DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.id))
+                .with_host(str_bytes(b.host.clone()))
+                .with_port(i32::from(b.port))
+                .with_rack(b.rack.clone().map(str_bytes));
+            if version >= 2 {
+                broker.with_is_fenced(b.fenced)
+            } else {
+                broker
+            }
+        })
+        .collect();
+    response
+}
+
+pub async fn describe_quorum(
+    core: &CoreState,
+    request: DescribeQuorumRequest,
+    version: i16,
+) -> DescribeQuorumResponse {
+    let asks_metadata_log = request.topics.iter().all(|t| {
+        t.topic_name.0.as_str() == METADATA_TOPIC
+            && t.partitions.iter().all(|p| p.partition_index == 0)
+    }) && !request.topics.is_empty();
+    if !asks_metadata_log {
+        return DescribeQuorumResponse::default()
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_error_message(Some(str_bytes(format!(
+                "the quorum is {METADATA_TOPIC} partition 0"
+            ))));
+    }
+    let (status, quorum) = match cluster::quorum_status(core).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            return DescribeQuorumResponse::default().with_topics(vec![TopicData::default()
+                .with_topic_name(TopicName(StrBytes::from_static_str(METADATA_TOPIC)))
+                .with_partitions(vec![PartitionData::default()
+                    .with_error_code(ResponseError::NotLeaderOrFollower.code())
+                    .with_error_message(Some(str_bytes(e.to_string())))
+                    .with_leader_id(BrokerId(-1))
+                    .with_leader_epoch(-1)
+                    .with_high_watermark(-1)])]);
+        }
+    };
+    let replica = |id: i32, end: Option<u64>| {
+        ReplicaState::default()
+            .with_replica_id(BrokerId(id))
+            .with_log_end_offset(end.map_or(-1, |o| o as i64))
+            .with_last_fetch_timestamp(-1)
+            .with_last_caught_up_timestamp(-1)
+    };
+    let voters: Vec<ReplicaState> = status
+        .voters
+        .iter()
+        .map(|(id, matched)| replica(*id as i32, *matched))
+        .collect();
+    let observers: Vec<ReplicaState> = status
+        .nodes
+        .iter()
+        .filter(|n| {
+            !status
+                .voters
+                .iter()
+                .any(|(v, _)| *v as i64 == i64::from(n.id))
+        })
+        .map(|n| replica(n.id, n.metadata_offset))
+        .collect();
+    let partition = PartitionData::default()
+        .with_leader_id(BrokerId(status.leader_id.map_or(-1, |l| l as i32)))
+        .with_leader_epoch(i32::try_from(status.term).unwrap_or(i32::MAX))
+        .with_high_watermark(status.commit_index as i64)
+        .with_current_voters(voters)
+        .with_observers(observers);
+    let mut response = DescribeQuorumResponse::default().with_topics(vec![TopicData::default()
+        .with_topic_name(TopicName(StrBytes::from_static_str(METADATA_TOPIC)))
+        .with_partitions(vec![partition])]);
+    if version >= 2 {
+        response.nodes = quorum
+            .iter()
+            .map(|(id, addr)| {
+                Node::default()
+                    .with_node_id(BrokerId(*id as i32))
+                    .with_listeners(vec![Listener::default()
+                        .with_name(StrBytes::from_static_str("CONTROLLER"))
+                        .with_host(str_bytes(addr.ip().to_string()))
+                        .with_port(addr.port())])
+            })
+            .collect();
+    }
+    response
+}
