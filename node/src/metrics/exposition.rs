@@ -845,6 +845,7 @@ mod tests {
                 node(2, false, Some(42)),
                 node(3, true, None),
             ],
+            voters: vec![(1, Some(43)), (2, Some(42)), (3, None)],
             topics: 2,
             partitions: 6,
             offline_partitions: 2,
