@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 
-use crate::decisions::{AlterPartition, Heartbeat, HeartbeatReply, Registration};
+use crate::decisions::{AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Registration};
 use crate::records::NodeId;
 use crate::rpc::{self, Request, Response, RpcError, RpcMessage};
 use crate::state::PartitionState;
@@ -230,6 +230,20 @@ impl ControllerClient {
             }
             glommio::timer::sleep(RETRY_BACKOFF).await;
         }
+    }
+
+    /// Preferred or unclean leader elections; the offset they committed at
+    /// (the current one when nothing needed electing).
+    pub async fn elect_leaders(
+        &self,
+        election: ElectionType,
+        partitions: Option<Vec<(String, u32)>>,
+    ) -> Result<u64, ClientError> {
+        self.committed(Request::ElectLeaders {
+            election,
+            partitions,
+        })
+        .await
     }
 
     /// The active controller's status when it answers (its `voters` carry

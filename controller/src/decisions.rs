@@ -48,6 +48,13 @@ pub struct ControllerConfig {
     pub session_timeout_ms: u64,
     /// `unclean.leader.election.enable`: cluster default; topics may override it.
     pub unclean_leader_election: bool,
+    /// `auto.leader.rebalance.enable`: move leaderships back to preferred
+    /// replicas when a node's imbalance passes `leader_imbalance_percentage`.
+    pub auto_leader_rebalance: bool,
+    /// `leader.imbalance.check.interval.seconds`, in ms.
+    pub leader_imbalance_check_interval_ms: u64,
+    /// `leader.imbalance.per.broker.percentage`.
+    pub leader_imbalance_percentage: u32,
 }
 
 impl Default for ControllerConfig {
@@ -56,6 +63,9 @@ impl Default for ControllerConfig {
             heartbeat_interval_ms: 2000,
             session_timeout_ms: 9000,
             unclean_leader_election: false,
+            auto_leader_rebalance: true,
+            leader_imbalance_check_interval_ms: 300_000,
+            leader_imbalance_percentage: 10,
         }
     }
 }
@@ -905,22 +915,97 @@ pub fn alter_partition(
 pub fn elect_preferred_leaders(state: &ClusterState) -> Vec<MetadataRecord> {
     state
         .partitions()
-        .filter_map(|(topic_id, index, p)| {
-            let preferred = *p.replicas.first()?;
-            let ok = preferred != p.leader
-                && p.isr.contains(&preferred)
-                && is_eligible(state, preferred);
-            ok.then(|| {
-                MetadataRecord::PartitionChange(PartitionChange {
-                    topic_id,
-                    index,
-                    isr: None,
-                    leader: Some(preferred),
-                    leader_epoch: p.leader_epoch + 1,
-                    partition_epoch: p.partition_epoch + 1,
-                })
-            })
+        .filter_map(|(topic_id, index, p)| preferred_change(state, topic_id, index, p))
+        .map(MetadataRecord::PartitionChange)
+        .collect()
+}
+
+/// The change that makes `p`'s preferred (first) replica its leader, if it is
+/// not already and it is in the ISR and eligible.
+fn preferred_change(
+    state: &ClusterState,
+    topic_id: TopicId,
+    index: u32,
+    p: &PartitionState,
+) -> Option<PartitionChange> {
+    let preferred = *p.replicas.first()?;
+    let ok = preferred != p.leader && p.isr.contains(&preferred) && is_eligible(state, preferred);
+    ok.then(|| PartitionChange {
+        topic_id,
+        index,
+        isr: None,
+        leader: Some(preferred),
+        leader_epoch: p.leader_epoch + 1,
+        partition_epoch: p.partition_epoch + 1,
+    })
+}
+
+/// Which election ElectLeaders asks for (Kafka's election types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum ElectionType {
+    /// The preferred (first) replica leads, if it is in the ISR and eligible.
+    Preferred,
+    /// A partition without a leader gets one from its eligible replicas even
+    /// outside the ISR (which then holds it alone): acknowledged writes it
+    /// lacks are lost, which the operator accepts by asking.
+    Unclean,
+}
+
+/// ElectLeaders: the changes for `partitions` (topic name, index; `None`:
+/// every partition). Partitions that need no election or cannot have one are
+/// skipped (the node reports why from its own metadata).
+pub fn elect_leaders(
+    state: &ClusterState,
+    election: ElectionType,
+    partitions: Option<&[(String, u32)]>,
+) -> Vec<MetadataRecord> {
+    let wanted: Option<BTreeSet<(TopicId, u32)>> = partitions.map(|list| {
+        list.iter()
+            .filter_map(|(name, index)| Some((state.topic_by_name(name)?.topic_id, *index)))
+            .collect()
+    });
+    let eligible = |n: NodeId| is_eligible(state, n);
+    state
+        .partitions()
+        .filter(|(t, i, _)| wanted.as_ref().is_none_or(|w| w.contains(&(*t, *i))))
+        .filter_map(|(t, i, p)| match election {
+            ElectionType::Preferred => preferred_change(state, t, i, p),
+            ElectionType::Unclean if p.leader == NO_LEADER => {
+                rebalance_partition(t, i, p, &eligible, true)
+            }
+            ElectionType::Unclean => None,
         })
+        .map(MetadataRecord::PartitionChange)
+        .collect()
+}
+
+/// Kafka's automatic leader rebalance (`checkAndTriggerAutoLeaderRebalance`):
+/// a node's imbalance is the share of the partitions it is the preferred
+/// replica of that it does not lead; where that passes `percentage`, its
+/// partitions go back to it (those where it is in the ISR and eligible).
+pub fn rebalance_leaders(state: &ClusterState, percentage: u32) -> Vec<MetadataRecord> {
+    let mut preferred_of: BTreeMap<NodeId, (u64, u64)> = BTreeMap::new();
+    for (_, _, p) in state.partitions() {
+        let Some(&preferred) = p.replicas.first() else {
+            continue;
+        };
+        let entry = preferred_of.entry(preferred).or_default();
+        entry.0 += 1;
+        entry.1 += u64::from(p.leader != preferred);
+    }
+    let imbalanced: BTreeSet<NodeId> = preferred_of
+        .into_iter()
+        .filter(|(_, (total, not_leading))| not_leading * 100 > total * u64::from(percentage))
+        .map(|(node, _)| node)
+        .collect();
+    if imbalanced.is_empty() {
+        return Vec::new();
+    }
+    state
+        .partitions()
+        .filter(|(_, _, p)| p.replicas.first().is_some_and(|r| imbalanced.contains(r)))
+        .filter_map(|(t, i, p)| preferred_change(state, t, i, p))
+        .map(MetadataRecord::PartitionChange)
         .collect()
 }
 

@@ -9,6 +9,9 @@ const CFG: ControllerConfig = ControllerConfig {
     heartbeat_interval_ms: 2000,
     session_timeout_ms: 9000,
     unclean_leader_election: false,
+    auto_leader_rebalance: true,
+    leader_imbalance_check_interval_ms: 300_000,
+    leader_imbalance_percentage: 10,
 };
 
 /// A state machine plus a log offset: applies decisions as the quorum would.
@@ -667,6 +670,110 @@ fn preferred_leader_election_returns_leadership() {
         assert_eq!(p.leader, p.replicas[0]);
     }
     assert!(elect_preferred_leaders(&h.state).is_empty());
+}
+
+/// Readds `node` to the ISR of every partition of topic 1 it replicates, as
+/// its leader would once it caught up.
+fn rejoin(h: &mut Harness, node: NodeId, partitions: u32) {
+    for i in 0..partitions {
+        let p = h.part(1, i);
+        if p.replicas.contains(&node) && !p.isr.contains(&node) && p.leader != NO_LEADER {
+            let mut isr = p.isr.clone();
+            isr.push(node);
+            let leader = p.leader;
+            let records = alter_partition(
+                &h.state,
+                &AlterPartition {
+                    node_id: leader,
+                    broker_epoch: h.state.node(leader).unwrap().broker_epoch,
+                    topic_id: tid(1),
+                    index: i,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    new_isr: isr,
+                },
+            )
+            .unwrap();
+            h.commit(&records);
+        }
+    }
+}
+
+#[test]
+fn elect_leaders_preferred_and_unclean() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 6, 3).unwrap();
+    h.commit(&fence_node(&h.state, 1, &CFG));
+    assert!(h.heartbeat(1, 1, false).is_ok());
+    // Node 1 is back but out of every ISR: no preferred election can pick it.
+    assert!(elect_leaders(&h.state, ElectionType::Preferred, None).is_empty());
+    rejoin(&mut h, 1, 6);
+    // Only the partitions asked for move; unknown names are ignored.
+    let asked = [("t".to_string(), 0), ("nope".to_string(), 0)];
+    let records = elect_leaders(&h.state, ElectionType::Preferred, Some(&asked));
+    assert_eq!(records.len(), 1);
+    h.commit(&records);
+    assert_eq!(h.part(1, 0).leader, 1);
+    assert_ne!(h.part(1, 3).leader, 1);
+    h.commit(&elect_leaders(&h.state, ElectionType::Preferred, None));
+    assert_eq!(h.part(1, 3).leader, 1);
+    // Unclean: only partitions without a leader, from any eligible replica.
+    assert!(elect_leaders(&h.state, ElectionType::Unclean, None).is_empty());
+    let mut h = Harness::cluster(2, None);
+    h.create("t", 1, 1, 2).unwrap();
+    let leader = h.part(1, 0).leader;
+    let other = 3 - leader;
+    // The follower leaves the ISR, then the leader is fenced: no clean leader.
+    let p = h.part(1, 0);
+    h.commit(
+        &alter_partition(
+            &h.state,
+            &AlterPartition {
+                node_id: leader,
+                broker_epoch: h.state.node(leader).unwrap().broker_epoch,
+                topic_id: tid(1),
+                index: 0,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                new_isr: vec![leader],
+            },
+        )
+        .unwrap(),
+    );
+    h.commit(&fence_node(&h.state, leader, &CFG));
+    assert_eq!(h.part(1, 0).leader, NO_LEADER);
+    assert!(elect_leaders(&h.state, ElectionType::Preferred, None).is_empty());
+    h.commit(&elect_leaders(&h.state, ElectionType::Unclean, None));
+    let p = h.part(1, 0);
+    assert_eq!((p.leader, p.isr), (other, vec![other]));
+}
+
+#[test]
+fn rebalance_moves_leaders_back_past_the_imbalance_percentage() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 9, 3).unwrap();
+    h.commit(&fence_node(&h.state, 1, &CFG));
+    assert!(h.heartbeat(1, 1, false).is_ok());
+    rejoin(&mut h, 1, 9);
+    // Node 1 is preferred for 3 of 9 and leads none: 100% > 10%.
+    assert_eq!(h.state.leader_count(1), 0);
+    assert!(rebalance_leaders(&h.state, 100).is_empty());
+    h.commit(&rebalance_leaders(&h.state, 10));
+    assert_eq!(h.state.leader_count(1), 3);
+    assert!(rebalance_leaders(&h.state, 10).is_empty());
+    // One of node 1's three led elsewhere is 33%: under 50, over 10.
+    let i = (0..9).find(|i| h.part(1, *i).leader == 1).unwrap();
+    let p = h.part(1, i);
+    h.commit(&[MetadataRecord::PartitionChange(PartitionChange {
+        topic_id: tid(1),
+        index: i,
+        isr: None,
+        leader: Some(p.replicas[1]),
+        leader_epoch: p.leader_epoch + 1,
+        partition_epoch: p.partition_epoch + 1,
+    })]);
+    assert!(rebalance_leaders(&h.state, 50).is_empty());
+    assert_eq!(rebalance_leaders(&h.state, 10).len(), 1);
 }
 
 #[derive(Debug, Clone)]

@@ -28,7 +28,7 @@ use std::io::{Read, Write};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use rkyv::{Archive, Deserialize, Serialize};
 
-use crate::decisions::{AlterPartition, Heartbeat, HeartbeatReply, Registration};
+use crate::decisions::{AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Registration};
 use crate::node::Committed;
 use crate::records::NodeId;
 use crate::state::PartitionState;
@@ -138,6 +138,12 @@ pub enum Request {
         name: String,
         count: i32,
         assignments: Option<Vec<Vec<NodeId>>>,
+    },
+    /// ElectLeaders: preferred or unclean elections for `partitions` (topic
+    /// name, index; `None`: all).
+    ElectLeaders {
+        election: ElectionType,
+        partitions: Option<Vec<(String, u32)>>,
     },
     FetchMetadata {
         from_offset: u64,

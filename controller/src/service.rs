@@ -66,8 +66,8 @@ use raft::prelude::{EntryType, Message, MessageType};
 use raft::{GetEntriesContext, Storage as _};
 
 use crate::decisions::{
-    self, AlterPartition, ControllerConfig, ControllerError, CreateTopic, Heartbeat, Registration,
-    Sessions,
+    self, AlterPartition, ControllerConfig, ControllerError, CreateTopic, ElectionType, Heartbeat,
+    Registration, Sessions,
 };
 use crate::node::{Committed, NodeError, QuorumConfig, QuorumNode};
 use crate::records::{self, MetadataRecord, NodeId, TopicId, NO_LEADER};
@@ -315,6 +315,7 @@ async fn run(
             outboxes: BTreeMap::new(),
             status,
             status_key: None,
+            next_rebalance_ms: None,
         }),
         kick,
         tasks: RefCell::new(BTreeMap::new()),
@@ -422,6 +423,7 @@ enum Decision {
     AlterTopicConfigs(String, Vec<(String, Option<String>)>),
     AlterPartition(AlterPartition),
     CreatePartitions(String, i32, Option<Vec<Vec<NodeId>>>),
+    ElectLeaders(ElectionType, Option<Vec<(String, u32)>>),
 }
 
 /// How to answer once a decision's batch committed.
@@ -463,6 +465,9 @@ struct Core {
     outboxes: BTreeMap<u64, LocalSender<Outbound>>,
     status: Arc<Mutex<ControllerStatus>>,
     status_key: Option<(u64, Option<u64>, u64, u64, bool)>,
+    /// When the next automatic leader rebalance check is due (`now_ms`);
+    /// `None` until this member first decides.
+    next_rebalance_ms: Option<u64>,
 }
 
 /// One frame for a peer.
@@ -614,6 +619,13 @@ impl Core {
                 });
                 return self.propose(&[record], None);
             }
+            if let Some(records) = self.rebalance_due() {
+                tracing::info!(
+                    partitions = records.len(),
+                    "leaders away from their preferred replicas past leader.imbalance.per.broker.percentage: moving them back"
+                );
+                return self.propose(&records, None);
+            }
             let Some(p) = self.queue.pop_front() else {
                 return false;
             };
@@ -631,6 +643,27 @@ impl Core {
             }
         }
         false
+    }
+
+    /// `auto.leader.rebalance.enable`: every check interval, the preferred
+    /// leader elections of nodes past the imbalance percentage (`None` when
+    /// not due or nothing to move).
+    fn rebalance_due(&mut self) -> Option<Vec<MetadataRecord>> {
+        if !self.config.auto_leader_rebalance {
+            return None;
+        }
+        let now = self.now_ms();
+        let interval = self.config.leader_imbalance_check_interval_ms;
+        let due = self.next_rebalance_ms.get_or_insert(now + interval);
+        if now < *due {
+            return None;
+        }
+        *due = now + interval;
+        let records = decisions::rebalance_leaders(
+            self.node.state(),
+            self.config.leader_imbalance_percentage,
+        );
+        (!records.is_empty()).then_some(records)
     }
 
     fn propose(
@@ -704,6 +737,10 @@ impl Core {
             Decision::DeleteTopic(name) => {
                 decisions::delete_topic(state, name).map(|r| (r, Done::Committed))
             }
+            Decision::ElectLeaders(election, partitions) => Ok((
+                decisions::elect_leaders(state, *election, partitions.as_deref()),
+                Done::Committed,
+            )),
             Decision::CreatePartitions(name, count, assignments) => {
                 decisions::create_partitions(state, name, *count, assignments.as_deref())
                     .map(|r| (r, Done::Committed))
@@ -1072,6 +1109,10 @@ async fn handle(shared: &Rc<Shared>, request: Request) -> Response {
             count,
             assignments,
         } => Decision::CreatePartitions(name, count, assignments),
+        Request::ElectLeaders {
+            election,
+            partitions,
+        } => Decision::ElectLeaders(election, partitions),
     };
     let rx = {
         let mut core = shared.core.borrow_mut();

@@ -302,7 +302,7 @@ fn silent_node_is_fenced_after_its_session_timeout() {
         c.controller = ControllerConfig {
             heartbeat_interval_ms: 200,
             session_timeout_ms: 600,
-            unclean_leader_election: false,
+            ..ControllerConfig::default()
         };
     });
     run(async {

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use glommio::timer::sleep;
 use skiff_controller::client::{ClientError, ControllerClient, CreateTopicRequest};
-use skiff_controller::decisions::{Heartbeat, Registration};
+use skiff_controller::decisions::{ElectionType, Heartbeat, Registration};
 use skiff_controller::records::{Endpoint, NodeId, TopicId, NO_LEADER};
 use skiff_controller::rpc::{MetadataFetch, RpcError};
 use skiff_controller::state::ClusterState;
@@ -740,6 +740,20 @@ pub async fn quorum_status(
         })
         .await
         .map_err(|e| ClusterError::Topic(TopicError::Engine(e)))?
+}
+
+/// Preferred or unclean elections through the controller; returns once this
+/// node has applied the outcome.
+pub async fn elect_leaders(
+    election: ElectionType,
+    partitions: Vec<(String, u32)>,
+) -> Result<(), ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let offset = broker
+        .client
+        .elect_leaders(election, Some(partitions))
+        .await?;
+    broker.wait_applied(offset, START_TIMEOUT).await
 }
 
 /// Grows a topic to `count` partitions through the controller; returns once

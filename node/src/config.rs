@@ -114,6 +114,13 @@ pub struct NodeConfig {
     pub broker_heartbeat_interval_ms: u64,
     pub broker_session_timeout_ms: u64,
     pub unclean_leader_election: bool,
+    /// `auto.leader.rebalance.enable`: the active controller moves leaderships
+    /// back to preferred replicas (checked every
+    /// `leader.imbalance.check.interval.seconds`, for nodes past
+    /// `leader.imbalance.per.broker.percentage`).
+    pub auto_leader_rebalance: bool,
+    pub leader_imbalance_check_interval_s: u64,
+    pub leader_imbalance_percentage: u32,
 }
 
 impl NodeConfig {
@@ -175,6 +182,9 @@ impl NodeConfig {
             broker_heartbeat_interval_ms: 2000,
             broker_session_timeout_ms: 9000,
             unclean_leader_election: false,
+            auto_leader_rebalance: true,
+            leader_imbalance_check_interval_s: 300,
+            leader_imbalance_percentage: 10,
         };
         config.apply_toml("<embedded skiff.toml>", DEFAULT_CONFIG)?;
         Ok(config)
@@ -363,6 +373,23 @@ impl NodeConfig {
             }
             "unclean.leader.election.enable" => {
                 self.unclean_leader_election = value.parse().map_err(|_| bad("true or false"))?
+            }
+            "auto.leader.rebalance.enable" => {
+                self.auto_leader_rebalance = value.parse().map_err(|_| bad("true or false"))?
+            }
+            "leader.imbalance.check.interval.seconds" => {
+                self.leader_imbalance_check_interval_s = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad("a number of seconds >= 1"))?
+            }
+            "leader.imbalance.per.broker.percentage" => {
+                self.leader_imbalance_percentage = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n <= 100)
+                    .ok_or_else(|| bad("a percentage, 0 to 100"))?
             }
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }

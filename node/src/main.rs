@@ -11,6 +11,7 @@ use kafka_protocol::messages::create_partitions_request::{
 };
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions as ElectTopicPartitions;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -18,8 +19,8 @@ use kafka_protocol::messages::metadata_response::MetadataResponsePartition;
 use kafka_protocol::messages::{
     BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
     DeleteTopicsRequest, DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
-    DescribeQuorumRequest, DescribeQuorumResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse, TopicName,
+    DescribeQuorumRequest, DescribeQuorumResponse, ElectLeadersRequest, ElectLeadersResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -80,11 +81,44 @@ enum Command {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Partition leadership (Kafka's ElectLeaders).
+    Partition {
+        #[command(subcommand)]
+        command: PartitionCommand,
+    },
     /// The cluster as its controller quorum sees it.
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum PartitionCommand {
+    /// Elect leaders: the preferred (first) replica where it is in sync
+    /// (`--type preferred`), or any live replica for a partition without a
+    /// leader (`--type unclean`: acknowledged writes it lacks are lost).
+    Elect {
+        #[arg(long = "type", value_enum, default_value_t = Election::Preferred)]
+        election: Election,
+        /// The topic whose partitions to elect for.
+        #[arg(long, required_unless_present = "all")]
+        topic: Option<String>,
+        /// Only these partitions of --topic (repeatable; default: all of them).
+        #[arg(long = "partition", requires = "topic")]
+        partitions: Vec<i32>,
+        /// Every partition of every topic.
+        #[arg(long, conflicts_with = "topic")]
+        all: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Election {
+    Preferred,
+    Unclean,
 }
 
 #[derive(Subcommand)]
@@ -248,6 +282,7 @@ fn main() {
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
         Command::Cluster { command } => cluster(command),
+        Command::Partition { command } => partition(command),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -512,6 +547,74 @@ fn topic(command: TopicCommand) -> anyhow::Result<()> {
                 println!("Deleted topic {name}.");
             }
         }
+    }
+    Ok(())
+}
+
+fn partition(command: PartitionCommand) -> anyhow::Result<()> {
+    let PartitionCommand::Elect {
+        election,
+        topic,
+        partitions,
+        all,
+        conn,
+    } = command;
+    let mut client = AdminClient::connect(&conn.bootstrap)?;
+    let topic_partitions = match (all, topic) {
+        (true, _) | (false, None) => None,
+        (false, Some(name)) => {
+            let partitions = if partitions.is_empty() {
+                let metadata = client.metadata(Some(vec![name.clone()]))?;
+                let t = metadata
+                    .topics
+                    .first()
+                    .context("the metadata answer lists no topic")?;
+                check(t.error_code, None).with_context(|| format!("topic {name}"))?;
+                t.partitions.iter().map(|p| p.partition_index).collect()
+            } else {
+                partitions
+            };
+            Some(vec![ElectTopicPartitions::default()
+                .with_topic(TopicName(StrBytes::from_string(name)))
+                .with_partitions(partitions)])
+        }
+    };
+    let request = ElectLeadersRequest::default()
+        .with_election_type(match election {
+            Election::Preferred => 0,
+            Election::Unclean => 1,
+        })
+        .with_topic_partitions(topic_partitions)
+        .with_timeout_ms(30_000);
+    let response: ElectLeadersResponse = client.call(&request, 2)?;
+    check(response.error_code, None)?;
+    let mut failed = 0;
+    for t in &response.replica_election_results {
+        for p in &t.partition_result {
+            let name = format!("{}-{}", t.topic.0.as_str(), p.partition_id);
+            match ResponseError::try_from_code(p.error_code) {
+                None => println!("{name}: elected"),
+                Some(ResponseError::ElectionNotNeeded) => {
+                    println!("{name}: no election needed")
+                }
+                Some(e) => {
+                    failed += 1;
+                    println!(
+                        "{name}: {e}{}",
+                        p.error_message
+                            .as_deref()
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+        }
+    }
+    if response.replica_election_results.is_empty() {
+        println!("no partition needed an election");
+    }
+    if failed > 0 {
+        bail!("{failed} partition(s) could not have their election");
     }
     Ok(())
 }

@@ -350,6 +350,19 @@ pub async fn add_partitions(
     .await
 }
 
+/// ElectLeaders: asks the controller for `election` on `partitions` (topic
+/// name, index) and waits until this node applied the outcome.
+pub async fn elect_leaders(
+    core: &CoreState,
+    election: skiff_controller::decisions::ElectionType,
+    partitions: Vec<(String, u32)>,
+) -> Result<(), TopicError> {
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::elect_leaders(election, partitions).await?) })
+    })
+    .await
+}
+
 /// One config change of IncrementalAlterConfigs.
 #[derive(Debug, Clone)]
 pub enum ConfigOp {

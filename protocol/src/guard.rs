@@ -278,6 +278,18 @@ pub(crate) static DESCRIBE_QUORUM: Schema = Schema {
     flexible_since: 0,
 };
 
+// ElectLeaders (elect_leaders_request.rs): an election type (v1+), nullable
+// topics of (name, partition ids), a timeout.
+static ELECT_LEADERS_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(FixedArray(4))],
+};
+pub(crate) static ELECT_LEADERS: Schema = Schema {
+    body: Struct {
+        fields: &[since(1, I8), f(Array(&ELECT_LEADERS_TOPIC)), f(I32)],
+    },
+    flexible_since: 2,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

@@ -81,6 +81,7 @@ pub const SERVED_APIS: &[ServedApi] = &[
     ServedApi::new(ApiKey::CreateTopics, 2, 7).guarded(&guard::CREATE_TOPICS),
     ServedApi::new(ApiKey::DeleteTopics, 1, 6).guarded(&guard::DELETE_TOPICS),
     ServedApi::new(ApiKey::CreatePartitions, 0, 3).guarded(&guard::CREATE_PARTITIONS),
+    ServedApi::new(ApiKey::ElectLeaders, 0, 2).guarded(&guard::ELECT_LEADERS),
     ServedApi::new(ApiKey::DescribeConfigs, 1, 4).guarded(&guard::DESCRIBE_CONFIGS),
     ServedApi::new(ApiKey::IncrementalAlterConfigs, 0, 1)
         .guarded(&guard::INCREMENTAL_ALTER_CONFIGS),

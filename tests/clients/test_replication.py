@@ -227,6 +227,72 @@ def test_added_partitions_replicate_like_the_first(cluster_factory, topic_name):
             assert sum(last - base + 1 for base, last, _ in batches) == 20, (n.node_id, part, batches)
 
 
+def preferred_led(d):
+    return {p for p, (leader, replicas, _) in d.items() if leader == replicas[0]}
+
+
+def kill_and_return(c, topic_name, node_id, partitions):
+    """SIGKILL `node_id`, wait until its leaderships moved, start it again and
+    wait until it is back in every ISR; returns the partitions it prefers."""
+    d = describe(c.bootstrap, topic_name)
+    mine = {p for p, (_, replicas, _) in d.items() if replicas[0] == node_id}
+    assert mine, d
+    c.node(node_id).kill()
+    wait_partition(alive_bootstrap(c), topic_name, lambda d: all(x[0] not in (-1, node_id) for x in d.values()),
+                   f"leaders away from node {node_id}")
+    c.node(node_id).start()
+    wait_partition(c.bootstrap, topic_name, lambda d: all(len(x[2]) == 3 for x in d.values()),
+                   f"node {node_id} back in every ISR", timeout_s=60)
+    return mine
+
+
+def test_elect_preferred_leaders(cluster_factory, topic_name):
+    """After a failover the leaderships stay where they moved (the automatic
+    rebalance is off here); ElectLeaders (the CLI and confluent-kafka) moves
+    them back to the preferred replicas, and then has nothing left to do."""
+    from confluent_kafka import ElectionType, TopicPartition
+
+    c = cluster_factory(size=3, settings={**REPLICATED, "auto.leader.rebalance.enable": "false"})
+    ck.create_topic(c.node(1).bootstrap, topic_name, 6, replication_factor=3)
+    wait_partition(c.bootstrap, topic_name, lambda d: len(d) == 6 and all(len(x[2]) == 3 for x in d.values()),
+                   "6 partitions with an ISR of 3")
+    mine = kill_and_return(c, topic_name, 1, 6)
+    time.sleep(1)
+    assert not (preferred_led(describe(c.bootstrap, topic_name)) & mine)
+
+    # confluent-kafka: one partition.
+    first = min(mine)
+    a = ck.admin(c.node(2).bootstrap)
+    got = a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, first)]).result(timeout=WAIT_S)
+    assert [(tp.partition, err) for tp, err in got.items()] == [(first, None)], got
+    assert describe(c.bootstrap, topic_name)[first][0] == 1
+    # The CLI: every partition; those already led by their preferred replica need nothing.
+    out = c.node(3).cli("partition", "elect", "--topic", topic_name).stdout.decode()
+    for p in mine - {first}:
+        assert f"{topic_name}-{p}: elected" in out, out
+    assert f"{topic_name}-{first}: no election needed" in out, out
+    assert preferred_led(describe(c.bootstrap, topic_name)) == set(range(6))
+    out = c.node(1).cli("partition", "elect", "--all").stdout.decode()
+    assert "no partition needed an election" in out, out
+    # Unclean: every partition has a leader, so none needs one.
+    out = c.node(1).cli("partition", "elect", "--type", "unclean", "--topic", topic_name).stdout.decode()
+    assert out.count("no election needed") == 6, out
+    p = c.node(1).cli("partition", "elect", "--topic", topic_name + "-missing", check=False)
+    assert p.returncode != 0 and b"UnknownTopicOrPartition" in p.stderr, p.stderr
+
+
+def test_automatic_leader_rebalance(cluster_factory, topic_name):
+    """auto.leader.rebalance.enable: once the returned node is in sync, the
+    active controller's next imbalance check gives it its leaderships back."""
+    c = cluster_factory(size=3, settings={**REPLICATED, "leader.imbalance.check.interval.seconds": "1"})
+    ck.create_topic(c.node(1).bootstrap, topic_name, 6, replication_factor=3)
+    wait_partition(c.bootstrap, topic_name, lambda d: len(d) == 6 and all(len(x[2]) == 3 for x in d.values()),
+                   "6 partitions with an ISR of 3")
+    kill_and_return(c, topic_name, 2, 6)
+    wait_partition(c.bootstrap, topic_name, lambda d: preferred_led(d) == set(range(6)),
+                   "every partition led by its preferred replica again", timeout_s=30)
+
+
 def test_stopped_follower_leaves_the_isr_and_rejoins(cluster_factory, topic_name):
     # A session longer than the lag window: the leader, not the controller's
     # fencing, takes the stopped follower out of the ISR.

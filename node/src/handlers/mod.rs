@@ -6,6 +6,7 @@
 mod admin;
 mod delete_records;
 mod describe;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod groups;
@@ -179,6 +180,9 @@ async fn handle(
         }
         Some(RequestKind::CreatePartitions(r)) => {
             ResponseKind::CreatePartitions(admin::create_partitions(&core, r).await)
+        }
+        Some(RequestKind::ElectLeaders(r)) => {
+            ResponseKind::ElectLeaders(elect_leaders::handle(&core, r, version).await)
         }
         Some(RequestKind::DescribeCluster(r)) => {
             ResponseKind::DescribeCluster(describe::describe_cluster(&core, &r, version))

@@ -15,6 +15,7 @@ use kafka_protocol::messages::delete_records_request::{
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions as ElectTopicPartitions;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
@@ -37,12 +38,12 @@ use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, DescribeQuorumRequest, FetchRequest,
-    FindCoordinatorRequest, GroupId, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
-    OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind, SyncGroupRequest,
-    TopicName, TransactionalId,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeQuorumRequest, ElectLeadersRequest,
+    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind,
+    SyncGroupRequest, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -204,6 +205,21 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
             .with_timeout_ms(5000)
             .with_validate_only(true)
             .into(),
+        ApiKey::ElectLeaders => {
+            let request = ElectLeadersRequest::default()
+                .with_topic_partitions(Some(vec![
+                    ElectTopicPartitions::default()
+                        .with_topic(topic("orders"))
+                        .with_partitions(vec![0, 2]),
+                    ElectTopicPartitions::default().with_topic(topic("payments")),
+                ]))
+                .with_timeout_ms(5000);
+            if v >= 1 {
+                request.with_election_type(1).into()
+            } else {
+                request.into()
+            }
+        }
         ApiKey::DescribeCluster => {
             let request =
                 DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
