@@ -290,6 +290,21 @@ pub(crate) static ELECT_LEADERS: Schema = Schema {
     flexible_since: 2,
 };
 
+// AlterConfigs (alter_configs_request.rs): resources of (type, name, configs
+// of (name, nullable value)), validate only.
+static LEGACY_ALTERABLE_CONFIG: Struct = Struct {
+    fields: &[f(Str), f(Str)],
+};
+static LEGACY_ALTER_CONFIGS_RESOURCE: Struct = Struct {
+    fields: &[f(I8), f(Str), f(Array(&LEGACY_ALTERABLE_CONFIG))],
+};
+pub(crate) static ALTER_CONFIGS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&LEGACY_ALTER_CONFIGS_RESOURCE)), f(BOOL)],
+    },
+    flexible_since: 2,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

@@ -83,6 +83,8 @@ pub const SERVED_APIS: &[ServedApi] = &[
     ServedApi::new(ApiKey::CreatePartitions, 0, 3).guarded(&guard::CREATE_PARTITIONS),
     ServedApi::new(ApiKey::ElectLeaders, 0, 2).guarded(&guard::ELECT_LEADERS),
     ServedApi::new(ApiKey::DescribeConfigs, 1, 4).guarded(&guard::DESCRIBE_CONFIGS),
+    // The legacy whole-set form (kafka-python's alter_configs).
+    ServedApi::new(ApiKey::AlterConfigs, 0, 2).guarded(&guard::ALTER_CONFIGS),
     ServedApi::new(ApiKey::IncrementalAlterConfigs, 0, 1)
         .guarded(&guard::INCREMENTAL_ALTER_CONFIGS),
     ServedApi::new(ApiKey::InitProducerId, 0, 5),

@@ -172,6 +172,51 @@ def test_admin_create_partitions(node, topic_name):
     assert [r.value for r in got[2]] == [b"on-2"]
 
 
+def legacy_alter_configs(bootstrap, topic, configs, validate_only=False):
+    """AlterConfigs v0 on the wire: {key: value or None} as the topic's whole
+    override set; returns (error code, message)."""
+    import struct
+
+    body = struct.pack(">i", 1) + struct.pack(">b", 2) + kw.string(topic) + struct.pack(">i", len(configs))
+    for k, v in configs.items():
+        body += kw.string(k) + kw.string(v)
+    body += struct.pack(">b", 1 if validate_only else 0)
+    with kw.Conn(bootstrap) as conn:
+        r = kw.Reader(conn.request(33, 0, body))
+    r.i32()  # throttle
+    assert r.i32() == 1
+    code, message = r.i16(), r.string()
+    assert (r.i8(), r.string()) == (2, topic)
+    return code, message
+
+
+def test_admin_alter_configs_legacy(node, topic_name):
+    """AlterConfigs, the whole-set API: kafka-python's alter_configs with
+    incremental=False (it resends the other dynamic keys itself), then the
+    API's own rule on the wire: keys not given go back to their defaults."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    ck.create_topic(node.bootstrap, topic_name, 1, config={"retention.ms": "123456", "segment.bytes": "1048576"})
+    a = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=30000)
+    try:
+        res = ConfigResource(ConfigResourceType.TOPIC, topic_name, configs={"retention.ms": "5000"})
+        a.alter_configs([res], incremental=False)
+    finally:
+        a.close()
+    entries = ck.describe_topic_configs(node.bootstrap, topic_name)
+    assert (entries["retention.ms"].value, entries["segment.bytes"].value) == ("5000", "1048576")
+
+    assert legacy_alter_configs(node.bootstrap, topic_name, {"retention.ms": "abc"})[0] == 40  # INVALID_CONFIG
+    assert legacy_alter_configs(node.bootstrap, topic_name, {"cleanup.policy": "compact"}, validate_only=True)[0] == 0
+    assert legacy_alter_configs(node.bootstrap, topic_name + "-x", {"retention.ms": "1"})[0] == 3
+    entries = ck.describe_topic_configs(node.bootstrap, topic_name)
+    assert (entries["retention.ms"].value, entries["cleanup.policy"].value) == ("5000", "delete")
+    assert legacy_alter_configs(node.bootstrap, topic_name, {"retention.ms": "7000"})[0] == 0
+    entries = ck.describe_topic_configs(node.bootstrap, topic_name)
+    assert entries["retention.ms"].value == "7000"
+    assert entries["segment.bytes"].value == "1073741824" and entries["segment.bytes"].is_default, entries
+
+
 # ---------------------------------------------------------------- a lost produce response
 
 

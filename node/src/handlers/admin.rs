@@ -1,8 +1,9 @@
-//! CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and
-//! IncrementalAlterConfigs.
+//! CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
+//! IncrementalAlterConfigs and AlterConfigs.
 
 use std::collections::BTreeMap;
 
+use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as LegacyAlterConfigsResourceResponse;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
@@ -13,9 +14,10 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, TopicName,
+    AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
@@ -364,4 +366,57 @@ pub async fn incremental_alter_configs(
         );
     }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// AlterConfigs, the legacy whole-set API (kafka-python's `alter_configs`):
+/// the configs given become the topic's overrides and every other override
+/// goes, as Kafka's `AlterConfigs` replaces a resource's dynamic configs. A
+/// null value removes that key. Only topics; the same checks as
+/// IncrementalAlterConfigs.
+pub async fn alter_configs(core: &CoreState, request: AlterConfigsRequest) -> AlterConfigsResponse {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for r in request.resources {
+        let response = LegacyAlterConfigsResourceResponse::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name.clone());
+        if r.resource_type != RESOURCE_TOPIC {
+            responses.push(
+                response
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes("only topic configs can be altered"))),
+            );
+            continue;
+        }
+        let name = r.resource_name.to_string();
+        let current: Vec<String> = core
+            .topics()
+            .get(&name)
+            .map(|t| t.configs.keys().cloned().collect())
+            .unwrap_or_default();
+        let given: std::collections::BTreeSet<&str> =
+            r.configs.iter().map(|c| c.name.as_str()).collect();
+        let mut ops: Vec<ConfigOp> = r
+            .configs
+            .iter()
+            .map(|c| match &c.value {
+                Some(v) => ConfigOp::Set(c.name.to_string(), v.to_string()),
+                None => ConfigOp::Delete(c.name.to_string()),
+            })
+            .collect();
+        ops.extend(
+            current
+                .into_iter()
+                .filter(|k| !given.contains(k.as_str()))
+                .map(ConfigOp::Delete),
+        );
+        responses.push(
+            match topics::alter_configs(core, name, ops, request.validate_only).await {
+                Ok(()) => response,
+                Err(e) => response
+                    .with_error_code(topic_error(&e).code())
+                    .with_error_message(Some(str_bytes(e.to_string()))),
+            },
+        );
+    }
+    AlterConfigsResponse::default().with_responses(responses)
 }

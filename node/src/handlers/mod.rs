@@ -193,6 +193,9 @@ async fn handle(
         Some(RequestKind::DescribeConfigs(r)) => {
             ResponseKind::DescribeConfigs(admin::describe_configs(&core, r, version))
         }
+        Some(RequestKind::AlterConfigs(r)) => {
+            ResponseKind::AlterConfigs(admin::alter_configs(&core, r).await)
+        }
         Some(RequestKind::IncrementalAlterConfigs(r)) => {
             ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(&core, r).await)
         }

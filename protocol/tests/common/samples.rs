@@ -3,6 +3,9 @@
 //! the round-trip tests and by the guard's layout check (which includes this file).
 
 use bytes::Bytes;
+use kafka_protocol::messages::alter_configs_request::{
+    AlterConfigsResource as LegacyAlterConfigsResource, AlterableConfig as LegacyAlterableConfig,
+};
 use kafka_protocol::messages::create_partitions_request::{
     CreatePartitionsAssignment, CreatePartitionsTopic,
 };
@@ -36,10 +39,10 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, DescribeQuorumRequest, ElectLeadersRequest,
-    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    AlterConfigsRequest, ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeQuorumRequest,
+    ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind,
@@ -203,6 +206,20 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                     .with_assignments(None),
             ])
             .with_timeout_ms(5000)
+            .with_validate_only(true)
+            .into(),
+        ApiKey::AlterConfigs => AlterConfigsRequest::default()
+            .with_resources(vec![LegacyAlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(s("orders"))
+                .with_configs(vec![
+                    LegacyAlterableConfig::default()
+                        .with_name(s("retention.ms"))
+                        .with_value(Some(s("1000"))),
+                    LegacyAlterableConfig::default()
+                        .with_name(s("segment.bytes"))
+                        .with_value(None),
+                ])])
             .with_validate_only(true)
             .into(),
         ApiKey::ElectLeaders => {
