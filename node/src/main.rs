@@ -161,6 +161,47 @@ enum GroupCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Moves an inactive group's committed offsets (Kafka's
+    /// --reset-offsets): shows the plan, commits it with --execute.
+    #[command(visible_alias = "seek")]
+    ResetOffsets {
+        name: String,
+        #[arg(long)]
+        topic: String,
+        /// Only these partitions (repeatable; default: all).
+        #[arg(long = "partition")]
+        partitions: Vec<i32>,
+        #[arg(long, group = "to")]
+        to_earliest: bool,
+        #[arg(long, group = "to")]
+        to_latest: bool,
+        /// An offset (clamped to the partition's earliest..latest).
+        #[arg(long, group = "to", value_name = "OFFSET", allow_hyphen_values = true)]
+        to_offset: Option<i64>,
+        /// The first offset at or after this time (ms since the epoch).
+        #[arg(long, group = "to", value_name = "MS")]
+        to_timestamp: Option<i64>,
+        /// Move the committed offset by N (negative: back).
+        #[arg(long, group = "to", value_name = "N", allow_hyphen_values = true)]
+        shift_by: Option<i64>,
+        /// Commit the plan (without it, only show it: a dry run).
+        #[arg(long)]
+        execute: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Deletes a group's committed offsets of a topic (OffsetDelete; refused
+    /// for topics its live members subscribe to).
+    DeleteOffsets {
+        name: String,
+        #[arg(long)]
+        topic: String,
+        /// Only these partitions (repeatable; default: all).
+        #[arg(long = "partition")]
+        partitions: Vec<i32>,
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 #[derive(Args)]
@@ -838,6 +879,64 @@ fn group(command: GroupCommand) -> anyhow::Result<()> {
         GroupCommand::Delete { name, conn } => {
             group_admin::delete(&conn.bootstrap, &name)?;
             println!("Deleted group {name}.");
+        }
+        GroupCommand::ResetOffsets {
+            name,
+            topic,
+            partitions,
+            to_earliest,
+            to_latest,
+            to_offset,
+            to_timestamp,
+            shift_by,
+            execute,
+            conn,
+        } => {
+            use group_admin::ResetTo;
+            let to = match (to_earliest, to_latest, to_offset, to_timestamp, shift_by) {
+                (true, ..) => ResetTo::Earliest,
+                (_, true, ..) => ResetTo::Latest,
+                (_, _, Some(o), ..) => ResetTo::Offset(o),
+                (_, _, _, Some(ts), _) => ResetTo::Timestamp(ts),
+                (.., Some(n)) => ResetTo::ShiftBy(n),
+                _ => bail!(
+                    "say where to: --to-earliest, --to-latest, --to-offset N, --to-timestamp MS or --shift-by N"
+                ),
+            };
+            let partitions = group_admin::topic_partitions(&conn.bootstrap, &topic, &partitions)?;
+            let plan = group_admin::reset_offsets(&conn.bootstrap, &name, partitions, to, execute)?;
+            println!("TOPIC\tPARTITION\tCURRENT-OFFSET\tNEW-OFFSET");
+            for p in &plan {
+                let current = p.current.map_or("-".to_string(), |c| c.to_string());
+                println!("{}\t{}\t{current}\t{}", p.topic, p.partition, p.new);
+            }
+            if execute {
+                println!("Committed the new offsets of group {name}.");
+            } else {
+                println!("(dry run: nothing committed; add --execute to commit)");
+            }
+        }
+        GroupCommand::DeleteOffsets {
+            name,
+            topic,
+            partitions,
+            conn,
+        } => {
+            let partitions = group_admin::topic_partitions(&conn.bootstrap, &topic, &partitions)?;
+            let count = partitions.len();
+            let refused = group_admin::delete_offsets(&conn.bootstrap, &name, partitions)?;
+            for (t, p, e) in &refused {
+                println!("{t}-{p}: {e}");
+            }
+            if !refused.is_empty() {
+                bail!(
+                    "{} of {count} partitions kept their offsets (a live member subscribes to {topic})",
+                    refused.len()
+                );
+            }
+            println!(
+                "Deleted the committed offsets of group {name} for {topic} ({count} partitions)."
+            );
         }
     }
     Ok(())

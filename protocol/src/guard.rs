@@ -305,6 +305,19 @@ pub(crate) static ALTER_CONFIGS: Schema = Schema {
     flexible_since: 2,
 };
 
+// OffsetDelete (offset_delete_request.rs): a group id, topics of (name,
+// partitions as structs of an index).
+static OFFSET_DELETE_PARTITION: Struct = Struct { fields: &[f(I32)] };
+static OFFSET_DELETE_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(Array(&OFFSET_DELETE_PARTITION))],
+};
+pub(crate) static OFFSET_DELETE: Schema = Schema {
+    body: Struct {
+        fields: &[f(Str), f(Array(&OFFSET_DELETE_TOPIC))],
+    },
+    flexible_since: i16::MAX,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

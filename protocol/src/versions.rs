@@ -111,6 +111,7 @@ pub const SERVED_APIS: &[ServedApi] = &[
     // v6 answers unknown groups with GROUP_ID_NOT_FOUND; up to v5 they are Dead.
     ServedApi::new(ApiKey::DescribeGroups, 0, 5).guarded(&guard::DESCRIBE_GROUPS),
     ServedApi::new(ApiKey::DeleteGroups, 0, 2).guarded(&guard::DELETE_GROUPS),
+    ServedApi::new(ApiKey::OffsetDelete, 0, 0).guarded(&guard::OFFSET_DELETE),
     // Inspection over the Kafka port (KIP-700, KIP-595): brokers from the
     // node's metadata, the controller quorum from the active controller.
     ServedApi::new(ApiKey::DescribeCluster, 0, 2),

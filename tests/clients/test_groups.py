@@ -290,3 +290,89 @@ def test_static_member_restart_gets_its_partitions_back(node_factory, topic_name
     finally:
         for c in (c1, c2):
             c.close()
+
+
+def committed(bootstrap, group, topic, partitions):
+    c = group_consumer(bootstrap, group)
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        c.close()
+
+
+def test_reset_and_delete_offsets(node_factory, topic_name):
+    """`skiff group reset-offsets` (a dry run, then --execute: earliest,
+    latest, an offset, a shift, a timestamp) on an inactive group; refused while
+    a member is live. OffsetDelete (kafka-python's delete_group_offsets and
+    `skiff group delete-offsets`): refused for a topic a live member subscribes
+    to, allowed for another topic and once the group is empty."""
+    from kafka.admin import KafkaAdminClient
+
+    node = node_factory(FAST)
+    ck.create_topic(node.bootstrap, topic_name, 2)
+    ck.create_topic(node.bootstrap, topic_name + "-other", 1)
+    p = ck.producer(node.bootstrap)
+    for i in range(20):
+        ck.produce_bounded(p, topic=topic_name, value=b"v-%d" % i, partition=i % 2)
+    ck.flush(p)
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    for i in range(20, 30):
+        ck.produce_bounded(p, topic=topic_name, value=b"v-%d" % i, partition=i % 2)
+    ck.flush(p)
+    group = f"{topic_name}-g"
+    c = group_consumer(node.bootstrap, group)
+    c.subscribe([topic_name])
+    seen = []
+    poll_until([c], lambda: len(seen) >= 30, "30 records", sink=seen)
+    c.commit(asynchronous=False)
+    assert committed(node.bootstrap, group, topic_name, 2) == {0: 15, 1: 15}
+
+    live = node.cli("group", "reset-offsets", group, "--topic", topic_name, "--to-earliest", "--execute", check=False)
+    assert live.returncode != 0 and b"no members" in live.stderr, live.stderr
+    refused = node.cli("group", "delete-offsets", group, "--topic", topic_name, check=False)
+    assert refused.returncode != 0 and b"GroupSubscribedToTopic" in refused.stdout, (refused.stdout, refused.stderr)
+    # A topic nobody in the group subscribes to: allowed while it is live.
+    node.cli("group", "delete-offsets", group, "--topic", topic_name + "-other")
+    c.close()
+
+    out = node.cli("group", "reset-offsets", group, "--topic", topic_name, "--to-earliest").stdout.decode()
+    assert "dry run" in out and f"{topic_name}\t0\t15\t0" in out, out
+    assert committed(node.bootstrap, group, topic_name, 2) == {0: 15, 1: 15}
+    cases = [
+        (["--to-earliest"], {0: 0, 1: 0}),
+        (["--to-latest"], {0: 15, 1: 15}),
+        (["--to-offset", "7", "--partition", "1"], {0: 15, 1: 7}),
+        (["--shift-by", "-3"], {0: 12, 1: 4}),
+        (["--shift-by", "100"], {0: 15, 1: 15}),
+        (["--to-offset", "-5"], {0: 0, 1: 0}),
+        (["--to-timestamp", str(middle)], {0: 10, 1: 10}),
+    ]
+    for args, want in cases:
+        node.cli("group", "reset-offsets", group, "--topic", topic_name, *args, "--execute")
+        assert committed(node.bootstrap, group, topic_name, 2) == want, args
+    node.cli("group", "seek", group, "--topic", topic_name, "--to-latest", "--execute")
+    assert committed(node.bootstrap, group, topic_name, 2) == {0: 15, 1: 15}
+    bad = node.cli("group", "reset-offsets", group, "--topic", topic_name, check=False)
+    assert bad.returncode != 0 and b"say where to" in bad.stderr, bad.stderr
+    bad = node.cli("group", "reset-offsets", group, "--topic", topic_name, "--partition", "9", "--to-earliest",
+                   check=False)
+    assert bad.returncode != 0 and b"no partition 9" in bad.stderr, bad.stderr
+
+    # The group is empty now: its offsets can go (kafka-python, then the CLI).
+    a = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=30000)
+    try:
+        result = a.delete_group_offsets(group, [KpTopicPartition(topic_name, 0)])
+        assert all(not getattr(v, "errno", 0) for v in (result.values() if isinstance(result, dict) else [])), result
+    finally:
+        a.close()
+    assert committed(node.bootstrap, group, topic_name, 2) == {0: -1001, 1: 15}
+    out = node.cli("group", "delete-offsets", group, "--topic", topic_name).stdout.decode()
+    assert "(2 partitions)" in out, out
+    assert committed(node.bootstrap, group, topic_name, 2) == {0: -1001, 1: -1001}
+    # Deleted for good: a restart reads the tombstones.
+    node.restart()
+    assert committed(node.bootstrap, group, topic_name, 2) == {0: -1001, 1: -1001}
+    missing = node.cli("group", "delete-offsets", group + "-none", "--topic", topic_name, check=False)
+    assert missing.returncode != 0 and b"GroupIdNotFound" in missing.stderr, missing.stderr

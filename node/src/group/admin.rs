@@ -1,4 +1,5 @@
-//! `skiff group list | describe | delete`: consumer group administration over
+//! `skiff group list | describe | delete | reset-offsets | delete-offsets`:
+//! consumer group administration over
 //! the Kafka APIs (blocking, one request at a time), so it works against any
 //! Kafka-compatible cluster: ListGroups goes to every broker, the rest to the
 //! group's coordinator (FindCoordinator), log end offsets to partition leaders.
@@ -8,10 +9,17 @@ use std::fmt::Write as _;
 
 use anyhow::{bail, Context};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+};
 use kafka_protocol::messages::{
     BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
     DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
     ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
     OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -208,10 +216,221 @@ pub fn describe(bootstrap: &str, group: &str) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// Where `reset_offsets` moves a group's committed offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTo {
+    Earliest,
+    Latest,
+    /// An offset, clamped to the partition's earliest..latest.
+    Offset(i64),
+    /// The first offset whose timestamp is at or after this (ms since the
+    /// epoch); the log end when there is none.
+    Timestamp(i64),
+    /// The committed offset moved by this much (clamped); earliest when none.
+    ShiftBy(i64),
+}
+
+/// One partition of a reset plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub current: Option<i64>,
+    pub new: i64,
+}
+
+/// The partitions of `topic` (all of them when `partitions` is empty).
+pub fn topic_partitions(
+    bootstrap: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> anyhow::Result<Vec<(String, i32)>> {
+    let metadata = AdminClient::connect(bootstrap)?.metadata(Some(vec![topic.to_string()]))?;
+    let t = metadata
+        .topics
+        .first()
+        .context("the metadata answer lists no topic")?;
+    check(t.error_code, &format!("topic {topic}"))?;
+    let all: BTreeSet<i32> = t.partitions.iter().map(|p| p.partition_index).collect();
+    if let Some(p) = partitions.iter().find(|p| !all.contains(p)) {
+        bail!("topic {topic} has no partition {p} (it has {})", all.len());
+    }
+    let chosen: Vec<i32> = if partitions.is_empty() {
+        all.into_iter().collect()
+    } else {
+        partitions.to_vec()
+    };
+    Ok(chosen.into_iter().map(|p| (topic.to_string(), p)).collect())
+}
+
+/// Kafka's `kafka-consumer-groups --reset-offsets`: the new committed offset
+/// of each partition (what `--execute` commits; without it, only shown).
+/// Only an empty (inactive) group may be reset, as in Kafka: a live member
+/// would commit over it.
+pub fn reset_offsets(
+    bootstrap: &str,
+    group: &str,
+    partitions: Vec<(String, i32)>,
+    to: ResetTo,
+    execute: bool,
+) -> anyhow::Result<Vec<PlannedOffset>> {
+    let mut client = coordinator(bootstrap, group)?;
+    let described: DescribeGroupsResponse = client.call(
+        &DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]),
+        4,
+    )?;
+    if let Some(g) = described.groups.first() {
+        check(g.error_code, &format!("describing group {group}"))?;
+        let state = g.group_state.as_str();
+        if !matches!(state, "Empty" | "Dead") {
+            bail!("group {group} is {state}: offsets can only be reset while it has no members (stop its consumers first)");
+        }
+    }
+    let fetched: OffsetFetchResponse = client.call(
+        &OffsetFetchRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_topics(None),
+        7,
+    )?;
+    check(
+        fetched.error_code,
+        &format!("fetching offsets of group {group}"),
+    )?;
+    let mut current: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    for t in &fetched.topics {
+        for p in &t.partitions {
+            if p.committed_offset >= 0 {
+                current.insert(
+                    (t.name.0.to_string(), p.partition_index),
+                    p.committed_offset,
+                );
+            }
+        }
+    }
+    let earliest = offsets_at(bootstrap, partitions.clone(), -2)?;
+    let latest = offsets_at(bootstrap, partitions.clone(), -1)?;
+    let at = match to {
+        ResetTo::Timestamp(ts) => offsets_at(bootstrap, partitions.clone(), ts)?,
+        _ => BTreeMap::new(),
+    };
+    let mut plan = Vec::with_capacity(partitions.len());
+    for key in partitions {
+        let (Some(&low), Some(&high)) = (earliest.get(&key), latest.get(&key)) else {
+            bail!("no offsets for {}-{} (no leader?)", key.0, key.1);
+        };
+        let committed = current.get(&key).copied();
+        let new = match to {
+            ResetTo::Earliest => low,
+            ResetTo::Latest => high,
+            ResetTo::Offset(o) => o,
+            ResetTo::Timestamp(_) => at.get(&key).copied().filter(|o| *o >= 0).unwrap_or(high),
+            ResetTo::ShiftBy(n) => committed.map_or(low, |c| c.saturating_add(n)),
+        }
+        .clamp(low, high);
+        plan.push(PlannedOffset {
+            topic: key.0,
+            partition: key.1,
+            current: committed,
+            new,
+        });
+    }
+    if execute && !plan.is_empty() {
+        let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+        for p in &plan {
+            by_topic.entry(&p.topic).or_default().push(
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(p.partition)
+                    .with_committed_offset(p.new)
+                    .with_committed_leader_epoch(-1),
+            );
+        }
+        let request = OffsetCommitRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_generation_id_or_member_epoch(-1)
+            .with_member_id(s(""))
+            .with_topics(
+                by_topic
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetCommitRequestTopic::default()
+                            .with_name(TopicName(s(t)))
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        let response: OffsetCommitResponse = client.call(&request, 8)?;
+        for t in response.topics {
+            for p in t.partitions {
+                check(
+                    p.error_code,
+                    &format!("committing {}-{}", t.name.0.as_str(), p.partition_index),
+                )?;
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// OffsetDelete: removes the group's committed offsets of `partitions`.
+/// Returns the partitions refused, with why (GROUP_SUBSCRIBED_TO_TOPIC).
+pub fn delete_offsets(
+    bootstrap: &str,
+    group: &str,
+    partitions: Vec<(String, i32)>,
+) -> anyhow::Result<Vec<(String, i32, ResponseError)>> {
+    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for (t, p) in partitions {
+        by_topic.entry(t).or_default().push(p);
+    }
+    let request = OffsetDeleteRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetDeleteRequestTopic::default()
+                        .with_name(TopicName(s(&t)))
+                        .with_partitions(
+                            ps.into_iter()
+                                .map(|p| {
+                                    OffsetDeleteRequestPartition::default().with_partition_index(p)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    let response: OffsetDeleteResponse = coordinator(bootstrap, group)?.call(&request, 0)?;
+    check(
+        response.error_code,
+        &format!("deleting offsets of group {group}"),
+    )?;
+    let mut refused = Vec::new();
+    for t in response.topics {
+        for p in t.partitions {
+            if let Some(e) = ResponseError::try_from_code(p.error_code) {
+                refused.push((t.name.0.to_string(), p.partition_index, e));
+            }
+        }
+    }
+    Ok(refused)
+}
+
 /// Log end offsets (ListOffsets latest) from each partition's leader.
 fn log_end_offsets(
     bootstrap: &str,
     partitions: Vec<(String, i32)>,
+) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
+    offsets_at(bootstrap, partitions, -1)
+}
+
+/// ListOffsets at `timestamp` (-1 latest, -2 earliest, else ms since the
+/// epoch) from each partition's leader; a partition whose leader did not
+/// answer is missing.
+fn offsets_at(
+    bootstrap: &str,
+    partitions: Vec<(String, i32)>,
+    timestamp: i64,
 ) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
     let mut out = BTreeMap::new();
     if partitions.is_empty() {
@@ -259,7 +478,7 @@ fn log_end_offsets(
                                     .map(|p| {
                                         ListOffsetsPartition::default()
                                             .with_partition_index(p)
-                                            .with_timestamp(-1)
+                                            .with_timestamp(timestamp)
                                     })
                                     .collect(),
                             )

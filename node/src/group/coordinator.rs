@@ -506,6 +506,80 @@ impl Coordinator {
         Ok(())
     }
 
+    /// OffsetDelete for one group: tombstones for the committed offsets of
+    /// `partitions`, durable before the answer. Kafka's rule: an empty group
+    /// may lose any; a consumer group with members only those of topics no
+    /// member subscribes to (the others get GROUP_SUBSCRIBED_TO_TOPIC); any
+    /// other group with members none (NON_EMPTY_GROUP). A partition without a
+    /// committed offset is answered as deleted.
+    pub async fn delete_offsets(
+        &self,
+        shard: &Rc<Shard>,
+        group_id: String,
+        partitions: Vec<(String, i32)>,
+    ) -> Result<Vec<(String, i32, Option<ResponseError>)>, ResponseError> {
+        let (tp, doomed, results) = {
+            let groups = self.groups.borrow();
+            let entry = groups
+                .get(&group_id)
+                .ok_or(ResponseError::GroupIdNotFound)?;
+            let subscribed = if entry.group.is_empty() {
+                std::collections::BTreeSet::new()
+            } else {
+                entry
+                    .group
+                    .subscribed_topics()
+                    .ok_or(ResponseError::NonEmptyGroup)?
+            };
+            let mut doomed = Vec::new();
+            let mut results = Vec::with_capacity(partitions.len());
+            for (topic, partition) in partitions {
+                if subscribed.contains(&topic) {
+                    results.push((
+                        topic,
+                        partition,
+                        Some(ResponseError::GroupSubscribedToTopic),
+                    ));
+                    continue;
+                }
+                if entry.offsets.contains_key(&(topic.clone(), partition)) {
+                    doomed.push((topic.clone(), partition));
+                }
+                results.push((topic, partition, None));
+            }
+            (entry.tp.clone(), doomed, results)
+        };
+        if doomed.is_empty() {
+            return Ok(results);
+        }
+        let tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = doomed
+            .iter()
+            .map(|(topic, partition)| {
+                let key = RecordKey::Offset {
+                    group: group_id.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                };
+                (records::encode_key(&key), None)
+            })
+            .collect();
+        let base = append(shard, &tp, &tombstones, &group_id, self.write_timeout()).await?;
+        if let Some(entry) = self.groups.borrow_mut().get_mut(&group_id) {
+            for (i, key) in doomed.into_iter().enumerate() {
+                // A commit that landed after the tombstone stays.
+                if entry
+                    .offsets
+                    .get(&key)
+                    .is_some_and(|c| c.log_offset < base + i as i64)
+                {
+                    entry.offsets.remove(&key);
+                }
+            }
+        }
+        tracing::info!(group = %group_id, "deleted committed offsets");
+        Ok(results)
+    }
+
     /// Stores the group when asked, then answers the waiting members.
     async fn apply(&self, shard: &Rc<Shard>, group_id: &str, mut effects: Effects) {
         if effects.persist {

@@ -35,6 +35,28 @@ pub enum GroupState {
     Stable,
 }
 
+/// The topics of a ConsumerProtocolSubscription (every version starts with
+/// `version: i16, topics: [string]`, not flexible); `None` if it does not
+/// parse.
+pub fn subscription_topics(bytes: &[u8]) -> Option<Vec<String>> {
+    fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = r.split_at_checked(n)?;
+        *r = rest;
+        Some(head)
+    }
+    let mut r = bytes;
+    take(&mut r, 2)?; // version
+    let count = i32::from_be_bytes(take(&mut r, 4)?.try_into().ok()?);
+    let count = usize::try_from(count).ok().filter(|c| *c <= r.len() / 2)?;
+    let mut topics = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = i16::from_be_bytes(take(&mut r, 2)?.try_into().ok()?);
+        let name = take(&mut r, usize::try_from(len).ok()?)?;
+        topics.push(std::str::from_utf8(name).ok()?.to_string());
+    }
+    Some(topics)
+}
+
 impl GroupState {
     /// Kafka's state names (DescribeGroups, ListGroups).
     pub fn name(self) -> &'static str {
@@ -359,6 +381,21 @@ impl Group {
     }
     pub fn is_empty(&self) -> bool {
         self.state == GroupState::Empty
+    }
+    /// The topics a consumer group's members subscribe to (protocol type
+    /// `consumer`), from each member's ConsumerProtocolSubscription for the
+    /// group's protocol. `None` when that cannot be known: another protocol
+    /// type, no protocol chosen yet, or metadata that does not parse.
+    pub fn subscribed_topics(&self) -> Option<std::collections::BTreeSet<String>> {
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return None;
+        }
+        let protocol = self.protocol_name.as_deref()?;
+        let mut out = std::collections::BTreeSet::new();
+        for m in self.members.values() {
+            out.extend(subscription_topics(&m.metadata(protocol))?);
+        }
+        Some(out)
     }
     /// Whether a committed offset is past `offsets.retention.minutes` (Kafka's
     /// KIP-211 rule): a group that only stores offsets expires each offset
@@ -1679,5 +1716,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn consumer_subscriptions_parse() {
+        // v1-style: version 1, topics ["orders", "b"], then user data and
+        // owned partitions, which are not read.
+        let mut bytes = vec![0, 1, 0, 0, 0, 2, 0, 6];
+        bytes.extend_from_slice(b"orders");
+        bytes.extend_from_slice(&[0, 1, b'b', 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+        assert_eq!(
+            subscription_topics(&bytes),
+            Some(vec!["orders".to_string(), "b".to_string()])
+        );
+        assert_eq!(subscription_topics(&bytes[..9]), None);
+        assert_eq!(subscription_topics(&[0, 0, 0x7f, 0xff, 0xff, 0xff]), None);
+        assert_eq!(subscription_topics(&[0, 0, 0, 0, 0, 1, 0xff, 0xff]), None);
+        assert_eq!(subscription_topics(&[]), None);
     }
 }

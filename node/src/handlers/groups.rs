@@ -1,5 +1,5 @@
 //! The group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-//! OffsetFetch, ListGroups, DescribeGroups, DeleteGroups. Each handler checks
+//! OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete. Each handler checks
 //! what it can on the connection's core (group id, known topics), forwards the
 //! rest to the group's coordinator core (`group::coordinator_of`) and builds
 //! the response for the request's version (kafka-protocol refuses fields a
@@ -18,6 +18,9 @@ use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
@@ -26,8 +29,8 @@ use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
     GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
     LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    SyncGroupRequest, SyncGroupResponse, TopicName,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
 use skiff_engine::{Shard, TopicPartition};
@@ -614,4 +617,43 @@ pub async fn delete_groups(core: &CoreState, request: DeleteGroupsRequest) -> De
         );
     }
     DeleteGroupsResponse::default().with_results(results)
+}
+
+/// OffsetDelete (KIP-496): deletes a group's committed offsets for the listed
+/// partitions, by Kafka's rules (`Coordinator::delete_offsets`).
+pub async fn offset_delete(core: &CoreState, request: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let id = request.group_id.0.to_string();
+    let mut asked = Vec::new();
+    for t in &request.topics {
+        for p in &t.partitions {
+            asked.push((t.name.0.to_string(), p.partition_index));
+        }
+    }
+    let gid = id.clone();
+    let outcome = on_coordinator(core, &id, move |shard, _, _| async move {
+        Coordinator::current()
+            .delete_offsets(&shard, gid, asked)
+            .await
+    })
+    .await
+    .and_then(|r| r);
+    let results = match outcome {
+        Err(e) => return OffsetDeleteResponse::default().with_error_code(e.code()),
+        Ok(results) => results,
+    };
+    let mut topics: Vec<OffsetDeleteResponseTopic> = Vec::new();
+    for (topic, partition, error) in results {
+        let p = OffsetDeleteResponsePartition::default()
+            .with_partition_index(partition)
+            .with_error_code(code(error));
+        match topics.last_mut() {
+            Some(t) if t.name.0.as_str() == topic => t.partitions.push(p),
+            _ => topics.push(
+                OffsetDeleteResponseTopic::default()
+                    .with_name(TopicName(str_bytes(topic)))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    OffsetDeleteResponse::default().with_topics(topics)
 }

@@ -235,6 +235,9 @@ async fn handle(
         Some(RequestKind::DescribeGroups(r)) => {
             ResponseKind::DescribeGroups(groups::describe_groups(&core, r, version).await)
         }
+        Some(RequestKind::OffsetDelete(r)) => {
+            ResponseKind::OffsetDelete(groups::offset_delete(&core, r).await)
+        }
         Some(RequestKind::DeleteGroups(r)) => {
             ResponseKind::DeleteGroups(groups::delete_groups(&core, r).await)
         }

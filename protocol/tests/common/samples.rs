@@ -30,6 +30,9 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+};
 use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
@@ -45,8 +48,8 @@ use kafka_protocol::messages::{
     ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind,
-    SyncGroupRequest, TopicName, TransactionalId,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    ProducerId, RequestKind, SyncGroupRequest, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -221,6 +224,15 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                         .with_value(None),
                 ])])
             .with_validate_only(true)
+            .into(),
+        ApiKey::OffsetDelete => OffsetDeleteRequest::default()
+            .with_group_id(GroupId(s("billing")))
+            .with_topics(vec![OffsetDeleteRequestTopic::default()
+                .with_name(topic("orders"))
+                .with_partitions(vec![
+                    OffsetDeleteRequestPartition::default().with_partition_index(0),
+                    OffsetDeleteRequestPartition::default().with_partition_index(3),
+                ])])
             .into(),
         ApiKey::ElectLeaders => {
             let request = ElectLeadersRequest::default()
