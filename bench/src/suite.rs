@@ -605,16 +605,10 @@ fn disk_budget(dir: &Path, replicas: usize, record_size: usize) -> Option<u64> {
 }
 
 /// Free bytes (for unprivileged users) of the file system holding `dir`.
-#[allow(unsafe_code)]
 fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is a NUL-terminated string and `st` a valid, writable
-    // statvfs; both outlive the call.
-    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
-    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+    skiff_engine::fsutil::disk_space(dir)
+        .ok()
+        .map(|(_, available)| available)
 }
 
 fn acks_label(acks: i16) -> &'static str {

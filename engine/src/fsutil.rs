@@ -179,3 +179,31 @@ fn tmp_path(path: &Path) -> PathBuf {
     s.push(".tmp");
     PathBuf::from(s)
 }
+
+/// The size and the space available to unprivileged users, in bytes, of the
+/// file system holding `dir` (statvfs).
+#[allow(unsafe_code)]
+pub fn disk_space(dir: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `st` a valid, writable
+    // statvfs; both outlive the call.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let unit = st.f_frsize as u64;
+    Ok((st.f_blocks as u64 * unit, st.f_bavail as u64 * unit))
+}
+
+#[cfg(test)]
+mod space_tests {
+    #[test]
+    fn disk_space_of_a_real_dir_and_an_error_for_a_missing_one() {
+        let (total, available) = super::disk_space(std::path::Path::new("/")).unwrap_or((0, 0));
+        assert!(total > 0 && available <= total, "{total} {available}");
+        assert!(super::disk_space(std::path::Path::new("/no/such/dir/here")).is_err());
+    }
+}

@@ -318,6 +318,18 @@ pub(crate) static OFFSET_DELETE: Schema = Schema {
     flexible_since: i16::MAX,
 };
 
+// DescribeLogDirs (describe_log_dirs_request.rs): nullable topics of (name,
+// partition ids).
+static DESCRIBE_LOG_DIRS_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(FixedArray(4))],
+};
+pub(crate) static DESCRIBE_LOG_DIRS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&DESCRIBE_LOG_DIRS_TOPIC))],
+    },
+    flexible_since: 2,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

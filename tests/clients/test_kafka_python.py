@@ -217,6 +217,46 @@ def test_admin_alter_configs_legacy(node, topic_name):
     assert entries["segment.bytes"].value == "1073741824" and entries["segment.bytes"].is_default, entries
 
 
+def test_admin_describe_log_dirs(node, topic_name):
+    """DescribeLogDirs through kafka-python: the node's data directory with
+    each partition's bytes on disk (at least the records written) and no lag
+    on a leader."""
+    from kafka.admin import KafkaAdminClient
+
+    ck.create_topic(node.bootstrap, topic_name, 2)
+    p = make_producer(node.bootstrap)
+    try:
+        for i in range(200):
+            p.send(topic_name, value=b"x" * 100, partition=i % 2)
+        p.flush(timeout=30)
+    finally:
+        p.close(timeout=10)
+    a = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=30000)
+    try:
+        got = a.describe_log_dirs({topic_name: [0, 1]})
+    finally:
+        a.close()
+    text = repr(got)
+    assert node.data_dir in text, text
+    dirs = got if isinstance(got, list) else [got]
+    found = {}
+
+    def walk(x):
+        if isinstance(x, dict):
+            if "partition_index" in x and "partition_size" in x:
+                found[x["partition_index"]] = (x["partition_size"], x.get("offset_lag"))
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    walk(dirs)
+    assert sorted(found) == [0, 1], text
+    for size, lag in found.values():
+        assert size >= 100 * 100 and lag == 0, text
+
+
 # ---------------------------------------------------------------- a lost produce response
 
 

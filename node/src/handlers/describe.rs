@@ -1,5 +1,6 @@
-//! DescribeCluster and DescribeQuorum: the cluster and its controller quorum as
-//! Kafka's admin tools ask for them over a broker's port (KIP-700, KIP-595).
+//! DescribeCluster, DescribeQuorum and DescribeLogDirs: the cluster, its
+//! controller quorum and this node's data directory as Kafka's admin tools
+//! ask for them over a broker's port (KIP-700, KIP-595, KIP-113).
 //!
 //! DescribeCluster is answered from this node's applied metadata, like
 //! Metadata (the controller id is this node's own, as a KRaft broker answers;
@@ -8,14 +9,24 @@
 //! answer carries each voter's matched log index, which is the voter's log end
 //! offset as the leader knows it; from any other voter only ids are known
 //! (offsets -1, Kafka's "unknown"). Brokers that are not voters are observers.
+//!
+//! DescribeLogDirs answers for the node's one data directory: every local
+//! partition (each core reports its own) with its bytes on disk and its lag
+//! (high watermark minus log end, 0 when caught up), and at v4 the file
+//! system's size and available bytes.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
 use kafka_protocol::messages::describe_quorum_response::{
     Listener, Node, PartitionData, ReplicaState, TopicData,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
-    DescribeQuorumResponse, TopicName,
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
+    DescribeLogDirsResponse, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -152,4 +163,82 @@ pub async fn describe_quorum(
             .collect();
     }
     response
+}
+
+pub async fn describe_log_dirs(
+    core: &CoreState,
+    request: DescribeLogDirsRequest,
+    version: i16,
+) -> DescribeLogDirsResponse {
+    let wanted: Option<BTreeSet<(String, i32)>> = request.topics.map(|topics| {
+        topics
+            .into_iter()
+            .flat_map(|t| {
+                let name = t.topic.0.to_string();
+                t.partitions.into_iter().map(move |p| (name.clone(), p))
+            })
+            .collect()
+    });
+    let dir = core.node.data_dir.display().to_string();
+    let mut rows: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+    for target in 0..core.shard.table().shards() {
+        let local = core
+            .shard
+            .invoke_on(target, |shard| async move {
+                let mut out = Vec::new();
+                for (tp, partition) in shard.local_partition_handles() {
+                    // An offline or closing log is not listed (Kafka lists
+                    // only the logs it serves).
+                    if let Ok(stats) = partition.log_stats().await {
+                        let lag = (partition.high_watermark() - stats.log_end_offset).max(0);
+                        out.push((tp, stats.size_bytes, lag));
+                    }
+                }
+                out
+            })
+            .await;
+        let Ok(local) = local else {
+            return DescribeLogDirsResponse::default().with_results(vec![
+                DescribeLogDirsResult::default()
+                    .with_error_code(ResponseError::KafkaStorageError.code())
+                    .with_log_dir(str_bytes(dir)),
+            ]);
+        };
+        for (tp, size, lag) in local {
+            if wanted
+                .as_ref()
+                .is_some_and(|w| !w.contains(&(tp.topic.clone(), tp.partition)))
+            {
+                continue;
+            }
+            rows.entry(tp.topic).or_default().push(
+                DescribeLogDirsPartition::default()
+                    .with_partition_index(tp.partition)
+                    .with_partition_size(i64::try_from(size).unwrap_or(i64::MAX))
+                    .with_offset_lag(lag),
+            );
+        }
+    }
+    let mut result = DescribeLogDirsResult::default()
+        .with_log_dir(str_bytes(dir))
+        .with_topics(
+            rows.into_iter()
+                .map(|(name, mut partitions)| {
+                    partitions.sort_by_key(|p| p.partition_index);
+                    DescribeLogDirsTopic::default()
+                        .with_name(TopicName(str_bytes(name)))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        );
+    if version >= 4 {
+        match skiff_engine::fsutil::disk_space(&core.node.data_dir) {
+            Ok((total, available)) => {
+                result.total_bytes = i64::try_from(total).unwrap_or(i64::MAX);
+                result.usable_bytes = i64::try_from(available).unwrap_or(i64::MAX);
+            }
+            Err(e) => tracing::debug!(error = %e, "statvfs of the data directory"),
+        }
+    }
+    DescribeLogDirsResponse::default().with_results(vec![result])
 }

@@ -184,6 +184,9 @@ async fn handle(
         Some(RequestKind::ElectLeaders(r)) => {
             ResponseKind::ElectLeaders(elect_leaders::handle(&core, r, version).await)
         }
+        Some(RequestKind::DescribeLogDirs(r)) => {
+            ResponseKind::DescribeLogDirs(describe::describe_log_dirs(&core, r, version).await)
+        }
         Some(RequestKind::DescribeCluster(r)) => {
             ResponseKind::DescribeCluster(describe::describe_cluster(&core, &r, version))
         }
