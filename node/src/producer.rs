@@ -158,6 +158,21 @@ impl ProducerStates {
         }
     }
 
+    /// Every producer with its epoch, last sequence and the offset of its
+    /// last batch (DescribeProducers), by producer id.
+    pub fn describe(&self) -> Vec<(i64, i16, i32, i64)> {
+        let mut out: Vec<(i64, i16, i32, i64)> = self
+            .producers
+            .iter()
+            .filter_map(|(id, e)| {
+                let last = e.batches.back()?;
+                Some((*id, e.epoch, last.last_seq, last.last_offset))
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     /// The state as snapshot bytes: `version u8 (1) | producers u32 BE`, then
     /// per producer (by id) `id i64 | epoch i16 | batches u8`, then per batch
     /// `first_seq i32 | last_seq i32 | base_offset i64 | last_offset i64`

@@ -330,6 +330,18 @@ pub(crate) static DESCRIBE_LOG_DIRS: Schema = Schema {
     flexible_since: 2,
 };
 
+// DescribeProducers (describe_producers_request.rs): topics of (name,
+// partition indexes); flexible from v0.
+static DESCRIBE_PRODUCERS_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(FixedArray(4))],
+};
+pub(crate) static DESCRIBE_PRODUCERS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&DESCRIBE_PRODUCERS_TOPIC))],
+    },
+    flexible_since: 0,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

@@ -115,6 +115,7 @@ pub const SERVED_APIS: &[ServedApi] = &[
     // Inspection over the Kafka port (KIP-700, KIP-595): brokers from the
     // node's metadata, the controller quorum from the active controller.
     ServedApi::new(ApiKey::DescribeCluster, 0, 2),
+    ServedApi::new(ApiKey::DescribeProducers, 0, 0).guarded(&guard::DESCRIBE_PRODUCERS),
     // One log directory per node (v0 is not answered by Kafka 4 either).
     ServedApi::new(ApiKey::DescribeLogDirs, 1, 4).guarded(&guard::DESCRIBE_LOG_DIRS),
     ServedApi::new(ApiKey::DescribeQuorum, 0, 2).guarded(&guard::DESCRIBE_QUORUM),

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition as KpTopicPartition
 
 import ck
 import kafka_wire as kw
@@ -255,6 +256,38 @@ def test_admin_describe_log_dirs(node, topic_name):
     assert sorted(found) == [0, 1], text
     for size, lag in found.values():
         assert size >= 100 * 100 and lag == 0, text
+
+
+def test_admin_describe_producers(fresh_node, topic_name):
+    """DescribeProducers through kafka-python: each idempotent producer of a
+    partition with its epoch and last sequence, also after a restart (the
+    state is loaded from the log when first asked)."""
+    from kafka.admin import KafkaAdminClient
+
+    node = fresh_node
+    ck.create_topic(node.bootstrap, topic_name, 2)
+    for tag in ("a", "b"):
+        p = make_producer(node.bootstrap)  # idempotent by default (kafka-python 3)
+        try:
+            for i in range(7 if tag == "a" else 3):
+                p.send(topic_name, value=b"%s-%d" % (tag.encode(), i), partition=0).get(timeout=30)
+        finally:
+            p.close(timeout=10)
+
+    def described():
+        a = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=30000)
+        try:
+            return a.describe_producers([KpTopicPartition(topic_name, 0), KpTopicPartition(topic_name, 1)])
+        finally:
+            a.close()
+
+    for _ in range(2):
+        got = described()
+        states = {tp.partition: s.active_producers for tp, s in got.items()}
+        assert states[1] == [], states
+        assert sorted(p.last_sequence for p in states[0]) == [2, 6], states
+        assert all(p.producer_id >= 0 and p.producer_epoch >= 0 for p in states[0]), states
+        node.restart()
 
 
 # ---------------------------------------------------------------- a lost produce response

@@ -1,6 +1,7 @@
-//! DescribeCluster, DescribeQuorum and DescribeLogDirs: the cluster, its
-//! controller quorum and this node's data directory as Kafka's admin tools
-//! ask for them over a broker's port (KIP-700, KIP-595, KIP-113).
+//! DescribeCluster, DescribeQuorum, DescribeLogDirs and DescribeProducers: the
+//! cluster, its controller quorum, this node's data directory and a
+//! partition's idempotent producers as Kafka's admin tools ask for them over
+//! a broker's port (KIP-700, KIP-595, KIP-113, KIP-664).
 //!
 //! DescribeCluster is answered from this node's applied metadata, like
 //! Metadata (the controller id is this node's own, as a KRaft broker answers;
@@ -14,6 +15,10 @@
 //! partition (each core reports its own) with its bytes on disk and its lag
 //! (high watermark minus log end, 0 when caught up), and at v4 the file
 //! system's size and available bytes.
+//!
+//! DescribeProducers is answered by each partition's leader from its producer
+//! state (loaded from the log if no produce has yet): id, epoch, last sequence;
+//! skiff keeps no per-producer timestamp (-1) and no transactions (-1).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,15 +26,21 @@ use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse as ProducersTopicResponse,
+};
 use kafka_protocol::messages::describe_quorum_response::{
     Listener, Node, PartitionData, ReplicaState, TopicData,
 };
 use kafka_protocol::messages::{
     BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
-    DescribeLogDirsResponse, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
+    DescribeLogDirsResponse, DescribeProducersRequest, DescribeProducersResponse,
+    DescribeQuorumRequest, DescribeQuorumResponse, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+
+use skiff_engine::TopicPartition;
 
 use super::str_bytes;
 use crate::cluster;
@@ -241,4 +252,57 @@ pub async fn describe_log_dirs(
         }
     }
     DescribeLogDirsResponse::default().with_results(vec![result])
+}
+
+pub async fn describe_producers(
+    core: &CoreState,
+    request: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    let table = core.topics();
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for t in request.topics {
+        let name = t.name.0.to_string();
+        let mut partitions = Vec::with_capacity(t.partition_indexes.len());
+        for p in t.partition_indexes {
+            let response = PartitionResponse::default().with_partition_index(p);
+            if let Err(e) = super::check_leader(&table, &name, p) {
+                partitions.push(response.with_error_code(e.code()));
+                continue;
+            }
+            let tp = TopicPartition::new(name.clone(), p);
+            let owner = core.shard.table().shard_of(&tp);
+            let outcome = core
+                .shard
+                .invoke_on(owner, move |_| async move {
+                    super::produce::describe_producers(&tp).await
+                })
+                .await
+                .and_then(|r| r);
+            partitions.push(match outcome {
+                Ok(producers) => response.with_active_producers(
+                    producers
+                        .into_iter()
+                        .map(|(id, epoch, last_sequence, _)| {
+                            ProducerState::default()
+                                .with_producer_id(ProducerId(id))
+                                .with_producer_epoch(i32::from(epoch))
+                                .with_last_sequence(last_sequence)
+                                .with_last_timestamp(-1)
+                                .with_coordinator_epoch(-1)
+                                .with_current_txn_start_offset(-1)
+                        })
+                        .collect(),
+                ),
+                Err(e) => response
+                    .with_error_code(super::error_code(&e).code())
+                    .with_error_message(Some(str_bytes(e.to_string()))),
+            });
+        }
+        topics.push(
+            ProducersTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions),
+        );
+    }
+    DescribeProducersResponse::default().with_topics(topics)
 }

@@ -187,6 +187,9 @@ async fn handle(
         Some(RequestKind::DescribeLogDirs(r)) => {
             ResponseKind::DescribeLogDirs(describe::describe_log_dirs(&core, r, version).await)
         }
+        Some(RequestKind::DescribeProducers(r)) => {
+            ResponseKind::DescribeProducers(describe::describe_producers(&core, r).await)
+        }
         Some(RequestKind::DescribeCluster(r)) => {
             ResponseKind::DescribeCluster(describe::describe_cluster(&core, &r, version))
         }

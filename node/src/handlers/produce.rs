@@ -476,6 +476,31 @@ async fn append_idempotent(
     Ok((info.base_offset, info.last_offset, false))
 }
 
+/// The idempotent producers of a partition this core owns, as its producer
+/// state holds them (loaded from the log first if no produce has yet):
+/// (producer id, epoch, last sequence, last batch's last offset).
+pub async fn describe_producers(
+    tp: &TopicPartition,
+) -> Result<Vec<(i64, i16, i32, i64)>, LogError> {
+    let core = CoreState::current().ok_or(LogError::RuntimeStopped)?;
+    let partition = core
+        .shard
+        .local(tp)
+        .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+    let producers = core.producers(tp);
+    let _permit = producers
+        .lock
+        .acquire_permit(1)
+        .await
+        .map_err(|_| LogError::RuntimeStopped)?;
+    if !producers.loaded.get() {
+        rebuild(&partition, tp, &producers).await?;
+        producers.loaded.set(true);
+    }
+    let described = producers.states.borrow().describe();
+    Ok(described)
+}
+
 /// Rebuilds the producers' state: from the latest producer snapshot (the
 /// state of the log below its offset), then the batches after it; from the
 /// log's start when there is no usable snapshot.

@@ -245,6 +245,11 @@ fn error_codes(response: &ResponseKind, mut f: impl FnMut(i16)) {
         ResponseKind::DeleteTopics(r) => r.responses.iter().for_each(|t| f(t.error_code)),
         ResponseKind::CreatePartitions(r) => r.results.iter().for_each(|t| f(t.error_code)),
         ResponseKind::DescribeCluster(r) => f(r.error_code),
+        ResponseKind::DescribeProducers(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| f(p.error_code)),
         ResponseKind::DescribeLogDirs(r) => {
             f(r.error_code);
             r.results.iter().for_each(|x| f(x.error_code));

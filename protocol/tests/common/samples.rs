@@ -18,6 +18,7 @@ use kafka_protocol::messages::delete_records_request::{
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
+use kafka_protocol::messages::describe_producers_request::TopicRequest as ProducersTopicRequest;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::elect_leaders_request::TopicPartitions as ElectTopicPartitions;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
@@ -46,11 +47,12 @@ use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest,
     CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
     DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
-    DescribeQuorumRequest, ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, GroupId,
-    HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest,
-    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    ProducerId, RequestKind, SyncGroupRequest, TopicName, TransactionalId,
+    DescribeProducersRequest, DescribeQuorumRequest, ElectLeadersRequest, FetchRequest,
+    FindCoordinatorRequest, GroupId, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind,
+    SyncGroupRequest, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -230,6 +232,11 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
             .with_topics(Some(vec![DescribableLogDirTopic::default()
                 .with_topic(topic("orders"))
                 .with_partitions(vec![0, 1, 5])]))
+            .into(),
+        ApiKey::DescribeProducers => DescribeProducersRequest::default()
+            .with_topics(vec![ProducersTopicRequest::default()
+                .with_name(topic("orders"))
+                .with_partition_indexes(vec![0, 3])])
             .into(),
         ApiKey::OffsetDelete => OffsetDeleteRequest::default()
             .with_group_id(GroupId(s("billing")))
