@@ -940,6 +940,23 @@ fn preferred_change(
     })
 }
 
+/// How many of `records` elect a leader from outside the partition's ISR (an
+/// unclean election), judged against the state they apply to.
+pub fn unclean_elections(state: &ClusterState, records: &[MetadataRecord]) -> usize {
+    records
+        .iter()
+        .filter(|r| match r {
+            MetadataRecord::PartitionChange(c) => c.leader.is_some_and(|l| {
+                l != NO_LEADER
+                    && state
+                        .partition(c.topic_id, c.index)
+                        .is_some_and(|p| !p.isr.contains(&l))
+            }),
+            _ => false,
+        })
+        .count()
+}
+
 /// Which election ElectLeaders asks for (Kafka's election types).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum ElectionType {

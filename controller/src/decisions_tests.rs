@@ -743,7 +743,14 @@ fn elect_leaders_preferred_and_unclean() {
     h.commit(&fence_node(&h.state, leader, &CFG));
     assert_eq!(h.part(1, 0).leader, NO_LEADER);
     assert!(elect_leaders(&h.state, ElectionType::Preferred, None).is_empty());
-    h.commit(&elect_leaders(&h.state, ElectionType::Unclean, None));
+    let records = elect_leaders(&h.state, ElectionType::Unclean, None);
+    assert_eq!(unclean_elections(&h.state, &records), 1);
+    h.commit(&records);
+    assert_eq!(
+        unclean_elections(&h.state, &records),
+        0,
+        "judged against the state after"
+    );
     let p = h.part(1, 0);
     assert_eq!((p.leader, p.isr), (other, vec![other]));
 }

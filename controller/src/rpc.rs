@@ -104,6 +104,9 @@ pub struct ControllerStatus {
     pub partitions: u32,
     /// Partitions without a leader.
     pub offline_partitions: u32,
+    /// Unclean leader elections this controller proposed while active (a
+    /// leader from outside the ISR), since it started.
+    pub unclean_elections: u64,
 }
 
 /// A FetchMetadata answer.

@@ -316,6 +316,7 @@ async fn run(
             status,
             status_key: None,
             next_rebalance_ms: None,
+            unclean_elections: 0,
         }),
         kick,
         tasks: RefCell::new(BTreeMap::new()),
@@ -468,6 +469,8 @@ struct Core {
     /// When the next automatic leader rebalance check is due (`now_ms`);
     /// `None` until this member first decides.
     next_rebalance_ms: Option<u64>,
+    /// Unclean leader elections proposed while active (`ControllerStatus`).
+    unclean_elections: u64,
 }
 
 /// One frame for a peer.
@@ -671,6 +674,14 @@ impl Core {
         records: &[MetadataRecord],
         waiter: Option<(Done, LocalSender<Response>)>,
     ) -> bool {
+        let unclean = decisions::unclean_elections(self.node.state(), records);
+        if unclean > 0 {
+            tracing::warn!(
+                partitions = unclean,
+                "unclean leader election: a replica outside the ISR leads; acknowledged writes it lacks are lost"
+            );
+            self.unclean_elections += unclean as u64;
+        }
         match self.node.propose(records) {
             Ok(()) => {
                 self.in_flight = Some(InFlight {
@@ -908,6 +919,7 @@ impl Core {
                 })
                 .collect(),
             voters: self.node.voter_progress(),
+            unclean_elections: self.unclean_elections,
             topics: state.topics().count() as u32,
             partitions: state.partitions().count() as u32,
             offline_partitions: state

@@ -47,6 +47,13 @@ pub struct Node {
     pub controller_addr: Option<SocketAddr>,
     /// Where `/metrics` and `/health` are served (None: turned off).
     pub metrics_addr: Option<SocketAddr>,
+    /// A controller-only node's metrics thread: its stop flag, address and
+    /// handle (a broker serves metrics on core 0 instead).
+    metrics_thread: Option<(
+        Arc<std::sync::atomic::AtomicBool>,
+        SocketAddr,
+        std::thread::JoinHandle<()>,
+    )>,
     pub data_dir: std::path::PathBuf,
     _temp_dir: Option<tempfile::TempDir>,
     /// The data directory's lock; released when the node is dropped, after
@@ -88,18 +95,19 @@ impl Node {
             )?),
             false => None,
         };
-        let (kafka_socket, metrics_socket) = match config.roles.broker {
+        let kafka_socket = match config.roles.broker {
             true => {
                 let kafka = listeners::bind(Which::Kafka, config.listen)?;
                 // A port of 0 resolved: the broker registers where it listens.
                 config.listen = kafka.addr();
-                let metrics = match config.metrics_listen {
-                    Some(addr) => Some(listeners::bind(Which::Metrics, addr)?),
-                    None => None,
-                };
-                (Some(kafka), metrics)
+                Some(kafka)
             }
-            false => (None, None),
+            false => None,
+        };
+        // Every node serves /metrics and /health, a controller-only one too.
+        let metrics_socket = match config.metrics_listen {
+            Some(addr) => Some(listeners::bind(Which::Metrics, addr)?),
+            None => None,
         };
         // The data dir's identity before the controller: its cluster id is
         // what a first active controller names the cluster with. The
@@ -114,12 +122,28 @@ impl Node {
         )?;
         let controller_addr = controller.as_ref().map(ControllerHandle::listen_addr);
         let Some(kafka_socket) = kafka_socket else {
+            let mut metrics_addr = None;
+            let mut metrics_thread = None;
+            if let (Some(socket), Some(c)) = (metrics_socket, controller.as_ref()) {
+                let addr = socket.addr();
+                let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let thread = metrics::http::serve_controller(
+                    socket.listen()?,
+                    c.status_reader(),
+                    stop.clone(),
+                )
+                .context("starting the metrics thread")?;
+                tracing::info!("serving metrics and health on http://{addr} (/metrics, /health)");
+                metrics_addr = Some(addr);
+                metrics_thread = Some((stop, addr, thread));
+            }
             return Ok(Node {
                 runtime: None,
                 addr: None,
                 controller,
                 controller_addr,
-                metrics_addr: None,
+                metrics_addr,
+                metrics_thread,
                 data_dir,
                 _temp_dir: temp_dir,
                 _lock: lock,
@@ -228,6 +252,7 @@ impl Node {
             controller,
             controller_addr,
             metrics_addr,
+            metrics_thread: None,
             data_dir,
             _temp_dir: temp_dir,
             _lock: lock,
@@ -243,6 +268,12 @@ impl Node {
     pub fn stop(self) -> anyhow::Result<()> {
         if let Some(runtime) = self.runtime {
             stop_broker(runtime)?;
+        }
+        if let Some((stop, addr, thread)) = self.metrics_thread {
+            stop.store(true, std::sync::atomic::Ordering::Release);
+            // Wake the blocking accept; it sees the flag and returns.
+            let _ = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+            let _ = thread.join();
         }
         if let Some(controller) = self.controller {
             controller.stop().context("stopping the controller")?;

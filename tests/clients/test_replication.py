@@ -562,6 +562,15 @@ def test_unclean_leader_election(cluster_factory, topic_name, unclean):
         values = [v for _, v in read_all(c.node(follower).bootstrap, topic_name)]
         # What unclean election costs: the acknowledged "leader-only" record.
         assert values == [b"both"], values
+    # The controller-only node serves /metrics and /health too, and counts
+    # the unclean elections it made.
+    controller = c.nodes[0]
+    assert controller.http_get("/health")[0] == 200
+    status, text = controller.http_get("/metrics")
+    assert status == 200, text
+    counted = [line for line in text.splitlines() if line.startswith("skiff_controller_unclean_leader_elections_total ")]
+    assert counted == [f"skiff_controller_unclean_leader_elections_total {int(unclean)}"], text
+    assert "skiff_controller_active 1" in text, text
 
 
 def offsets_partition_of(group, partitions):

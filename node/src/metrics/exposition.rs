@@ -387,6 +387,19 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
     w.out
 }
 
+/// A controller-only node's exposition: its controller's families alone.
+pub fn render_controller(status: &skiff_controller::service::ControllerStatus) -> String {
+    let mut w = Writer { out: String::new() };
+    render_cluster(
+        &mut w,
+        &ClusterSnapshot {
+            broker: None,
+            controller: Some(status.clone()),
+        },
+    );
+    w.out
+}
+
 /// The broker's view of the cluster (when the scraping core has the broker
 /// link) and this node's controller (when it runs one).
 fn render_cluster(w: &mut Writer, c: &ClusterSnapshot) {
@@ -464,6 +477,12 @@ fn render_cluster(w: &mut Writer, c: &ClusterSnapshot) {
             Kind::Gauge,
             "The last metadata log offset this node's controller applied.",
             status.applied_offset,
+        );
+        w.single(
+            "skiff_controller_unclean_leader_elections_total",
+            Kind::Counter,
+            "Unclean leader elections (a leader from outside the ISR) this controller made while active, since it started.",
+            status.unclean_elections,
         );
         w.single(
             "skiff_controller_fenced_nodes",
@@ -849,6 +868,7 @@ mod tests {
             topics: 2,
             partitions: 6,
             offline_partitions: 2,
+            unclean_elections: 1,
         }
     }
 
@@ -886,6 +906,7 @@ mod tests {
             ("skiff_controller_commit_index", "gauge"),
             ("skiff_controller_applied_offset", "gauge"),
             ("skiff_controller_fenced_nodes", "gauge"),
+            ("skiff_controller_unclean_leader_elections_total", "counter"),
             ("skiff_isr_shrinks_total", "counter"),
             ("skiff_isr_expands_total", "counter"),
             ("skiff_leader_elections_total", "counter"),

@@ -1,5 +1,7 @@
 //! The metrics listener: a deliberately tiny HTTP/1.1 server on core 0 that
-//! answers `GET /metrics` (Prometheus text format) and `GET /health`.
+//! answers `GET /metrics` (Prometheus text format) and `GET /health`; on a
+//! controller-only node (no cores), the same on one plain thread
+//! (`serve_controller`).
 //!
 //! One request per connection (`Connection: close`), GET (and HEAD) only, the
 //! request head bounded by `REQUEST_HEAD_BYTES_MAX` and `REQUEST_TIMEOUT`, at
@@ -254,6 +256,72 @@ async fn answer(core: &CoreState, route: Route) -> (&'static str, &'static str, 
             }
         },
     }
+}
+
+/// A controller-only node's metrics listener: no shard runtime there, so one
+/// plain thread answers the same routes (one connection at a time, each
+/// bounded by `REQUEST_TIMEOUT`): `/metrics` with the controller's families,
+/// `/health` 200 while the controller runs. Stops when `stop` is set (the
+/// caller then connects once to wake the accept).
+pub fn serve_controller(
+    listener: std::net::TcpListener,
+    status: skiff_controller::service::StatusReader,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    std::thread::Builder::new()
+        .name("skiff-metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+                let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
+                let mut buf = vec![0u8; REQUEST_HEAD_BYTES_MAX];
+                let mut len = 0;
+                let head = loop {
+                    if let Some(end) = find(&buf[..len], b"\r\n\r\n") {
+                        break Ok(buf[..end].to_vec());
+                    }
+                    if len == buf.len() {
+                        break Err(Refusal::BadRequest("request head too large"));
+                    }
+                    match stream.read(&mut buf[len..]) {
+                        Ok(0) | Err(_) if len == 0 => break Err(Refusal::BadRequest("")),
+                        Ok(0) | Err(_) => break Err(Refusal::BadRequest("incomplete request head")),
+                        Ok(n) => len += n,
+                    }
+                };
+                let (status_line, content_type, body, head_only) = match head.and_then(|h| parse_head(&h)) {
+                    Ok(parsed) => {
+                        let (s, t, b) = match parsed.route {
+                            Route::Health => ("200 OK", TEXT, "ok: controller\n".to_string()),
+                            Route::Metrics => (
+                                "200 OK",
+                                super::exposition::CONTENT_TYPE,
+                                super::exposition::render_controller(&status.status()),
+                            ),
+                        };
+                        (s, t, b, parsed.head_only)
+                    }
+                    Err(Refusal::BadRequest("")) => continue,
+                    Err(refusal) => refuse(refusal),
+                };
+                let mut response = format!(
+                    "HTTP/1.1 {status_line}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )
+                .into_bytes();
+                if !head_only {
+                    response.extend_from_slice(body.as_bytes());
+                }
+                let _ = stream.write_all(&response);
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+            }
+        })
 }
 
 #[cfg(test)]
