@@ -24,4 +24,5 @@ pub mod replica;
 mod sendmsg;
 pub mod server;
 pub mod state;
+pub mod topic_io;
 pub mod topics;

@@ -24,10 +24,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use skiff_engine::batch::Compression;
 use skiff_node::admin_client::AdminClient;
 use skiff_node::config::NodeConfig;
 use skiff_node::group::admin as group_admin;
 use skiff_node::node::Node;
+use skiff_node::topic_io;
 
 #[derive(Parser)]
 #[command(
@@ -283,6 +285,51 @@ enum TopicCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Write stdin to a topic, one record per line (KEY<sep>VALUE with
+    /// --key-separator); keyed records go to Kafka's default partition.
+    Produce {
+        name: String,
+        /// Every record to this partition (default: by key, else round-robin).
+        #[arg(long)]
+        partition: Option<i32>,
+        /// Split each line at the first SEP into key and value.
+        #[arg(long, value_name = "SEP")]
+        key_separator: Option<String>,
+        /// A header on every record (repeatable).
+        #[arg(long = "header", value_name = "KEY=VALUE")]
+        headers: Vec<String>,
+        /// all (-1), 1 or 0.
+        #[arg(long, default_value = "all")]
+        acks: String,
+        /// none, gzip, snappy, lz4 or zstd.
+        #[arg(long, default_value = "none")]
+        compression: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Print a topic's records: from earliest (default), latest or an offset,
+    /// up to the end each partition had at the start (or --count, or forever
+    /// with --follow).
+    Consume {
+        name: String,
+        /// Only these partitions (repeatable).
+        #[arg(long = "partition")]
+        partitions: Vec<i32>,
+        /// earliest, latest or an offset.
+        #[arg(long, default_value = "earliest")]
+        from: String,
+        /// Stop after this many records.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Keep waiting for new records.
+        #[arg(long)]
+        follow: bool,
+        /// kcat-like tokens (%t %p %o %k %v %h %T, \n \t), or `json`.
+        #[arg(long, default_value = "%v\\n")]
+        format: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Change a topic: add partitions (CreatePartitions; a count can only
     /// grow), set or remove config overrides (IncrementalAlterConfigs).
     Alter {
@@ -502,6 +549,83 @@ fn topic(command: TopicCommand) -> anyhow::Result<()> {
                     }
                 }
             }
+        }
+        TopicCommand::Produce {
+            name,
+            partition,
+            key_separator,
+            headers,
+            acks,
+            compression,
+            conn,
+        } => {
+            let acks = match acks.as_str() {
+                "all" | "-1" => -1,
+                "1" => 1,
+                "0" => 0,
+                other => bail!("--acks is all, 1 or 0, not {other:?}"),
+            };
+            let compression = match compression.as_str() {
+                "none" => Compression::None,
+                "gzip" => Compression::Gzip,
+                "snappy" => Compression::Snappy,
+                "lz4" => Compression::Lz4,
+                "zstd" => Compression::Zstd,
+                other => bail!("--compression is none, gzip, snappy, lz4 or zstd, not {other:?}"),
+            };
+            let headers = headers
+                .iter()
+                .map(|h| {
+                    h.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .ok_or_else(|| anyhow::anyhow!("--header expects key=value, got {h:?}"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let options = topic_io::ProduceOptions {
+                partition,
+                key_separator,
+                headers,
+                acks,
+                compression,
+            };
+            let written =
+                topic_io::produce(&conn.bootstrap, &name, &options, std::io::stdin().lock())?;
+            eprintln!("Produced {written} records to {name}.");
+        }
+        TopicCommand::Consume {
+            name,
+            partitions,
+            from,
+            count,
+            follow,
+            format,
+            conn,
+        } => {
+            let from = match from.as_str() {
+                "earliest" => topic_io::From::Earliest,
+                "latest" => topic_io::From::Latest,
+                offset => topic_io::From::Offset(offset.parse().with_context(|| {
+                    format!("--from is earliest, latest or an offset, not {offset:?}")
+                })?),
+            };
+            let format = if format == "json" {
+                topic_io::Format::Json
+            } else {
+                topic_io::Format::Template(format)
+            };
+            let options = topic_io::ConsumeOptions {
+                partitions,
+                from,
+                count,
+                follow,
+                format,
+            };
+            topic_io::consume(
+                &conn.bootstrap,
+                &name,
+                &options,
+                &mut std::io::stdout().lock(),
+            )?;
         }
         TopicCommand::List { conn } => {
             let metadata = AdminClient::connect(&conn.bootstrap)?.metadata(None)?;

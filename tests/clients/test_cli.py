@@ -90,3 +90,54 @@ def test_node_logs_plain_in_a_file_and_json_on_request(node_factory):
     assert any(m.startswith("skiff node listening on") for m in messages), messages
     assert any(m == "stopped cleanly" for m in messages), messages
     assert all(r["level"] in ("TRACE", "DEBUG", "INFO", "WARN", "ERROR") and r["target"] for r in records)
+
+
+def test_topic_produce_and_consume(node, topic_name):
+    """`skiff topic produce` writes stdin lines (keys, headers) where Kafka's
+    default partitioner puts them (murmur2, as kafka-python computes it);
+    `skiff topic consume` reads them back as JSON or through a template, and
+    from latest finds nothing new."""
+    import json
+    import subprocess
+
+    from conftest import SKIFF_BIN
+    from kafka.partitioner.default import murmur2
+
+    node.cli("topic", "create", topic_name, "--partitions", "3", "--replication-factor", "1")
+    lines = [f"k{i}:v{i}" for i in range(30)] + ["no-key-here"]
+    p = subprocess.run([SKIFF_BIN, "topic", "produce", topic_name, "--key-separator", ":", "--header", "src=cli",
+                        "--compression", "zstd", "--bootstrap", node.bootstrap],
+                       input="\n".join(lines).encode() + b"\n", capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert b"Produced 31 records" in p.stderr, p.stderr
+
+    out = node.cli("topic", "consume", topic_name, "--format", "json").stdout.decode()
+    got = [json.loads(line) for line in out.splitlines()]
+    assert len(got) == 31, out
+    for r in got:
+        assert r["headers"] == {"src": "cli"} and r["topic"] == topic_name, r
+        if r["key"] is not None:
+            assert r["value"] == "v" + r["key"][1:], r
+            assert r["partition"] == (murmur2(r["key"].encode()) & 0x7FFFFFFF) % 3, r
+    assert sorted(r["key"] for r in got if r["key"]) == sorted(f"k{i}" for i in range(30))
+    assert [r["value"] for r in got if r["key"] is None] == ["no-key-here"]
+    # The same records through a real client.
+    msgs = ck.consume_all(node.bootstrap, topic_name, 3, 31)
+    assert sum(len(v) for v in msgs.values()) == 31
+
+    out = node.cli("topic", "consume", topic_name, "--partition", "0", "--format", "%p %o %k=%v %h\\n").stdout.decode()
+    rows = out.splitlines()
+    assert rows and all(r.startswith("0 ") and r.endswith(" src=cli") for r in rows), out
+    assert [int(r.split()[1]) for r in rows] == list(range(len(rows))), out
+    assert len(node.cli("topic", "consume", topic_name, "--count", "2").stdout.decode().splitlines()) == 2
+    assert node.cli("topic", "consume", topic_name, "--from", "latest").stdout == b""
+
+    for args, needle in [
+        (["produce", topic_name, "--acks", "2"], b"--acks is all, 1 or 0"),
+        (["produce", topic_name, "--partition", "7"], b"no partition 7"),
+        (["consume", topic_name + "-missing"], b"UnknownTopicOrPartition"),
+        (["consume", topic_name, "--from", "soon"], b"--from is earliest, latest or an offset"),
+    ]:
+        p = subprocess.run([SKIFF_BIN, "topic", *args, "--bootstrap", node.bootstrap], input=b"x\n",
+                           capture_output=True, timeout=60)
+        assert p.returncode != 0 and needle in p.stderr, (args, p.stderr)
