@@ -80,6 +80,11 @@ impl Node {
         };
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?;
+        // Absolute from here on: glommio opens directories with openat and no
+        // directory fd, so a relative path fails with EBADF (`--data-dir d1`
+        // started, then could not create or reopen a partition).
+        let data_dir = std::fs::canonicalize(&data_dir)
+            .with_context(|| format!("resolving {}", data_dir.display()))?;
         // Before any other file of the directory is read or written, and
         // before any port is taken: a second process on this directory
         // leaves no trace.

@@ -144,3 +144,57 @@ def test_sigterm_with_connected_clients(fresh_node, topic_name):
     node.start()
     got = ck.consume_all(node.bootstrap, topic_name, 1, 100)
     assert [(0, m.offset(), m.value()) for m in got[0]] == sorted((p, o, v) for (p, o), v in acked.items())
+
+
+def test_relative_data_dir_survives_a_restart(tmp_path, topic_name):
+    """`--data-dir d1` (relative, as README's cluster example has it): the
+    node creates partitions (__consumer_offsets too), and after a SIGKILL it
+    starts again on the same directory with everything there. glommio opens
+    directories with openat and no directory fd, so before the node made the
+    path absolute this failed with EBADF."""
+    import signal
+    import subprocess
+
+    from conftest import SKIFF_BIN, free_port
+
+    port, controller = free_port(), free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    cmd = [SKIFF_BIN, "node", "--listen", bootstrap, "--controller-listen", f"127.0.0.1:{controller}",
+           "--metrics-listen", "none", "--cores", "1", "--data-dir", "d1"]
+    log = tmp_path / "node.log"
+
+    def start():
+        with open(log, "ab") as f:
+            proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=f, stderr=f, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while f"listening on {bootstrap}" not in log.read_text(errors="replace").split("=====")[-1]:
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.05)
+        return proc
+
+    proc = start()
+    try:
+        ck.create_topic(bootstrap, topic_name, PARTITIONS)
+        acked = produce_acked(bootstrap, topic_name, 0, 50)
+        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic_name}-g", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+        c.assign([ck.TopicPartition(topic_name, 0, 10)])
+        c.commit(offsets=[ck.TopicPartition(topic_name, 0, 10)], asynchronous=False)
+        c.close()
+        assert "Bad file descriptor" not in log.read_text(errors="replace")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        with open(log, "ab") as f:
+            f.write(b"\n=====\n")
+        proc = start()
+        check_all_there(bootstrap, topic_name, acked)
+        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic_name}-g"})
+        got = c.committed([ck.TopicPartition(topic_name, 0)], timeout=10)
+        c.close()
+        assert got[0].offset == 10, got
+        assert (tmp_path / "d1" / f"{topic_name}-0").is_dir()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
