@@ -448,9 +448,13 @@ pub struct Runtime {
 impl Runtime {
     /// Starts one executor per configured CPU, recovers the partitions each owns,
     /// and returns once every shard serves.
-    pub fn start(config: ShardConfig) -> Result<Runtime> {
+    pub fn start(mut config: ShardConfig) -> Result<Runtime> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| LogError::io("create dir", &config.data_dir, e))?;
+        // glommio opens directories with openat and no directory fd: a
+        // relative path would fail with EBADF.
+        config.data_dir = std::fs::canonicalize(&config.data_dir)
+            .map_err(|e| LogError::io("resolve dir", &config.data_dir, e))?;
         let meta = crate::data_dir::load_or_create(&config.data_dir, config.node_id)?;
         tracing::info!(node_id = meta.node_id, cluster_id = %meta.cluster_id, dir = %config.data_dir.display(), "data directory");
         let shards = config.cpus.len().max(1);
