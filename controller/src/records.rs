@@ -364,3 +364,64 @@ pub(crate) mod tests {
         assert_eq!(id.to_string(), "12345678-9abc-def0-0001-020304050607");
     }
 }
+
+/// Format-1 bytes as an earlier build wrote them: `encode_batch` of
+/// `tests::sample_records()`, and `ClusterState::to_snapshot` after applying
+/// that batch. The metadata log and its snapshots outlive the binary that
+/// wrote them, so a change to any record's or the state's layout must fail
+/// here first, and come with a FORMAT_VERSION bump and a reader for format 1.
+#[cfg(test)]
+const GOLDEN_BATCH_V1: &[&str] = &[
+    "01b45774ec504c41494e5445585400000089000000f4ffffff31302e302e302e3384230000726574656e74696f6e2e6d",
+    "738c000000f4ffffff31303030ffffffff010000000200000003000000010000000300000001000000636c65616e7570",
+    "2e706f6c69637900000000000000000000000000000300000007070707070707070707070707070707000000000c0000",
+    "00000000007cffffff01000000010000007261636b2d61ffff00000000010000000000000003000000000000000c0000",
+    "000000000002000000000000000000000000000000000000000000000000000000000000000000000000000000020000",
+    "006f7264657273ffff010101010101010101010101010101010200000024ffffff010000000000000000000000000000",
+    "00000000000000000000000000040000000101010101010101010101010101010101000000fcfeffff0300000000ffff",
+    "ff0200000003000000040000000900000000000000000000000000000005000000010101010101010101010101010101",
+    "010100000001000000ccfeffff0100000001000000ffffffff050000000a000000000000000000000000000000030101",
+    "010101010101010101010101010100000000000000000000000000000000000000000000000000000000000000000000",
+    "0000000000000000000000000006000000020000006f7264657273ffff8e0000005cfeffff0000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000600000001000000020000000000000078ffff",
+    "ffffffffff0100000079ffffffffffffff0000000000000000000000000000000000000000000000000000000000feff",
+    "ff08000000",
+];
+
+#[cfg(test)]
+const GOLDEN_SNAPSHOT_V1: &[&str] = &[
+    "0191f21556504c41494e5445585400000089000000f4ffffff31302e302e302e33842300000300000007070707070707",
+    "070707070707070707000000000c00000000000000ccffffff01000000010000007261636b2d61ffff01010000010000",
+    "000000000078ffffffffffffff79ffffffffffffff010000000200000000000000e4ffffff010000000000000098ffff",
+    "ff01000000d0ffffff00000000d8ffffff010000000c0000000000000001000000000000000000000000000000000000",
+    "0000000000",
+];
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod golden {
+    use super::*;
+    use crate::state::ClusterState;
+
+    fn bytes(hex: &[&str]) -> Vec<u8> {
+        let hex: String = hex.concat();
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn batches_and_snapshots_of_format_1_still_decode() {
+        let batch = bytes(GOLDEN_BATCH_V1);
+        assert_eq!(batch[0], FORMAT_VERSION);
+        assert_eq!(decode_batch(&batch).unwrap(), tests::sample_records());
+        assert_eq!(encode_batch(&tests::sample_records()), batch);
+        let snapshot = bytes(GOLDEN_SNAPSHOT_V1);
+        let state = ClusterState::from_snapshot(&snapshot).unwrap();
+        let mut expected = ClusterState::new();
+        expected.apply_batch(1, &tests::sample_records());
+        assert_eq!(state.to_snapshot(), expected.to_snapshot());
+        assert_eq!(expected.to_snapshot(), snapshot);
+    }
+}
