@@ -32,6 +32,12 @@ pub enum LogError {
     /// log): nothing is written.
     #[error("leader append at epoch {epoch}, but this replica's appends are fenced below epoch {fenced_below}")]
     FencedLeaderEpoch { epoch: i32, fenced_below: i32 },
+    /// A replica append whose batch is from an older leader epoch than this
+    /// log's latest (it became a leader meanwhile): nothing is written.
+    #[error(
+        "replica append of a batch from leader epoch {epoch}, older than this log's epoch {latest}"
+    )]
+    StaleReplicaEpoch { epoch: i32, latest: i32 },
     #[error("{op} {path}: {source}")]
     Io {
         op: &'static str,

@@ -448,6 +448,21 @@ impl PartitionLog {
                         log_end_offset: self.log_end_offset,
                     });
                 }
+                // A log's epochs never go down. A fetched batch older than
+                // our latest epoch is one that waited while this replica
+                // became a leader (its epoch starts at our end): appended, it
+                // would put the old epoch's records after the new epoch's
+                // start, and every follower that asked where the old epoch
+                // ends would be told the wrong offset and cut and refetch the
+                // same record forever (nemesis seed 5002, cycle 549).
+                if let Some(latest) = self.epochs.latest_epoch() {
+                    if header.partition_leader_epoch < latest {
+                        return Err(LogError::StaleReplicaEpoch {
+                            epoch: header.partition_leader_epoch,
+                            latest,
+                        });
+                    }
+                }
             }
         }
         let result = self.write_batch(batch, header).await;

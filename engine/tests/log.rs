@@ -236,6 +236,53 @@ fn replica_appends_keep_leader_offsets() {
     });
 }
 
+/// A fetched batch that waited while this replica became a leader (its epoch
+/// now starts at our end) is refused: a log's epochs never go down, and the
+/// old epoch's record after the new epoch's start would make this leader tell
+/// followers the wrong end of the old epoch (nemesis seed 5002: a follower
+/// cut and refetched the same record for two minutes).
+#[test]
+fn a_replica_batch_older_than_the_logs_epoch_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        log.append(replica_batch(1, 0, 3, 220), AppendMode::Replica)
+            .await
+            .unwrap();
+        // Elected at epoch 221 with the log ending at 3.
+        assert_eq!(log.assign_leader_epoch(221).unwrap(), 3);
+        // The old leader's next batch, fetched before the election, lands now.
+        assert!(matches!(
+            log.append(replica_batch(2, 3, 1, 220), AppendMode::Replica)
+                .await,
+            Err(LogError::StaleReplicaEpoch {
+                epoch: 220,
+                latest: 221
+            })
+        ));
+        assert_eq!(log.log_end_offset(), 3, "nothing written");
+        assert!(log.offline_reason().is_none(), "a refusal, not a failure");
+        // Epoch 220 still ends where 221 starts; 221's own records go on.
+        assert_eq!(log.leader_epochs().end_offset_for(220, 3), Some((220, 3)));
+        log.append(
+            mutable(&batch(3, 2, 10, 0)),
+            AppendMode::Leader { leader_epoch: 221 },
+        )
+        .await
+        .unwrap();
+        // As a follower again, batches of its epoch or newer are taken.
+        log.append(replica_batch(4, 5, 1, 221), AppendMode::Replica)
+            .await
+            .unwrap();
+        log.append(replica_batch(5, 6, 1, 222), AppendMode::Replica)
+            .await
+            .unwrap();
+        assert_eq!(log.log_end_offset(), 7);
+        log.close().await.unwrap();
+    });
+}
+
 /// Kafka's makeLeader: a new leadership's epoch is in the cache at the log
 /// end before any record, so a follower's divergence check sees where the
 /// older epochs end here. It survives a restart only with records.

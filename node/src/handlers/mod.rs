@@ -282,9 +282,9 @@ pub fn error_code(e: &LogError) -> ResponseError {
         LogError::BadPartitionDir(_) | LogError::SnapshotNotFlushed { .. } => {
             ResponseError::KafkaStorageError
         }
-        LogError::RuntimeStopped | LogError::FencedLeaderEpoch { .. } => {
-            ResponseError::NotLeaderOrFollower
-        }
+        LogError::RuntimeStopped
+        | LogError::FencedLeaderEpoch { .. }
+        | LogError::StaleReplicaEpoch { .. } => ResponseError::NotLeaderOrFollower,
     }
 }
 
