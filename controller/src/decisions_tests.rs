@@ -640,28 +640,7 @@ fn preferred_leader_election_returns_leadership() {
     assert_eq!(h.state.leader_count(1), 0);
     // Back, unfenced, caught up. Node 1 was removed from ISRs, so re-add it.
     h.heartbeat(1, 1, false).unwrap();
-    for i in 0..3 {
-        let p = h.part(1, i);
-        if p.replicas.contains(&1) && !p.isr.contains(&1) {
-            let mut isr = p.isr.clone();
-            isr.push(1);
-            let leader = p.leader;
-            let records = alter_partition(
-                &h.state,
-                &AlterPartition {
-                    node_id: leader,
-                    broker_epoch: h.state.node(leader).unwrap().broker_epoch,
-                    topic_id: tid(1),
-                    index: i,
-                    leader_epoch: p.leader_epoch,
-                    partition_epoch: p.partition_epoch,
-                    new_isr: isr,
-                },
-            )
-            .unwrap();
-            h.commit(&records);
-        }
-    }
+    rejoin(&mut h, 1, 3);
     let records = elect_preferred_leaders(&h.state);
     assert!(!records.is_empty());
     h.commit(&records);

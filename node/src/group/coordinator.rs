@@ -480,14 +480,7 @@ impl Coordinator {
             None,
         )];
         for (topic, partition) in entry.offsets.keys() {
-            tombstones.push((
-                records::encode_key(&RecordKey::Offset {
-                    group: group_id.clone(),
-                    topic: topic.clone(),
-                    partition: *partition,
-                }),
-                None,
-            ));
+            tombstones.push(offset_tombstone(&group_id, topic, *partition));
         }
         if let Err(error) = append(
             shard,
@@ -554,14 +547,7 @@ impl Coordinator {
         }
         let tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = doomed
             .iter()
-            .map(|(topic, partition)| {
-                let key = RecordKey::Offset {
-                    group: group_id.clone(),
-                    topic: topic.clone(),
-                    partition: *partition,
-                };
-                (records::encode_key(&key), None)
-            })
+            .map(|(topic, partition)| offset_tombstone(&group_id, topic, *partition))
             .collect();
         let base = append(shard, &tp, &tombstones, &group_id, self.write_timeout()).await?;
         if let Some(entry) = self.groups.borrow_mut().get_mut(&group_id) {
@@ -884,14 +870,7 @@ impl Coordinator {
         for (group_id, tp, keys) in expired {
             let tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = keys
                 .iter()
-                .map(|(topic, partition, _)| {
-                    let key = RecordKey::Offset {
-                        group: group_id.clone(),
-                        topic: topic.clone(),
-                        partition: *partition,
-                    };
-                    (records::encode_key(&key), None)
-                })
+                .map(|(topic, partition, _)| offset_tombstone(&group_id, topic, *partition))
                 .collect();
             if append(shard, &tp, &tombstones, &group_id, self.write_timeout())
                 .await
@@ -1054,6 +1033,16 @@ impl WriteError {
 /// partition this core leads, as an acks=all produce does: at the current
 /// leader epoch, then durable here, then on the in-sync replicas (at most
 /// `timeout`). Returns the first record's offset.
+/// The record that deletes a committed offset: its key, no value.
+fn offset_tombstone(group: &str, topic: &str, partition: i32) -> (Vec<u8>, Option<Vec<u8>>) {
+    let key = RecordKey::Offset {
+        group: group.to_string(),
+        topic: topic.to_string(),
+        partition,
+    };
+    (records::encode_key(&key), None)
+}
+
 async fn append(
     shard: &Rc<Shard>,
     tp: &TopicPartition,
