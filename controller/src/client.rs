@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 
-use crate::decisions::{AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Registration};
+use crate::decisions::{
+    AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Reassignment, Registration,
+};
 use crate::records::NodeId;
 use crate::rpc::{self, Request, Response, RpcError, RpcMessage};
 use crate::state::PartitionState;
@@ -244,6 +246,38 @@ impl ControllerClient {
             partitions,
         })
         .await
+    }
+
+    /// Sets or removes dynamic configs of `node` (`None`: the cluster
+    /// default); the offset they committed at.
+    pub async fn alter_node_configs(
+        &self,
+        node: Option<NodeId>,
+        ops: Vec<(String, Option<String>)>,
+    ) -> Result<u64, ClientError> {
+        self.committed(Request::AlterNodeConfigs { node, ops })
+            .await
+    }
+
+    /// UnregisterBroker; the offset it committed at.
+    pub async fn unregister_node(&self, node_id: NodeId) -> Result<u64, ClientError> {
+        self.committed(Request::UnregisterNode { node_id }).await
+    }
+
+    /// AlterPartitionReassignments: per entry, `None` if it was started,
+    /// replaced or cancelled, else its refusal (Kafka code, text); and the
+    /// offset the changes committed at.
+    pub async fn alter_reassignments(
+        &self,
+        entries: Vec<Reassignment>,
+    ) -> Result<(u64, Vec<Option<(i16, String)>>), ClientError> {
+        match self
+            .call(Request::AlterReassignments { entries }, Duration::ZERO)
+            .await?
+        {
+            Response::PerEntry { offset, refusals } => Ok((offset, refusals)),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// The active controller's status when it answers (its `voters` carry

@@ -21,7 +21,11 @@
 //! - a fenced node is unfenced once its heartbeat reports a metadata offset at or
 //!   past its own registration, and then takes offline partitions it can lead;
 //! - every change bumps the partition epoch; AlterPartition must name the current
-//!   leader epoch and partition epoch.
+//!   leader epoch and partition epoch;
+//! - a reassignment (KIP-455) adds its new replicas first; it completes in the
+//!   change that brings every target replica into the ISR: the removed replicas
+//!   leave (leader epoch + 1), and a removed leader hands over to the first
+//!   target replica in the ISR.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,7 +33,8 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::records::{
     Config, ConfigResource, Endpoint, MetadataRecord, NodeId, NodeRegistrationChange, Partition,
-    PartitionChange, RegisterNode, RegistrationChange, RemoveTopic, Topic, TopicId, NO_LEADER,
+    PartitionChange, RegisterNode, RegistrationChange, RemoveTopic, ReplicaSet, Topic, TopicId,
+    UnregisterNode, NO_LEADER,
 };
 use crate::state::{ClusterState, PartitionState};
 
@@ -113,6 +118,8 @@ pub enum ControllerError {
     InvalidReplicaAssignment(String),
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    #[error("no reassignment is in progress")]
+    NoReassignmentInProgress,
 }
 
 impl ControllerError {
@@ -133,6 +140,7 @@ impl ControllerError {
             ControllerError::InvalidUpdateVersion { .. } => 95,
             ControllerError::BrokerIdNotRegistered(_) => 102,
             ControllerError::IneligibleReplica(_) => 107,
+            ControllerError::NoReassignmentInProgress => 85,
         }
     }
 }
@@ -296,6 +304,7 @@ fn rebalance_partition(
         leader: (leader != p.leader).then_some(leader),
         leader_epoch: p.leader_epoch + i32::from(leader != p.leader),
         partition_epoch: p.partition_epoch + 1,
+        replicas: None,
     })
 }
 
@@ -835,6 +844,50 @@ pub fn alter_topic_configs(
     Ok(out)
 }
 
+/// The node configs that can be changed while the cluster runs (Kafka's
+/// dynamic broker configs skiff honours): replication throttles, bytes/s.
+pub const DYNAMIC_NODE_CONFIGS: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+];
+
+/// Sets (`Some`) or removes (`None`) dynamic node configs: of one node, or
+/// (`None`) the cluster-wide default every node falls back to.
+pub fn alter_node_configs(
+    node: Option<NodeId>,
+    ops: &[(String, Option<String>)],
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let resource = match node {
+        Some(id) if id < 0 => {
+            return Err(ControllerError::InvalidRequest(format!("node id {id}")));
+        }
+        Some(id) => ConfigResource::Node(id),
+        None => ConfigResource::Cluster,
+    };
+    ops.iter()
+        .map(|(key, value)| {
+            if !DYNAMIC_NODE_CONFIGS.contains(&key.as_str()) {
+                return Err(ControllerError::InvalidRequest(format!(
+                    "{key} is not a dynamic node config (those are {})",
+                    DYNAMIC_NODE_CONFIGS.join(", ")
+                )));
+            }
+            if let Some(v) = value {
+                if !v.parse::<u64>().is_ok_and(|n| n > 0) {
+                    return Err(ControllerError::InvalidRequest(format!(
+                        "{key} must be a number of bytes per second above 0, got {v:?}"
+                    )));
+                }
+            }
+            Ok(MetadataRecord::Config(Config {
+                resource: resource.clone(),
+                name: key.clone(),
+                value: value.clone(),
+            }))
+        })
+        .collect()
+}
+
 /// Checks an ISR change from a partition leader against the current epochs and
 /// returns the change (empty if the ISR is already what it asks for).
 pub fn alter_partition(
@@ -897,17 +950,226 @@ pub fn alter_partition(
     if !ineligible.is_empty() {
         return Err(ControllerError::IneligibleReplica(ineligible));
     }
-    if *isr == p.isr {
-        return Ok(Vec::new());
+    let mut next = p.clone();
+    next.isr = isr.clone();
+    complete_reassignment(state, &mut next);
+    Ok(change_between(request.topic_id, request.index, p, &next)
+        .map(MetadataRecord::PartitionChange)
+        .into_iter()
+        .collect())
+}
+
+/// The change that turns `from` into `to` (`None`: they are the same): the
+/// partition epoch grows, and the leader epoch too where the leader changes or
+/// a replica leaves.
+fn change_between(
+    topic_id: TopicId,
+    index: u32,
+    from: &PartitionState,
+    to: &PartitionState,
+) -> Option<PartitionChange> {
+    let replicas_change =
+        from.replicas != to.replicas || from.adding != to.adding || from.removing != to.removing;
+    if !replicas_change && from.isr == to.isr && from.leader == to.leader {
+        return None;
     }
-    Ok(vec![MetadataRecord::PartitionChange(PartitionChange {
-        topic_id: request.topic_id,
-        index: request.index,
-        isr: Some(isr.clone()),
-        leader: None,
-        leader_epoch: p.leader_epoch,
-        partition_epoch: p.partition_epoch + 1,
+    let replica_leaves = from.replicas.iter().any(|r| !to.replicas.contains(r));
+    Some(PartitionChange {
+        topic_id,
+        index,
+        isr: (from.isr != to.isr).then(|| to.isr.clone()),
+        leader: (from.leader != to.leader).then_some(to.leader),
+        leader_epoch: from.leader_epoch + i32::from(from.leader != to.leader || replica_leaves),
+        partition_epoch: from.partition_epoch + 1,
+        replicas: replicas_change.then(|| ReplicaSet {
+            replicas: to.replicas.clone(),
+            adding: to.adding.clone(),
+            removing: to.removing.clone(),
+        }),
+    })
+}
+
+/// Kafka's completion rule (`maybeCompleteReassignment`): a running
+/// reassignment whose target replicas are all in the ISR completes: the
+/// replicas become the target, the removed ones leave the ISR, and a leader
+/// that is removed hands over to the first target replica in the ISR that is
+/// eligible. Without such a replica it waits (never leaves the partition
+/// without a leader it had).
+fn complete_reassignment(state: &ClusterState, p: &mut PartitionState) {
+    if !p.is_reassigning() {
+        return;
+    }
+    let target = p.target_replicas();
+    let isr: Vec<NodeId> = p
+        .isr
+        .iter()
+        .copied()
+        .filter(|r| target.contains(r))
+        .collect();
+    if isr.is_empty() || !target.iter().all(|r| isr.contains(r)) {
+        return;
+    }
+    let leader = if p.leader == NO_LEADER || isr.contains(&p.leader) {
+        p.leader
+    } else {
+        match target
+            .iter()
+            .copied()
+            .find(|r| isr.contains(r) && is_eligible(state, *r))
+        {
+            Some(r) => r,
+            None => return,
+        }
+    };
+    p.replicas = target;
+    p.isr = isr;
+    p.leader = leader;
+    p.adding.clear();
+    p.removing.clear();
+}
+
+/// UnregisterBroker: the node's registration goes for good. Refused while it
+/// runs (unfenced: stop it first, or it would register again) or while any
+/// partition still has it as a replica (move them away first: `skiff node
+/// drain`).
+pub fn unregister_node(
+    state: &ClusterState,
+    node: NodeId,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let n = state
+        .node(node)
+        .ok_or(ControllerError::BrokerIdNotRegistered(node))?;
+    if !n.fenced {
+        return Err(ControllerError::InvalidRequest(format!(
+            "node {node} is running (unfenced): stop it before unregistering it"
+        )));
+    }
+    let held: Vec<String> = state
+        .partitions()
+        .filter(|(_, _, p)| p.replicas.contains(&node))
+        .take(5)
+        .map(|(t, i, _)| format!("{}-{i}", state.topic(t).map_or("?", |t| t.name.as_str())))
+        .collect();
+    if !held.is_empty() {
+        return Err(ControllerError::InvalidRequest(format!(
+            "node {node} still holds replicas ({}{}): reassign them first",
+            held.join(", "),
+            if held.len() == 5 { ", ..." } else { "" }
+        )));
+    }
+    Ok(vec![MetadataRecord::UnregisterNode(UnregisterNode {
+        node_id: node,
     })])
+}
+
+/// One partition's entry in AlterPartitionReassignments.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Reassignment {
+    pub topic: String,
+    pub index: u32,
+    /// The replicas to move to, or `None` to cancel the running reassignment.
+    pub target: Option<Vec<NodeId>>,
+}
+
+/// AlterPartitionReassignments (KIP-455): per entry, the change that starts,
+/// replaces or cancels a reassignment, or why it is refused.
+///
+/// Starting: the replicas become the target followed by the original replicas
+/// it drops; the new ones are `adding` (they catch up as followers and join the
+/// ISR) and the dropped ones `removing`. If the target is already in the ISR
+/// (a reordering, or a smaller set) it completes in the same change. A new
+/// target for a partition being reassigned starts from the original replicas
+/// (replicas still being added and not in the new target leave). Cancelling
+/// goes back to the original replicas. The target's nodes must be registered
+/// (fenced ones catch up once they are back, as Kafka allows).
+pub fn alter_reassignments(
+    state: &ClusterState,
+    entries: &[Reassignment],
+) -> (Vec<MetadataRecord>, Vec<Result<(), ControllerError>>) {
+    let mut records = Vec::new();
+    let results = entries
+        .iter()
+        .map(|e| {
+            let topic = state
+                .topic_by_name(&e.topic)
+                .ok_or(ControllerError::UnknownTopicOrPartition)?;
+            let p = topic
+                .partitions
+                .get(&e.index)
+                .ok_or(ControllerError::UnknownTopicOrPartition)?;
+            let next = reassigned(state, p, e.target.as_deref())?;
+            if let Some(change) = change_between(topic.topic_id, e.index, p, &next) {
+                records.push(MetadataRecord::PartitionChange(change));
+            }
+            Ok(())
+        })
+        .collect();
+    (records, results)
+}
+
+/// `p` with its reassignment to `target` started (or cancelled: `None`).
+fn reassigned(
+    state: &ClusterState,
+    p: &PartitionState,
+    target: Option<&[NodeId]>,
+) -> Result<PartitionState, ControllerError> {
+    let original = p.original_replicas();
+    let target = match target {
+        Some(target) => {
+            if target.is_empty() {
+                return Err(ControllerError::InvalidReplicaAssignment(
+                    "the target has no replicas".into(),
+                ));
+            }
+            if target.iter().collect::<BTreeSet<_>>().len() != target.len() {
+                return Err(ControllerError::InvalidReplicaAssignment(format!(
+                    "{target:?} names a node twice"
+                )));
+            }
+            if let Some(n) = target.iter().find(|n| state.node(**n).is_none()) {
+                return Err(ControllerError::InvalidReplicaAssignment(format!(
+                    "node {n} is not registered"
+                )));
+            }
+            target.to_vec()
+        }
+        None if p.is_reassigning() => original.clone(),
+        None => return Err(ControllerError::NoReassignmentInProgress),
+    };
+    let mut next = p.clone();
+    next.adding = target
+        .iter()
+        .copied()
+        .filter(|r| !original.contains(r))
+        .collect();
+    next.removing = original
+        .iter()
+        .copied()
+        .filter(|r| !target.contains(r))
+        .collect();
+    next.replicas = target.clone();
+    next.replicas.extend(next.removing.iter().copied());
+    let replicas = next.replicas.clone();
+    next.isr.retain(|r| replicas.contains(r));
+    if next.isr.is_empty() {
+        return Err(ControllerError::InvalidReplicaAssignment(
+            "no in-sync replica would remain".into(),
+        ));
+    }
+    if next.leader != NO_LEADER && !next.isr.contains(&next.leader) {
+        next.leader = next
+            .replicas
+            .iter()
+            .copied()
+            .find(|r| next.isr.contains(r) && is_eligible(state, *r))
+            .ok_or_else(|| {
+                ControllerError::InvalidReplicaAssignment(
+                    "no eligible in-sync replica would remain to lead".into(),
+                )
+            })?;
+    }
+    complete_reassignment(state, &mut next);
+    Ok(next)
 }
 
 /// Moves leadership back to each partition's preferred (first) replica where it
@@ -937,6 +1199,7 @@ fn preferred_change(
         leader: Some(preferred),
         leader_epoch: p.leader_epoch + 1,
         partition_epoch: p.partition_epoch + 1,
+        replicas: None,
     })
 }
 

@@ -757,6 +757,7 @@ fn rebalance_moves_leaders_back_past_the_imbalance_percentage() {
         leader: Some(p.replicas[1]),
         leader_epoch: p.leader_epoch + 1,
         partition_epoch: p.partition_epoch + 1,
+        replicas: None,
     })]);
     assert!(rebalance_leaders(&h.state, 50).is_empty());
     assert_eq!(rebalance_leaders(&h.state, 10).len(), 1);
@@ -796,6 +797,13 @@ enum Op {
         node: NodeId,
     },
     Preferred,
+    Reassign {
+        pick: usize,
+        target: Vec<NodeId>,
+    },
+    Cancel {
+        pick: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -812,6 +820,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..50usize).prop_map(|pick| Op::Expand { pick }),
         1 => (1..=5i32).prop_map(|node| Op::Shutdown { node }),
         1 => Just(Op::Preferred),
+        2 => (0..50usize, proptest::collection::vec(1..=5i32, 1..4))
+            .prop_map(|(pick, target)| Op::Reassign { pick, target }),
+        1 => (0..50usize).prop_map(|pick| Op::Cancel { pick }),
     ]
 }
 
@@ -826,9 +837,10 @@ fn check_invariants(before: &ClusterState, after: &ClusterState) {
         if let Some(old) = before.partition(t, i) {
             assert!(p.leader_epoch >= old.leader_epoch);
             assert!(p.partition_epoch >= old.partition_epoch);
-            if p.leader != old.leader {
+            if p.leader != old.leader || old.replicas.iter().any(|r| !p.replicas.contains(r)) {
                 assert!(p.leader_epoch > old.leader_epoch);
             }
+
             if p != old {
                 assert!(p.partition_epoch > old.partition_epoch);
             }
@@ -837,6 +849,217 @@ fn check_invariants(before: &ClusterState, after: &ClusterState) {
     for n in before.nodes() {
         assert!(after.node(n.node_id).unwrap().broker_epoch >= n.broker_epoch);
     }
+}
+
+/// Reassigns `topic`'s partition `index` to `target` (`None`: cancel) and
+/// commits it; the entry's own result.
+fn reassign(
+    h: &mut Harness,
+    index: u32,
+    target: Option<Vec<NodeId>>,
+) -> Result<(), ControllerError> {
+    let (records, mut results) = alter_reassignments(
+        &h.state,
+        &[Reassignment {
+            topic: "t".into(),
+            index,
+            target,
+        }],
+    );
+    h.commit(&records);
+    results.remove(0)
+}
+
+/// The partition's leader asks for `isr` at the current epochs.
+fn alter_isr(h: &mut Harness, index: u32, isr: Vec<NodeId>) {
+    let p = h.part(1, index);
+    let request = AlterPartition {
+        node_id: p.leader,
+        broker_epoch: h.state.node(p.leader).unwrap().broker_epoch,
+        topic_id: tid(1),
+        index,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        new_isr: isr,
+    };
+    let records = alter_partition(&h.state, &request).unwrap();
+    h.commit(&records);
+}
+
+#[test]
+fn a_reassignment_adds_first_and_completes_when_the_target_is_in_sync() {
+    let mut h = Harness::cluster(4, None);
+    h.create("t", 1, 1, 3).unwrap();
+    let before = h.part(1, 0);
+    assert_eq!(
+        (before.replicas.as_slice(), before.leader),
+        (&[1, 2, 3][..], 1)
+    );
+    reassign(&mut h, 0, Some(vec![2, 3, 4])).unwrap();
+    let p = h.part(1, 0);
+    assert_eq!(
+        p.replicas,
+        vec![2, 3, 4, 1],
+        "target first, then the replicas it drops"
+    );
+    assert_eq!(
+        (p.adding.as_slice(), p.removing.as_slice()),
+        (&[4][..], &[1][..])
+    );
+    assert_eq!(p.isr, vec![1, 2, 3]);
+    assert_eq!(p.leader, 1, "the leader stays until the move completes");
+    assert_eq!(
+        p.leader_epoch, before.leader_epoch,
+        "adding a replica fences nobody"
+    );
+    assert_eq!(p.original_replicas(), vec![2, 3, 1]);
+    assert_eq!(p.target_replicas(), vec![2, 3, 4]);
+    // Node 4 caught up: the leader adds it to the ISR, which completes the move.
+    alter_isr(&mut h, 0, vec![1, 2, 3, 4]);
+    let done = h.part(1, 0);
+    assert_eq!(done.replicas, vec![2, 3, 4]);
+    assert_eq!(done.isr, vec![2, 3, 4]);
+    assert!(!done.is_reassigning());
+    assert_eq!(
+        done.leader, 2,
+        "the removed leader hands over to the first target replica"
+    );
+    assert_eq!(done.leader_epoch, p.leader_epoch + 1);
+    assert_eq!(done.partition_epoch, p.partition_epoch + 1);
+}
+
+#[test]
+fn reordering_or_shrinking_in_sync_replicas_completes_at_once() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 2, 3).unwrap();
+    let p = h.part(1, 0);
+    reassign(&mut h, 0, Some(vec![3, 2, 1])).unwrap();
+    let reordered = h.part(1, 0);
+    assert_eq!(reordered.replicas, vec![3, 2, 1]);
+    assert!(!reordered.is_reassigning());
+    assert_eq!(reordered.leader, p.leader);
+    assert_eq!(reordered.leader_epoch, p.leader_epoch, "no replica left");
+    let q = h.part(1, 1);
+    let dropped = *q.replicas.last().unwrap();
+    let target: Vec<NodeId> = q
+        .replicas
+        .iter()
+        .copied()
+        .filter(|r| *r != dropped)
+        .collect();
+    reassign(&mut h, 1, Some(target.clone())).unwrap();
+    let shrunk = h.part(1, 1);
+    assert_eq!(shrunk.replicas, target);
+    assert!(!shrunk.isr.contains(&dropped));
+    assert_eq!(
+        shrunk.leader_epoch,
+        q.leader_epoch + 1,
+        "a replica left: fenced"
+    );
+}
+
+#[test]
+fn a_reassignment_is_cancelled_or_replaced_from_the_original_replicas() {
+    let mut h = Harness::cluster(5, None);
+    h.create("t", 1, 1, 3).unwrap();
+    assert_eq!(
+        reassign(&mut h, 0, None),
+        Err(ControllerError::NoReassignmentInProgress)
+    );
+    reassign(&mut h, 0, Some(vec![2, 3, 4])).unwrap();
+    let moving = h.part(1, 0);
+    // A new target replaces it: 4, still being added, leaves; 5 is added.
+    reassign(&mut h, 0, Some(vec![2, 3, 5])).unwrap();
+    let p = h.part(1, 0);
+    assert_eq!(p.replicas, vec![2, 3, 5, 1]);
+    assert_eq!(
+        (p.adding.as_slice(), p.removing.as_slice()),
+        (&[5][..], &[1][..])
+    );
+    assert_eq!(p.leader_epoch, moving.leader_epoch + 1, "node 4 left");
+    // Cancelling goes back to the original replicas.
+    reassign(&mut h, 0, None).unwrap();
+    let back = h.part(1, 0);
+    assert_eq!(back.replicas, vec![2, 3, 1]);
+    assert!(!back.is_reassigning());
+    assert_eq!(back.isr, vec![1, 2, 3]);
+    assert_eq!(back.leader, 1);
+}
+
+#[test]
+fn bad_reassignments_are_refused_with_kafkas_codes() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 1, 3).unwrap();
+    let before = h.state.clone();
+    let code = |r: Result<(), ControllerError>| r.unwrap_err().kafka_code();
+    assert_eq!(code(reassign(&mut h, 0, Some(vec![]))), 39);
+    assert_eq!(code(reassign(&mut h, 0, Some(vec![1, 1]))), 39);
+    assert_eq!(
+        code(reassign(&mut h, 0, Some(vec![1, 9]))),
+        39,
+        "node 9 is not registered"
+    );
+    assert_eq!(code(reassign(&mut h, 7, Some(vec![1]))), 3);
+    assert_eq!(code(reassign(&mut h, 0, None)), 85);
+    let (records, results) = alter_reassignments(
+        &h.state,
+        &[Reassignment {
+            topic: "nope".into(),
+            index: 0,
+            target: Some(vec![1]),
+        }],
+    );
+    assert!(records.is_empty());
+    assert_eq!(results[0].clone().unwrap_err().kafka_code(), 3);
+    assert_eq!(h.state, before);
+}
+
+#[test]
+fn a_change_that_drops_a_replica_without_a_new_leader_epoch_is_refused() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 1, 3).unwrap();
+    let p = h.part(1, 0);
+    let change = |leader_epoch| {
+        MetadataRecord::PartitionChange(PartitionChange {
+            topic_id: tid(1),
+            index: 0,
+            isr: Some(vec![1, 2]),
+            leader: None,
+            leader_epoch,
+            partition_epoch: p.partition_epoch + 1,
+            replicas: Some(ReplicaSet {
+                replicas: vec![1, 2],
+                adding: vec![],
+                removing: vec![],
+            }),
+        })
+    };
+    assert!(h.state.apply(99, &change(p.leader_epoch)).is_err());
+    assert!(h.state.apply(99, &change(p.leader_epoch + 1)).is_ok());
+}
+
+#[test]
+fn a_node_is_unregistered_only_when_stopped_and_holding_no_replica() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 1, 2).unwrap();
+    let replicas = h.part(1, 0).replicas;
+    let free = (1..=3).find(|n| !replicas.contains(n)).unwrap();
+    let running = unregister_node(&h.state, free).unwrap_err();
+    assert!(running.to_string().contains("stop it"), "{running}");
+    let records = fence_node(&h.state, free, &CFG);
+    h.commit(&records);
+    let records = unregister_node(&h.state, free).unwrap();
+    h.commit(&records);
+    assert!(h.state.node(free).is_none());
+    assert_eq!(
+        unregister_node(&h.state, free).unwrap_err().kafka_code(),
+        102
+    );
+    let holder = replicas[1];
+    let records = fence_node(&h.state, holder, &CFG);
+    h.commit(&records);
+    let holding = unregister_node(&h.state, holder).unwrap_err();
+    assert!(holding.to_string().contains("t-0"), "{holding}");
 }
 
 proptest! {
@@ -947,6 +1170,27 @@ proptest! {
                     let records = elect_preferred_leaders(&h.state);
                     h.commit(&records);
                 }
+                Op::Reassign { pick, .. } | Op::Cancel { pick } if h.state.partitions().next().is_some() => {
+                    let parts: Vec<(String, u32)> = h
+                        .state
+                        .partitions()
+                        .map(|(t, i, _)| (h.state.topic(t).unwrap().name.clone(), i))
+                        .collect();
+                    let (topic, index) = parts[pick % parts.len()].clone();
+                    let target = match &op {
+                        Op::Reassign { target, .. } => {
+                            let mut t = target.clone();
+                            t.dedup();
+                            Some(t)
+                        }
+                        _ => None,
+                    };
+                    // Refusals (duplicates, unknown nodes, nothing to cancel) are fine.
+                    let (records, _) =
+                        alter_reassignments(&h.state, &[Reassignment { topic, index, target }]);
+                    h.commit(&records);
+                }
+                Op::Reassign { .. } | Op::Cancel { .. } => {}
             }
             check_invariants(&before, &h.state);
         }

@@ -18,6 +18,7 @@
 
 pub mod client;
 pub mod decisions;
+mod format_v1;
 pub mod node;
 pub mod records;
 pub mod rpc;

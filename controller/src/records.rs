@@ -13,7 +13,8 @@
 //! ```
 //!
 //! An unknown version byte is an error (a newer writer's format is not guessed
-//! at). The CRC comes first because an rkyv archive keeps its root at the end: a
+//! at). Format 1 (before reassignments: no replica sets in partition changes or
+//! the state) is still read, through `format_v1`, and converted. The CRC comes first because an rkyv archive keeps its root at the end: a
 //! truncated archive can be a valid smaller archive, which only the checksum
 //! catches. The archive is then validated with bytecheck, so hostile bytes with a
 //! matching CRC still give an error, never undefined behaviour.
@@ -26,8 +27,11 @@ pub type NodeId = i32;
 /// `leader` of a partition that has no leader (Kafka's `-1`).
 pub const NO_LEADER: NodeId = -1;
 
-/// The format version written in front of every encoded batch.
-pub const FORMAT_VERSION: u8 = 1;
+/// The format version written in front of every encoded batch and snapshot.
+/// 2: `PartitionChange::replicas` and the partition state's adding/removing
+/// replicas (reassignments), `UnregisterNode`. Format 1 is read too
+/// (`format_v1`).
+pub const FORMAT_VERSION: u8 = 2;
 
 /// A batch larger than this is refused before decoding (a metadata batch is a
 /// handful of records; the biggest is a topic creation with its partitions).
@@ -135,6 +139,19 @@ pub struct PartitionChange {
     pub leader: Option<NodeId>,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// `None`: unchanged. A reassignment starting, completing or cancelled.
+    pub replicas: Option<ReplicaSet>,
+}
+
+/// A partition's replicas with its reassignment (Kafka's KIP-455): while one
+/// runs, `replicas` is the target followed by the replicas being removed,
+/// `adding` the target's new members (catching up, not yet all in the ISR)
+/// and `removing` the members the target drops. Both empty: none runs.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReplicaSet {
+    pub replicas: Vec<NodeId>,
+    pub adding: Vec<NodeId>,
+    pub removing: Vec<NodeId>,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -170,6 +187,14 @@ pub enum MetadataRecord {
     PartitionChange(PartitionChange),
     Config(Config),
     ClusterId(ClusterIdentity),
+    UnregisterNode(UnregisterNode),
+}
+
+/// A node left the cluster for good (UnregisterBroker): its registration goes.
+/// Only for a fenced node that holds no replica (the controller checks).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct UnregisterNode {
+    pub node_id: NodeId,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -195,7 +220,7 @@ pub fn encode_batch(records: &[MetadataRecord]) -> Vec<u8> {
 
 /// Decodes what `encode_batch` wrote.
 pub fn decode_batch(bytes: &[u8]) -> Result<Vec<MetadataRecord>, RecordError> {
-    decode_versioned::<Vec<MetadataRecord>>(bytes)
+    decode_versioned::<Vec<MetadataRecord>, crate::format_v1::Batch>(bytes)
 }
 
 /// Version byte + rkyv archive of any archivable value (batches, state snapshots).
@@ -222,14 +247,19 @@ where
     out
 }
 
-pub(crate) fn decode_versioned<T>(bytes: &[u8]) -> Result<T, RecordError>
+/// Decodes what `encode_versioned` wrote: a `T` in the current format, or a
+/// `V1` in format 1 converted into a `T`.
+pub(crate) fn decode_versioned<T, V1>(bytes: &[u8]) -> Result<T, RecordError>
 where
     T: Archive,
     T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
         + Deserialize<T, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
+    V1: Archive + Into<T>,
+    V1::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
+        + Deserialize<V1, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
 {
     let (&version, rest) = bytes.split_first().ok_or(RecordError::Empty)?;
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != 1 {
         return Err(RecordError::UnknownVersion(version));
     }
     let Some((crc, body)) = rest.split_first_chunk::<4>() else {
@@ -246,8 +276,13 @@ where
     // The archive must be aligned; after the version byte it is not, so copy it.
     let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(body.len());
     aligned.extend_from_slice(body);
-    rkyv::from_bytes::<T, rkyv::rancor::Error>(&aligned)
-        .map_err(|e| RecordError::Malformed(e.to_string()))
+    let malformed = |e: rkyv::rancor::Error| RecordError::Malformed(e.to_string());
+    if version == 1 {
+        return rkyv::from_bytes::<V1, rkyv::rancor::Error>(&aligned)
+            .map(Into::into)
+            .map_err(malformed);
+    }
+    rkyv::from_bytes::<T, rkyv::rancor::Error>(&aligned).map_err(malformed)
 }
 
 #[cfg(test)]
@@ -299,6 +334,7 @@ pub(crate) mod tests {
                 leader: Some(NO_LEADER),
                 leader_epoch: 5,
                 partition_epoch: 10,
+                replicas: None,
             }),
             MetadataRecord::RemoveTopic(RemoveTopic { topic_id: tid(1) }),
             MetadataRecord::Config(Config {
@@ -326,8 +362,8 @@ pub(crate) mod tests {
     #[test]
     fn unknown_version_and_empty_are_errors() {
         let mut bytes = encode_batch(&sample_records());
-        bytes[0] = 2;
-        assert_eq!(decode_batch(&bytes), Err(RecordError::UnknownVersion(2)));
+        bytes[0] = 3;
+        assert_eq!(decode_batch(&bytes), Err(RecordError::UnknownVersion(3)));
         assert_eq!(decode_batch(&[]), Err(RecordError::Empty));
     }
 
@@ -369,7 +405,10 @@ pub(crate) mod tests {
 /// `tests::sample_records()`, and `ClusterState::to_snapshot` after applying
 /// that batch. The metadata log and its snapshots outlive the binary that
 /// wrote them, so a change to any record's or the state's layout must fail
-/// here first, and come with a FORMAT_VERSION bump and a reader for format 1.
+/// here first (the format-2 bytes below), and come with a FORMAT_VERSION bump
+/// and a reader for the older formats (`format_v1`). `SKIFF_PRINT_GOLDEN=1
+/// cargo test -p skiff-controller golden -- --nocapture` prints the current
+/// format's bytes.
 #[cfg(test)]
 const GOLDEN_BATCH_V1: &[&str] = &[
     "01b45774ec504c41494e5445585400000089000000f4ffffff31302e302e302e3384230000726574656e74696f6e2e6d",
@@ -398,6 +437,47 @@ const GOLDEN_SNAPSHOT_V1: &[&str] = &[
 ];
 
 #[cfg(test)]
+const GOLDEN_BATCH_V2: &[&str] = &[
+    "0265614e98504c41494e5445585400000089000000f4ffffff31302e302e302e3384230000726574656e74696f6e2e6d",
+    "738c000000f4ffffff31303030ffffffff010000000200000003000000010000000300000001000000636c65616e7570",
+    "2e706f6c6963790000010000000200000001000000020000000300000001000000020000000300000002000000000000",
+    "00000000000300000007070707070707070707070707070707000000000c000000000000005cffffff01000000010000",
+    "007261636b2d61ffff0000000000000000000000000000000000000000010000000000000003000000000000000c0000",
+    "000000000002000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "00000000000000000000000000020000006f7264657273ffff0101010101010101010101010101010102000000e4feff",
+    "ff0100000000000000000000000000000000000000000000000000000000000000000000000000000000000000040000",
+    "000101010101010101010101010101010101000000acfeffff03000000b0feffff020000000300000004000000090000",
+    "000000000000000000000000000000000000000000000000000000000005000000010101010101010101010101010101",
+    "0101000000010000006cfeffff0100000001000000ffffffff050000000a000000000000000000000000000000000000",
+    "000000000000000000000000000301010101010101010101010101010101000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000060000",
+    "00020000006f7264657273ffff8e000000dcfdffff000000000000000000000000000000000000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000600000001000000020000000000000078ffff",
+    "ffffffffff0100000079ffffffffffffff00000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000800000003000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000020000",
+    "006d6f766573ffffff0202020202020202020202020202020201000000ecfcffff000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000004000000020202020202020202020202020202",
+    "0200000000a4fcffff02000000a4fcffff02000000010000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000500000002020202020202020202020202020202000000000000000000000000000000",
+    "00000000000000000000000000010000000100000044fcffff0300000048fcffff0100000044fcffff0100000040fcff",
+    "ff0c000000",
+];
+
+#[cfg(test)]
+const GOLDEN_SNAPSHOT_V2: &[&str] = &[
+    "020961719103000000010000000200000001000000020000000300000002000000000000000000000000000000000000",
+    "000000000000000000ccffffff03000000d0ffffff02000000010000000000000001000000c4ffffff01000000c0ffff",
+    "ff0100000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000000000000000000010000006d6f766573ffff",
+    "ff02020202020202020202020202020202d4feffff0000000001000000e4feffff0100000078ffffffffffffff79ffff",
+    "ffffffffff010000000200000000000000e4ffffff010000000000000098feffff00000000a4ffffff01000000d8ffff",
+    "ff010000000c00000000000000010000000000000000000000000000000000000000000000",
+];
+
+#[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod golden {
     use super::*;
@@ -414,14 +494,81 @@ mod golden {
     #[test]
     fn batches_and_snapshots_of_format_1_still_decode() {
         let batch = bytes(GOLDEN_BATCH_V1);
-        assert_eq!(batch[0], FORMAT_VERSION);
+        assert_eq!(batch[0], 1);
         assert_eq!(decode_batch(&batch).unwrap(), tests::sample_records());
-        assert_eq!(encode_batch(&tests::sample_records()), batch);
-        let snapshot = bytes(GOLDEN_SNAPSHOT_V1);
-        let state = ClusterState::from_snapshot(&snapshot).unwrap();
+        let state = ClusterState::from_snapshot(&bytes(GOLDEN_SNAPSHOT_V1)).unwrap();
         let mut expected = ClusterState::new();
         expected.apply_batch(1, &tests::sample_records());
-        assert_eq!(state.to_snapshot(), expected.to_snapshot());
-        assert_eq!(expected.to_snapshot(), snapshot);
+        assert_eq!(state, expected);
+    }
+
+    /// A reassignment in flight: a partition change with a replica set, and a
+    /// state whose partition has adding and removing replicas; a node
+    /// unregistered.
+    fn reassignment_records() -> Vec<MetadataRecord> {
+        let mut records = tests::sample_records();
+        records.extend([
+            MetadataRecord::UnregisterNode(UnregisterNode { node_id: 3 }),
+            MetadataRecord::Topic(Topic {
+                name: "moves".into(),
+                topic_id: tests::tid(2),
+                partitions: 1,
+                configs: vec![],
+            }),
+            MetadataRecord::Partition(Partition {
+                topic_id: tests::tid(2),
+                index: 0,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                leader: 1,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            }),
+            MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: tests::tid(2),
+                index: 0,
+                isr: None,
+                leader: None,
+                leader_epoch: 0,
+                partition_epoch: 1,
+                replicas: Some(ReplicaSet {
+                    replicas: vec![3, 1, 2],
+                    adding: vec![3],
+                    removing: vec![2],
+                }),
+            }),
+        ]);
+        records
+    }
+
+    #[test]
+    fn batches_and_snapshots_of_format_2_are_unchanged() {
+        let records = reassignment_records();
+        let batch = encode_batch(&records);
+        let snapshot = {
+            let mut state = ClusterState::new();
+            // The format-1 samples hold records the state refuses (on purpose).
+            state.apply_batch(1, &records);
+            let p = state.partition(tests::tid(2), 0).unwrap();
+            assert_eq!(
+                (p.adding.as_slice(), p.removing.as_slice()),
+                (&[3][..], &[2][..])
+            );
+            state.to_snapshot()
+        };
+        if std::env::var_os("SKIFF_PRINT_GOLDEN").is_some() {
+            for (name, b) in [("batch", &batch), ("snapshot", &snapshot)] {
+                let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+                println!("{name}:");
+                for line in hex.as_bytes().chunks(96) {
+                    println!("    \"{}\",", String::from_utf8_lossy(line));
+                }
+            }
+        }
+        assert_eq!(batch, bytes(GOLDEN_BATCH_V2));
+        assert_eq!(decode_batch(&batch).unwrap(), records);
+        assert_eq!(snapshot, bytes(GOLDEN_SNAPSHOT_V2));
+        let state = ClusterState::from_snapshot(&snapshot).unwrap();
+        assert_eq!(state.to_snapshot(), snapshot);
     }
 }

@@ -28,7 +28,9 @@ use std::io::{Read, Write};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use rkyv::{Archive, Deserialize, Serialize};
 
-use crate::decisions::{AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Registration};
+use crate::decisions::{
+    AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Reassignment, Registration,
+};
 use crate::node::Committed;
 use crate::records::NodeId;
 use crate::state::PartitionState;
@@ -148,6 +150,19 @@ pub enum Request {
         election: ElectionType,
         partitions: Option<Vec<(String, u32)>>,
     },
+    /// Dynamic node configs of one node, or (`None`) the cluster default.
+    AlterNodeConfigs {
+        node: Option<NodeId>,
+        ops: Vec<(String, Option<String>)>,
+    },
+    /// UnregisterBroker: a stopped node that holds no replica leaves.
+    UnregisterNode {
+        node_id: NodeId,
+    },
+    /// AlterPartitionReassignments: start, replace or cancel reassignments.
+    AlterReassignments {
+        entries: Vec<Reassignment>,
+    },
     FetchMetadata {
         from_offset: u64,
         max_wait_ms: u32,
@@ -177,6 +192,12 @@ pub enum Response {
     AlterPartition {
         partition: PartitionState,
         offset: u64,
+    },
+    /// A request with one answer per entry: `None` done, `Some` the refusal
+    /// (`ControllerError::kafka_code` and its text); `offset` as `Committed`.
+    PerEntry {
+        offset: u64,
+        refusals: Vec<Option<(i16, String)>>,
     },
     Metadata(MetadataFetch),
     Status(ControllerStatus),

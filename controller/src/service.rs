@@ -67,7 +67,7 @@ use raft::{GetEntriesContext, Storage as _};
 
 use crate::decisions::{
     self, AlterPartition, ControllerConfig, ControllerError, CreateTopic, ElectionType, Heartbeat,
-    Registration, Sessions,
+    Reassignment, Registration, Sessions,
 };
 use crate::node::{Committed, NodeError, QuorumConfig, QuorumNode};
 use crate::records::{self, MetadataRecord, NodeId, TopicId, NO_LEADER};
@@ -425,6 +425,9 @@ enum Decision {
     AlterPartition(AlterPartition),
     CreatePartitions(String, i32, Option<Vec<Vec<NodeId>>>),
     ElectLeaders(ElectionType, Option<Vec<(String, u32)>>),
+    AlterReassignments(Vec<Reassignment>),
+    UnregisterNode(NodeId),
+    AlterNodeConfigs(Option<NodeId>, Vec<(String, Option<String>)>),
 }
 
 /// How to answer once a decision's batch committed.
@@ -433,6 +436,7 @@ enum Done {
     Heartbeat { node: NodeId, want_shutdown: bool },
     Committed,
     AlterPartition { topic_id: TopicId, index: u32 },
+    PerEntry(Vec<Option<(i16, String)>>),
 }
 
 /// The one proposal in flight.
@@ -752,6 +756,20 @@ impl Core {
                 decisions::elect_leaders(state, *election, partitions.as_deref()),
                 Done::Committed,
             )),
+            Decision::AlterNodeConfigs(node, ops) => {
+                decisions::alter_node_configs(*node, ops).map(|r| (r, Done::Committed))
+            }
+            Decision::UnregisterNode(node) => {
+                decisions::unregister_node(state, *node).map(|r| (r, Done::Committed))
+            }
+            Decision::AlterReassignments(entries) => {
+                let (records, results) = decisions::alter_reassignments(state, entries);
+                let refusals = results
+                    .into_iter()
+                    .map(|r| r.err().map(|e| (e.kafka_code(), e.to_string())))
+                    .collect();
+                Ok((records, Done::PerEntry(refusals)))
+            }
             Decision::CreatePartitions(name, count, assignments) => {
                 decisions::create_partitions(state, name, *count, assignments.as_deref())
                     .map(|r| (r, Done::Committed))
@@ -791,6 +809,10 @@ impl Core {
             },
             Done::Committed => Response::Committed {
                 offset: index.unwrap_or(applied),
+            },
+            Done::PerEntry(refusals) => Response::PerEntry {
+                offset: index.unwrap_or(applied),
+                refusals,
             },
             Done::AlterPartition { topic_id, index: p } => match state.partition(topic_id, p) {
                 Some(partition) => Response::AlterPartition {
@@ -1125,6 +1147,9 @@ async fn handle(shared: &Rc<Shared>, request: Request) -> Response {
             election,
             partitions,
         } => Decision::ElectLeaders(election, partitions),
+        Request::AlterReassignments { entries } => Decision::AlterReassignments(entries),
+        Request::UnregisterNode { node_id } => Decision::UnregisterNode(node_id),
+        Request::AlterNodeConfigs { node, ops } => Decision::AlterNodeConfigs(node, ops),
     };
     let rx = {
         let mut core = shared.core.borrow_mut();

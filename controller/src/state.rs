@@ -7,6 +7,8 @@
 //! replica ever has, whatever was written to the log:
 //!
 //! - a partition's replicas are distinct and non-empty; ISR ⊆ replicas;
+//! - a reassignment's adding and removing replicas are distinct replicas, and
+//!   no replica is both;
 //! - leader is `NO_LEADER` or a member of the ISR; the ISR is non-empty;
 //! - leader epochs and partition epochs only grow (per partition, while it exists);
 //! - a node's broker epoch only grows.
@@ -19,7 +21,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::records::{
     self, ConfigResource, Endpoint, MetadataRecord, NodeId, NodeRegistrationChange,
-    PartitionChange, RecordError, RegisterNode, RegistrationChange, TopicId, NO_LEADER,
+    PartitionChange, RecordError, RegisterNode, RegistrationChange, ReplicaSet, TopicId, NO_LEADER,
 };
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -50,9 +52,36 @@ pub struct PartitionState {
     pub leader: NodeId,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// A running reassignment's new replicas (see `records::ReplicaSet`).
+    pub adding: Vec<NodeId>,
+    /// A running reassignment's replicas to drop once the target is in sync.
+    pub removing: Vec<NodeId>,
 }
 
 impl PartitionState {
+    /// A reassignment is running.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replicas before the running reassignment (`replicas` if none runs).
+    pub fn original_replicas(&self) -> Vec<NodeId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.adding.contains(r))
+            .collect()
+    }
+
+    /// The replicas the running reassignment leads to (`replicas` if none runs).
+    pub fn target_replicas(&self) -> Vec<NodeId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing.contains(r))
+            .collect()
+    }
+
     /// The invariants every stored partition keeps (see the module docs).
     pub fn check(&self) -> Result<(), String> {
         if self.replicas.is_empty() {
@@ -78,6 +107,23 @@ impl PartitionState {
         }
         if self.leader != NO_LEADER && !self.isr.contains(&self.leader) {
             return Err(format!("leader {} not in ISR {:?}", self.leader, self.isr));
+        }
+        for (what, set) in [("adding", &self.adding), ("removing", &self.removing)] {
+            let mut sorted = set.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            if sorted.len() != set.len() {
+                return Err(format!("duplicate {what} replicas {set:?}"));
+            }
+            if let Some(n) = set.iter().find(|n| !self.replicas.contains(n)) {
+                return Err(format!("{what} replica {n} is not a replica"));
+            }
+        }
+        if let Some(n) = self.adding.iter().find(|n| self.removing.contains(n)) {
+            return Err(format!("replica {n} is both added and removed"));
+        }
+        if self.removing.len() == self.replicas.len() {
+            return Err("a reassignment removes every replica".into());
         }
         Ok(())
     }
@@ -156,13 +202,13 @@ pub struct ClusterState {
 
 /// The snapshot form of `ClusterState` (plain vectors: simple to archive).
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-struct StateImage {
-    nodes: Vec<NodeState>,
-    topics: Vec<TopicState>,
-    configs: Vec<(ConfigResource, Vec<(String, String)>)>,
-    broker_epoch_max: i64,
-    offset_last: u64,
-    cluster_id: Option<String>,
+pub(crate) struct StateImage {
+    pub(crate) nodes: Vec<NodeState>,
+    pub(crate) topics: Vec<TopicState>,
+    pub(crate) configs: Vec<(ConfigResource, Vec<(String, String)>)>,
+    pub(crate) broker_epoch_max: i64,
+    pub(crate) offset_last: u64,
+    pub(crate) cluster_id: Option<String>,
 }
 
 impl ClusterState {
@@ -202,6 +248,14 @@ impl ClusterState {
     }
 
     /// A config of a resource; a topic's come from its `TopicState::configs`.
+    /// Every config set on a node or cluster-wide (topics keep theirs in
+    /// `TopicState`).
+    pub fn resource_configs(&self) -> impl Iterator<Item = (&ConfigResource, &str, &str)> {
+        self.configs
+            .iter()
+            .flat_map(|(r, m)| m.iter().map(move |(k, v)| (r, k.as_str(), v.as_str())))
+    }
+
     pub fn config(&self, resource: &ConfigResource, name: &str) -> Option<&str> {
         if let ConfigResource::Topic(topic) = resource {
             return self.topic_by_name(topic)?.config(name);
@@ -300,6 +354,8 @@ impl ClusterState {
                     leader: p.leader,
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
+                    adding: Vec::new(),
+                    removing: Vec::new(),
                 };
                 state
                     .check()
@@ -337,6 +393,12 @@ impl ClusterState {
                 }
                 if entry.is_empty() {
                     self.configs.remove(&c.resource);
+                }
+                Ok(())
+            }
+            MetadataRecord::UnregisterNode(u) => {
+                if self.nodes.remove(&u.node_id).is_none() {
+                    return Err(ApplyError::UnknownNode(u.node_id));
                 }
                 Ok(())
             }
@@ -413,9 +475,15 @@ impl ClusterState {
                 index: c.index,
             })?;
         let leader_changes = c.leader.is_some_and(|l| l != current.leader);
+        // A replica leaving the partition is fenced by a new leader epoch (its
+        // fetches and any leadership it still believes in become stale).
+        let replica_leaves = c
+            .replicas
+            .as_ref()
+            .is_some_and(|set| current.replicas.iter().any(|r| !set.replicas.contains(r)));
         let epochs_ok = c.partition_epoch > current.partition_epoch
             && c.leader_epoch >= current.leader_epoch
-            && (!leader_changes || c.leader_epoch > current.leader_epoch);
+            && (!(leader_changes || replica_leaves) || c.leader_epoch > current.leader_epoch);
         if !epochs_ok {
             return Err(ApplyError::EpochNotIncreasing {
                 topic: c.topic_id,
@@ -430,6 +498,16 @@ impl ClusterState {
         }
         if let Some(leader) = c.leader {
             next.leader = leader;
+        }
+        if let Some(ReplicaSet {
+            replicas,
+            adding,
+            removing,
+        }) = &c.replicas
+        {
+            next.replicas = replicas.clone();
+            next.adding = adding.clone();
+            next.removing = removing.clone();
         }
         next.leader_epoch = c.leader_epoch;
         next.partition_epoch = c.partition_epoch;
@@ -472,7 +550,8 @@ impl ClusterState {
     }
 
     pub fn from_snapshot(bytes: &[u8]) -> Result<Self, RecordError> {
-        let image: StateImage = records::decode_versioned(bytes)?;
+        let image: StateImage =
+            records::decode_versioned::<StateImage, crate::format_v1::StateImageV1>(bytes)?;
         let mut state = ClusterState {
             broker_epoch_max: image.broker_epoch_max,
             offset_last: image.offset_last,
@@ -622,6 +701,7 @@ mod tests {
                 leader,
                 leader_epoch: le,
                 partition_epoch: pe,
+                replicas: None,
             })
         };
         // Same partition epoch: refused.

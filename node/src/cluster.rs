@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use glommio::timer::sleep;
 use skiff_controller::client::{ClientError, ControllerClient, CreateTopicRequest};
 use skiff_controller::decisions::{ElectionType, Heartbeat, Registration};
-use skiff_controller::records::{Endpoint, NodeId, TopicId, NO_LEADER};
+use skiff_controller::records::{ConfigResource, Endpoint, NodeId, TopicId, NO_LEADER};
 use skiff_controller::rpc::{MetadataFetch, RpcError};
 use skiff_controller::state::ClusterState;
 use skiff_controller::ControllerStatus;
@@ -559,6 +559,8 @@ fn derive_table(broker: &Broker) -> TopicTable {
                         },
                         leader_epoch: p.leader_epoch,
                         partition_epoch: p.partition_epoch,
+                        adding: p.adding.clone(),
+                        removing: p.removing.clone(),
                     },
                     None => Assignment {
                         replicas: Vec::new(),
@@ -566,6 +568,8 @@ fn derive_table(broker: &Broker) -> TopicTable {
                         leader: NO_LEADER,
                         leader_epoch: -1,
                         partition_epoch: -1,
+                        adding: Vec::new(),
+                        removing: Vec::new(),
                     },
                 })
                 .collect::<Vec<_>>();
@@ -579,29 +583,62 @@ fn derive_table(broker: &Broker) -> TopicTable {
             (t.name.clone(), info)
         })
         .collect();
+    let mut cluster_configs = BTreeMap::new();
+    let mut node_configs: BTreeMap<i32, BTreeMap<String, String>> = BTreeMap::new();
+    for (resource, key, value) in state.resource_configs() {
+        let (key, value) = (key.to_string(), value.to_string());
+        match resource {
+            ConfigResource::Cluster => {
+                cluster_configs.insert(key, value);
+            }
+            ConfigResource::Node(n) => {
+                node_configs.entry(*n).or_default().insert(key, value);
+            }
+            ConfigResource::Topic(_) => {}
+        }
+    }
     TopicTable {
         topics,
         brokers,
         node_id: broker.node_id,
         metadata_offset: broker.applied.get(),
         cluster_id: state.cluster_id().map(str::to_string),
+        cluster_configs,
+        node_configs,
     }
 }
 
-/// Deletes the local partitions of topics that `new` no longer has. (A topic
-/// deleted and re-created under the same name between two fetches is handled
-/// by `open_assigned`, which replaces its partitions.)
+/// Deletes the local partitions of topics that `new` no longer has, and the
+/// replicas a completed (or cancelled) reassignment moved off this node. (A
+/// topic deleted and re-created under the same name between two fetches is
+/// handled by `open_assigned`, which replaces its partitions.)
 async fn drop_removed(
     core: &CoreState,
     old: &TopicTable,
     new: &TopicTable,
 ) -> Result<(), TopicError> {
+    let me = new.node_id;
     for (name, info) in &old.topics {
-        if new.topics.contains_key(name) {
+        let Some(now) = new.topics.get(name).filter(|t| t.id == info.id) else {
+            if !new.topics.contains_key(name) {
+                delete_local(core, name, info.partitions).await?;
+                tracing::info!(topic = %name, "deleted topic");
+            }
             continue;
+        };
+        for (p, a) in info.assignment.iter().enumerate() {
+            let moved_away = a.replicas.contains(&me)
+                && now
+                    .assignment
+                    .get(p)
+                    .is_some_and(|n| !n.replicas.contains(&me));
+            if !moved_away {
+                continue;
+            }
+            let tp = TopicPartition::new(name.clone(), p as i32);
+            delete_one(core, &tp).await?;
+            tracing::info!(partition = %tp, replicas = ?now.assignment[p].replicas, "replica moved off this node: deleted");
         }
-        delete_local(core, name, info.partitions).await?;
-        tracing::info!(topic = %name, "deleted topic");
     }
     Ok(())
 }
@@ -615,15 +652,19 @@ async fn delete_local(core: &CoreState, name: &str, partitions: i32) -> Result<(
     use futures_util::stream::{self, TryStreamExt};
     stream::iter((0..partitions).map(Ok))
         .try_for_each_concurrent(APPLY_CONCURRENCY, |p| async move {
-            let tp = TopicPartition::new(name.to_string(), p);
-            match core.shard.delete_partition(&tp).await {
-                Ok(()) | Err(skiff_engine::LogError::UnknownPartition(_)) => {}
-                Err(e) => return Err(TopicError::from(e)),
-            }
-            core.forget_partition(&tp);
-            Ok(())
+            delete_one(core, &TopicPartition::new(name.to_string(), p)).await
         })
         .await
+}
+
+/// Deletes one local partition (its log and the node's state of it).
+async fn delete_one(core: &CoreState, tp: &TopicPartition) -> Result<(), TopicError> {
+    match core.shard.delete_partition(tp).await {
+        Ok(()) | Err(skiff_engine::LogError::UnknownPartition(_)) => {}
+        Err(e) => return Err(TopicError::from(e)),
+    }
+    core.forget_partition(tp);
+    Ok(())
 }
 
 /// Opens a log for every partition `new` assigns to this node and keeps
@@ -754,6 +795,45 @@ pub async fn elect_leaders(
         .elect_leaders(election, Some(partitions))
         .await?;
     broker.wait_applied(offset, START_TIMEOUT).await
+}
+
+/// Dynamic node configs through the controller (`node` None: the cluster
+/// default); returns once this node has applied them.
+pub async fn alter_node_configs(
+    node: Option<NodeId>,
+    ops: Vec<(String, Option<String>)>,
+) -> Result<(), ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let offset = broker
+        .client
+        .alter_node_configs(node, ops)
+        .await
+        .map_err(|e| refusal("node configs", e))?;
+    broker.wait_applied(offset, START_TIMEOUT).await
+}
+
+/// UnregisterBroker through the controller; returns once this node has
+/// applied it.
+pub async fn unregister_node(node: NodeId) -> Result<(), ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let offset = broker
+        .client
+        .unregister_node(node)
+        .await
+        .map_err(|e| refusal(&format!("node {node}"), e))?;
+    broker.wait_applied(offset, START_TIMEOUT).await
+}
+
+/// Starts, replaces or cancels reassignments through the controller; returns
+/// once this node has applied the outcome, with each entry's refusal (Kafka
+/// code, text) or `None`.
+pub async fn alter_reassignments(
+    entries: Vec<skiff_controller::decisions::Reassignment>,
+) -> Result<Vec<Option<(i16, String)>>, ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let (offset, refusals) = broker.client.alter_reassignments(entries).await?;
+    broker.wait_applied(offset, START_TIMEOUT).await?;
+    Ok(refusals)
 }
 
 /// Grows a topic to `count` partitions through the controller; returns once

@@ -556,6 +556,9 @@ pub fn check_topic_config(key: &str, value: &str) -> Result<(), String> {
             format!("min.cleanable.dirty.ratio must be a number in [0, 1], got {value:?}")
         }),
         "min.insync.replicas" => number(1),
+        crate::replica::throttle::LEADER_REPLICAS | crate::replica::throttle::FOLLOWER_REPLICAS => {
+            crate::replica::throttle::check_replicas(value)
+        }
         "unclean.leader.election.enable" => match value {
             "true" | "false" => Ok(()),
             _ => Err(format!("{key} must be true or false, got {value:?}")),

@@ -20,6 +20,7 @@ pub mod listeners;
 pub mod metrics;
 pub mod node;
 pub mod producer;
+pub mod reassign;
 pub mod replica;
 mod sendmsg;
 pub mod server;

@@ -29,6 +29,7 @@ use skiff_node::admin_client::AdminClient;
 use skiff_node::config::NodeConfig;
 use skiff_node::group::admin as group_admin;
 use skiff_node::node::Node;
+use skiff_node::reassign;
 use skiff_node::topic_io;
 
 #[derive(Parser)]
@@ -71,7 +72,9 @@ fn init_logs(format: LogFormat) {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node. With no flags: one node on 127.0.0.1:9092 with its data in a
-    /// fresh temporary directory.
+    /// fresh temporary directory. `skiff node drain | remove` move a node's
+    /// replicas away and take it out of the cluster.
+    #[command(args_conflicts_with_subcommands = true)]
     Node(NodeArgs),
     /// Create, list, describe or delete topics (Kafka admin APIs).
     Topic {
@@ -83,7 +86,8 @@ enum Command {
         #[command(subcommand)]
         command: GroupCommand,
     },
-    /// Partition leadership (Kafka's ElectLeaders).
+    /// Partition leadership (Kafka's ElectLeaders) and replica moves
+    /// (AlterPartitionReassignments).
     Partition {
         #[command(subcommand)]
         command: PartitionCommand,
@@ -112,6 +116,80 @@ enum PartitionCommand {
         /// Every partition of every topic.
         #[arg(long, conflicts_with = "topic")]
         all: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Move replicas between nodes with a plan in Kafka's reassignment JSON
+    /// (`--plan`; the current layout is printed first, as the way back),
+    /// follow it (`--verify`), stop it (`--cancel`), or list every running
+    /// move (`--list`).
+    #[command(group(clap::ArgGroup::new("action").required(true)
+        .args(["plan", "verify", "cancel", "list"])))]
+    Reassign {
+        /// Start the moves of this plan file.
+        #[arg(long)]
+        plan: Option<PathBuf>,
+        /// Where each partition of this plan file stands.
+        #[arg(long)]
+        verify: Option<PathBuf>,
+        /// Cancel the running moves of this plan file's partitions.
+        #[arg(long)]
+        cancel: Option<PathBuf>,
+        /// Every running move.
+        #[arg(long)]
+        list: bool,
+        /// With --plan: bound the moves' replication traffic to this many
+        /// bytes/s per node (Kafka's replication throttles; --verify removes
+        /// them once every move completed).
+        #[arg(long, requires = "plan")]
+        throttle: Option<u64>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Write a plan (Kafka's reassignment JSON, on stdout) that spreads
+    /// replicas and preferred leaders evenly over the nodes, moving as few
+    /// replicas as that takes.
+    Plan {
+        /// Only these topics (repeatable; default: every topic).
+        #[arg(long = "topic")]
+        topics: Vec<String>,
+        /// The nodes to place replicas on, comma-separated (default: every
+        /// node in the cluster's metadata).
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<i32>,
+        /// Change every planned partition's replica count to this.
+        #[arg(long)]
+        replication_factor: Option<usize>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodeCommand {
+    /// Move every replica off a node onto the others (least loaded first,
+    /// racks apart), and wait until the moves complete. The node keeps
+    /// running; stop it afterwards and `skiff node remove` it.
+    Drain {
+        /// The node to drain.
+        node: i32,
+        /// Print the plan (Kafka's reassignment JSON) without moving anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// How long to wait for the moves, in seconds (0: start them and return).
+        #[arg(long, default_value_t = 600)]
+        wait_secs: u64,
+        /// Bound the moves' replication traffic to this many bytes/s per
+        /// node (removed once they complete, when waiting).
+        #[arg(long)]
+        throttle: Option<u64>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Take a stopped node that holds no replica out of the cluster
+    /// (UnregisterBroker).
+    Remove {
+        node: i32,
         #[command(flatten)]
         conn: Conn,
     },
@@ -208,6 +286,8 @@ enum GroupCommand {
 
 #[derive(Args)]
 struct NodeArgs {
+    #[command(subcommand)]
+    admin: Option<NodeCommand>,
     /// A TOML file of settings (Kafka names), applied over the embedded defaults.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -378,7 +458,10 @@ fn main() {
     }
 }
 
-fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+fn run_node(mut args: NodeArgs) -> anyhow::Result<()> {
+    if let Some(command) = args.admin.take() {
+        return node_admin(command);
+    }
     let mut config = NodeConfig::defaults()?;
     if let Some(path) = &args.config {
         let text =
@@ -716,14 +799,119 @@ fn topic(command: TopicCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn node_admin(command: NodeCommand) -> anyhow::Result<()> {
+    match command {
+        NodeCommand::Drain {
+            node,
+            dry_run,
+            wait_secs,
+            throttle,
+            conn,
+        } => {
+            let plan = reassign::drain_plan(&conn.bootstrap, node)?;
+            if plan.partitions.is_empty() {
+                println!("node {node} holds no replica");
+                return Ok(());
+            }
+            if dry_run {
+                println!("{}", plan.to_json());
+                return Ok(());
+            }
+            start_plan(&conn.bootstrap, &plan, throttle)?;
+            if wait_secs > 0 {
+                let still = reassign::wait(
+                    &conn.bootstrap,
+                    &plan,
+                    std::time::Duration::from_secs(wait_secs),
+                )?;
+                if !still.is_empty() {
+                    bail!(
+                        "{} move(s) still running after {wait_secs} s; follow them with `skiff partition reassign --list`",
+                        still.len()
+                    );
+                }
+                if throttle.is_some() {
+                    reassign::remove_throttle(&conn.bootstrap, &plan)?;
+                }
+                println!("node {node} holds no replica now");
+            }
+        }
+        NodeCommand::Remove { node, conn } => {
+            reassign::unregister(&conn.bootstrap, node)
+                .with_context(|| format!("removing node {node}"))?;
+            println!("Removed node {node} from the cluster.");
+        }
+    }
+    Ok(())
+}
+
+/// Starts a plan's moves: prints the way back first, then each partition's
+/// answer; fails if any was refused.
+fn start_plan(bootstrap: &str, plan: &reassign::Plan, throttle: Option<u64>) -> anyhow::Result<()> {
+    let (outcomes, rollback) = reassign::execute(bootstrap, plan, throttle)?;
+    println!("Current assignment (save it to go back with --plan):");
+    println!("{}", rollback.to_json());
+    let mut refused = 0;
+    for o in &outcomes {
+        match &o.error {
+            None => println!("{}-{}: moving", o.topic, o.partition),
+            Some(e) => {
+                refused += 1;
+                println!("{}-{}: {e}", o.topic, o.partition);
+            }
+        }
+    }
+    if refused > 0 {
+        bail!("{refused} partition move(s) refused");
+    }
+    Ok(())
+}
+
 fn partition(command: PartitionCommand) -> anyhow::Result<()> {
-    let PartitionCommand::Elect {
-        election,
-        topic,
-        partitions,
-        all,
-        conn,
-    } = command;
+    let (election, topic, partitions, all, conn) = match command {
+        PartitionCommand::Elect {
+            election,
+            topic,
+            partitions,
+            all,
+            conn,
+        } => (election, topic, partitions, all, conn),
+        PartitionCommand::Reassign {
+            plan,
+            verify,
+            cancel,
+            list,
+            throttle,
+            conn,
+        } => return reassign_command(&conn.bootstrap, plan, verify, cancel, list, throttle),
+        PartitionCommand::Plan {
+            topics,
+            nodes,
+            replication_factor,
+            conn,
+        } => {
+            let mut client = AdminClient::connect(&conn.bootstrap)?;
+            let (current, all_nodes) =
+                reassign::layout(&mut client, (!topics.is_empty()).then_some(topics))?;
+            let on: Vec<reassign::PlanNode> = if nodes.is_empty() {
+                all_nodes
+            } else {
+                nodes
+                    .iter()
+                    .map(|id| reassign::PlanNode {
+                        id: *id,
+                        rack: all_nodes
+                            .iter()
+                            .find(|n| n.id == *id)
+                            .and_then(|n| n.rack.clone()),
+                    })
+                    .collect()
+            };
+            let plan = reassign::generate(&current, &on, replication_factor, true)?;
+            println!("{}", reassign::Plan::new(plan).to_json());
+            return Ok(());
+        }
+    };
     let mut client = AdminClient::connect(&conn.bootstrap)?;
     let topic_partitions = match (all, topic) {
         (true, _) | (false, None) => None,
@@ -780,6 +968,82 @@ fn partition(command: PartitionCommand) -> anyhow::Result<()> {
     }
     if failed > 0 {
         bail!("{failed} partition(s) could not have their election");
+    }
+    Ok(())
+}
+
+fn reassign_command(
+    bootstrap: &str,
+    plan: Option<PathBuf>,
+    verify: Option<PathBuf>,
+    cancel: Option<PathBuf>,
+    list: bool,
+    throttle: Option<u64>,
+) -> anyhow::Result<()> {
+    if let Some(path) = plan {
+        return start_plan(bootstrap, &reassign::Plan::read(&path)?, throttle);
+    }
+    if let Some(path) = verify {
+        let plan = reassign::Plan::read(&path)?;
+        let mut unfinished = 0;
+        for (p, progress) in reassign::verify(bootstrap, &plan)? {
+            let name = format!("{}-{}", p.topic, p.partition);
+            match progress {
+                reassign::Progress::Done => println!("{name}: complete"),
+                reassign::Progress::Running(r) => {
+                    unfinished += 1;
+                    println!(
+                        "{name}: moving (replicas {:?}, adding {:?}, removing {:?})",
+                        r.replicas, r.adding, r.removing
+                    );
+                }
+                reassign::Progress::Differs(now) => {
+                    unfinished += 1;
+                    println!(
+                        "{name}: not moving, replicas {now:?} (planned {:?})",
+                        p.replicas
+                    );
+                }
+                reassign::Progress::Missing => {
+                    unfinished += 1;
+                    println!("{name}: no such partition");
+                }
+            }
+        }
+        if unfinished > 0 {
+            bail!("{unfinished} partition(s) are not where the plan puts them yet");
+        }
+        // Kafka's tool does the same: the moves are done, the throttle goes.
+        reassign::remove_throttle(bootstrap, &plan)?;
+        println!("Replication throttles removed.");
+        return Ok(());
+    }
+    if let Some(path) = cancel {
+        let mut refused = 0;
+        for o in reassign::cancel(bootstrap, &reassign::Plan::read(&path)?)? {
+            match o.error {
+                None => println!("{}-{}: cancelled", o.topic, o.partition),
+                Some(e) => {
+                    refused += 1;
+                    println!("{}-{}: {e}", o.topic, o.partition);
+                }
+            }
+        }
+        if refused > 0 {
+            bail!("{refused} partition(s) had no move to cancel or were refused");
+        }
+        return Ok(());
+    }
+    debug_assert!(list);
+    let running = reassign::running(&mut AdminClient::connect(bootstrap)?)?;
+    if running.is_empty() {
+        println!("no reassignment is running");
+    }
+    for r in running {
+        println!(
+            "{}-{}: replicas {:?}, adding {:?}, removing {:?}",
+            r.topic, r.partition, r.replicas, r.adding, r.removing
+        );
     }
     Ok(())
 }

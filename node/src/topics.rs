@@ -34,6 +34,10 @@ pub struct Assignment {
     pub leader_epoch: i32,
     /// Grows with every change of the partition (ISR or leader).
     pub partition_epoch: i32,
+    /// A running reassignment's new replicas (in `replicas`, catching up).
+    pub adding: Vec<i32>,
+    /// A running reassignment's replicas to drop (in `replicas` until it completes).
+    pub removing: Vec<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,9 +90,23 @@ pub struct TopicTable {
     /// The cluster's id, from the metadata (None until the first active
     /// controller has chosen it).
     pub cluster_id: Option<String>,
+    /// Dynamic node configs (`decisions::DYNAMIC_NODE_CONFIGS`): the cluster
+    /// default, and each node's own.
+    pub cluster_configs: BTreeMap<String, String>,
+    pub node_configs: BTreeMap<i32, BTreeMap<String, String>>,
 }
 
 impl TopicTable {
+    /// A dynamic config as it applies to this node: its own, else the
+    /// cluster default.
+    pub fn node_config(&self, name: &str) -> Option<&str> {
+        self.node_configs
+            .get(&self.node_id)
+            .and_then(|c| c.get(name))
+            .or_else(|| self.cluster_configs.get(name))
+            .map(String::as_str)
+    }
+
     pub fn get(&self, name: &str) -> Option<&TopicInfo> {
         self.topics.get(name)
     }
@@ -359,6 +377,47 @@ pub async fn elect_leaders(
 ) -> Result<(), TopicError> {
     on_core_zero(core, move || {
         Box::pin(async move { Ok(cluster::elect_leaders(election, partitions).await?) })
+    })
+    .await
+}
+
+/// Dynamic node configs (replication throttles): of `node`, or (`None`) the
+/// cluster default.
+pub async fn alter_node_configs(
+    core: &CoreState,
+    node: Option<i32>,
+    ops: Vec<ConfigOp>,
+) -> Result<(), TopicError> {
+    let ops = ops
+        .into_iter()
+        .map(|op| match op {
+            ConfigOp::Set(k, v) => (k, Some(v)),
+            ConfigOp::Delete(k) => (k, None),
+        })
+        .collect();
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::alter_node_configs(node, ops).await?) })
+    })
+    .await
+}
+
+/// UnregisterBroker: asks the controller to remove `node`'s registration.
+pub async fn unregister_node(core: &CoreState, node: i32) -> Result<(), TopicError> {
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::unregister_node(node).await?) })
+    })
+    .await
+}
+
+/// AlterPartitionReassignments: asks the controller to start, replace or
+/// cancel reassignments and waits until this node applied the outcome; each
+/// entry's refusal (Kafka code, text) or `None`.
+pub async fn alter_reassignments(
+    core: &CoreState,
+    entries: Vec<skiff_controller::decisions::Reassignment>,
+) -> Result<Vec<Option<(i16, String)>>, TopicError> {
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::alter_reassignments(entries).await?) })
     })
     .await
 }

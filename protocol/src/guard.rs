@@ -342,6 +342,34 @@ pub(crate) static DESCRIBE_PRODUCERS: Schema = Schema {
     flexible_since: 0,
 };
 
+// AlterPartitionReassignments (alter_partition_reassignments_request.rs): a
+// timeout, allow_replication_factor_change (v1+), topics of (name, partitions
+// of (index, nullable replica ids)); flexible from v0.
+static REASSIGNABLE_PARTITION: Struct = Struct {
+    fields: &[f(I32), f(FixedArray(4))],
+};
+static REASSIGNABLE_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(Array(&REASSIGNABLE_PARTITION))],
+};
+pub(crate) static ALTER_PARTITION_REASSIGNMENTS: Schema = Schema {
+    body: Struct {
+        fields: &[f(I32), since(1, BOOL), f(Array(&REASSIGNABLE_TOPIC))],
+    },
+    flexible_since: 0,
+};
+
+// ListPartitionReassignments (list_partition_reassignments_request.rs): a
+// timeout, nullable topics of (name, partition indexes); flexible from v0.
+static LIST_REASSIGNMENTS_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(FixedArray(4))],
+};
+pub(crate) static LIST_PARTITION_REASSIGNMENTS: Schema = Schema {
+    body: Struct {
+        fields: &[f(I32), f(Array(&LIST_REASSIGNMENTS_TOPIC))],
+    },
+    flexible_since: 0,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

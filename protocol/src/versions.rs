@@ -82,6 +82,13 @@ pub const SERVED_APIS: &[ServedApi] = &[
     ServedApi::new(ApiKey::DeleteTopics, 1, 6).guarded(&guard::DELETE_TOPICS),
     ServedApi::new(ApiKey::CreatePartitions, 0, 3).guarded(&guard::CREATE_PARTITIONS),
     ServedApi::new(ApiKey::ElectLeaders, 0, 2).guarded(&guard::ELECT_LEADERS),
+    // KIP-455 reassignments; v1 (KIP-860) can refuse a replication factor change.
+    ServedApi::new(ApiKey::AlterPartitionReassignments, 0, 1)
+        .guarded(&guard::ALTER_PARTITION_REASSIGNMENTS),
+    ServedApi::new(ApiKey::ListPartitionReassignments, 0, 0)
+        .guarded(&guard::LIST_PARTITION_REASSIGNMENTS),
+    // KIP-631: a stopped node that holds no replica leaves the cluster.
+    ServedApi::new(ApiKey::UnregisterBroker, 0, 0),
     ServedApi::new(ApiKey::DescribeConfigs, 1, 4).guarded(&guard::DESCRIBE_CONFIGS),
     // The legacy whole-set form (kafka-python's alter_configs).
     ServedApi::new(ApiKey::AlterConfigs, 0, 2).guarded(&guard::ALTER_CONFIGS),

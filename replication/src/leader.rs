@@ -197,6 +197,29 @@ impl LeaderReplica {
         self.ineligible = nodes;
     }
 
+    /// The controller committed a new replica set in this leader epoch (a
+    /// reassignment adding replicas; one that removes any bumps the leader
+    /// epoch, so a new `LeaderReplica` takes over instead). New followers
+    /// start as in `new` (unknown log end, a full lag window); followers that
+    /// are no longer replicas are forgotten. The ISR is unchanged here: it
+    /// comes with `on_isr_committed`.
+    pub fn set_replicas(&mut self, replicas: Vec<NodeId>, now_ms: u64) {
+        let mut replicas = dedup(replicas);
+        if !replicas.contains(&self.me) {
+            replicas.insert(0, self.me);
+        }
+        self.followers.retain(|n, _| replicas.contains(n));
+        for n in replicas.iter().filter(|n| **n != self.me) {
+            self.followers.entry(*n).or_insert(Follower {
+                log_end_offset: UNKNOWN_OFFSET,
+                last_caught_up_ms: now_ms,
+                last_fetch_leader_leo: self.local_leo,
+                last_fetch_ms: now_ms,
+            });
+        }
+        self.replicas = replicas;
+    }
+
     /// This epoch's records start at `log_end_offset`, the leader's log end
     /// when it took the leadership (what the caller assigned in its epoch
     /// cache), when that is past the durable end given to `new` (a follower's

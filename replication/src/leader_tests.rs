@@ -514,3 +514,38 @@ fn an_ineligible_follower_is_not_proposed() {
         Some(vec![1, 2, 3])
     );
 }
+
+#[test]
+fn an_added_replica_catches_up_joins_the_isr_and_never_holds_the_high_watermark_before() {
+    let mut l = leader(&[1, 2, 3], 10, 10);
+    assert_eq!(l.on_local_durable(20), None);
+    fetch(&mut l, 2, 20, 1);
+    fetch(&mut l, 3, 20, 1);
+    assert_eq!(l.high_watermark(), 20);
+    // A reassignment adds node 4 in the same leader epoch.
+    l.set_replicas(vec![4, 1, 2, 3], 2);
+    assert_eq!(l.replicas(), &[4, 1, 2, 3]);
+    assert_eq!(l.follower_log_end_offset(4), Some(UNKNOWN_OFFSET));
+    assert_eq!(
+        l.follower_log_end_offset(2),
+        Some(20),
+        "known followers keep their state"
+    );
+    // While it catches up it is not in the ISR and the high watermark moves
+    // without it.
+    assert_eq!(l.on_local_durable(30), None);
+    fetch(&mut l, 2, 30, 3);
+    let out = fetch(&mut l, 3, 30, 3);
+    assert_eq!(out.high_watermark, Some(30));
+    let out = fetch(&mut l, 4, 10, 4);
+    assert!(
+        out.expand.is_none(),
+        "behind the high watermark: not proposed"
+    );
+    let out = fetch(&mut l, 4, 30, 5);
+    let change = out.expand.unwrap();
+    assert_eq!(change.new_isr, vec![4, 1, 2, 3]);
+    // Removing a replica through set_replicas forgets it.
+    l.set_replicas(vec![1, 2, 4], 6);
+    assert_eq!(l.follower_log_end_offset(3), None);
+}

@@ -28,6 +28,7 @@ class Cluster:
 
     def __init__(self, size=3, settings=None, controllers=None, brokers=None):
         settings = {**FAST, **(settings or {})}
+        self.settings = settings
         if controllers is None:
             roles = ["broker,controller"] * size
         else:
@@ -68,6 +69,22 @@ class Cluster:
         for n in self.nodes:
             n.wait_listening()
         return self
+
+    def add_broker(self):
+        """Starts one more broker-only node (the next id) that joins this
+        cluster's quorum: how a cluster grows."""
+        i = len(self.nodes) + 1
+        n = Node(
+            settings=self.settings,
+            cores=1,
+            node_id=i,
+            extra_args=["--controller-quorum", self.quorum, "--roles", "broker"],
+        )
+        n.role = "broker"
+        self.nodes.append(n)
+        _live_nodes.append(n)
+        n.start()
+        return n
 
     def cleanup(self):
         for n in self.nodes:

@@ -296,7 +296,15 @@ impl Dump<'_> {
                         ("leader", json!(p.leader)),
                         ("leaderEpoch", json!(p.leader_epoch)),
                         ("partitionEpoch", json!(p.partition_epoch)),
-                    ],
+                    ]
+                    .into_iter()
+                    .chain(
+                        p.is_reassigning()
+                            .then(|| [("adding", json!(p.adding)), ("removing", json!(p.removing))])
+                            .into_iter()
+                            .flatten(),
+                    )
+                    .collect(),
                 )?;
             }
         }
@@ -540,7 +548,16 @@ impl Dump<'_> {
                     ("leader", json!(c.leader)),
                     ("leaderEpoch", json!(c.leader_epoch)),
                     ("partitionEpoch", json!(c.partition_epoch)),
-                ],
+                ]
+                .into_iter()
+                .chain(c.replicas.iter().flat_map(|set| {
+                    [
+                        ("replicas", json!(set.replicas)),
+                        ("adding", json!(set.adding)),
+                        ("removing", json!(set.removing)),
+                    ]
+                }))
+                .collect(),
             ),
             MetadataRecord::Config(c) => (
                 "Config",
@@ -558,6 +575,9 @@ impl Dump<'_> {
                 ],
             ),
             MetadataRecord::ClusterId(c) => ("ClusterId", vec![("clusterId", json!(c.cluster_id))]),
+            MetadataRecord::UnregisterNode(u) => {
+                ("UnregisterNode", vec![("nodeId", json!(u.node_id))])
+            }
         }
     }
 }

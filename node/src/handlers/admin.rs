@@ -1,5 +1,7 @@
 //! CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
-//! IncrementalAlterConfigs and AlterConfigs.
+//! IncrementalAlterConfigs and AlterConfigs (topics; and nodes' dynamic
+//! configs, the replication throttles: resource name "" is the cluster
+//! default, a node id that node's own).
 
 use std::collections::BTreeMap;
 
@@ -30,6 +32,8 @@ const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 /// DescribeConfigs config sources.
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+const SOURCE_DYNAMIC_BROKER: i8 = 2;
+const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
@@ -241,6 +245,57 @@ fn effective_topic_configs(
         .collect()
 }
 
+/// A broker resource's name: "" is the cluster-wide default, else a node id.
+fn broker_resource(name: &str) -> Result<Option<i32>, String> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    name.parse::<i32>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .map(Some)
+        .ok_or_else(|| format!("broker resource name {name:?} is not a node id"))
+}
+
+/// The controller's own check of dynamic node config changes, run here (it
+/// is a pure function) for validate-only requests.
+fn check_node_configs(node: Option<i32>, ops: &[ConfigOp]) -> Result<(), TopicError> {
+    let ops: Vec<(String, Option<String>)> = ops
+        .iter()
+        .map(|op| match op {
+            ConfigOp::Set(k, v) => (k.clone(), Some(v.clone())),
+            ConfigOp::Delete(k) => (k.clone(), None),
+        })
+        .collect();
+    skiff_controller::decisions::alter_node_configs(node, &ops)
+        .map(|_| ())
+        .map_err(|e| TopicError::Refused {
+            code: e.kafka_code(),
+            message: e.to_string(),
+        })
+}
+
+/// A node's configs (`None`: the cluster default): the dynamic ones (its own
+/// over the cluster default), and this node's static log settings.
+fn broker_configs(core: &CoreState, node: Option<i32>) -> Vec<(String, String, i8)> {
+    let table = core.topics();
+    let mut out: BTreeMap<String, (String, i8)> = BTreeMap::new();
+    if node == Some(core.node.config.node_id) {
+        for (k, v) in core.node.config.topic_defaults() {
+            out.insert(format!("log.{k}"), (v, SOURCE_STATIC_BROKER));
+        }
+    }
+    for (k, v) in &table.cluster_configs {
+        out.insert(k.clone(), (v.clone(), SOURCE_DYNAMIC_DEFAULT_BROKER));
+    }
+    if let Some(own) = node.and_then(|n| table.node_configs.get(&n)) {
+        for (k, v) in own {
+            out.insert(k.clone(), (v.clone(), SOURCE_DYNAMIC_BROKER));
+        }
+    }
+    out.into_iter().map(|(k, (v, s))| (k, v, s)).collect()
+}
+
 pub fn describe_configs(
     core: &CoreState,
     request: DescribeConfigsRequest,
@@ -266,13 +321,17 @@ pub fn describe_configs(
                     continue;
                 }
             },
-            RESOURCE_BROKER => core
-                .node
-                .config
-                .topic_defaults()
-                .into_iter()
-                .map(|(k, v)| (format!("log.{k}"), v, SOURCE_STATIC_BROKER))
-                .collect(),
+            RESOURCE_BROKER => match broker_resource(r.resource_name.as_str()) {
+                Ok(node) => broker_configs(core, node),
+                Err(message) => {
+                    results.push(
+                        result
+                            .with_error_code(ResponseError::InvalidRequest.code())
+                            .with_error_message(Some(str_bytes(message))),
+                    );
+                    continue;
+                }
+            },
             other => {
                 results.push(
                     result
@@ -296,7 +355,7 @@ pub fn describe_configs(
                 let c = DescribeConfigsResourceResult::default()
                     .with_name(str_bytes(k))
                     .with_value(Some(str_bytes(v)))
-                    .with_read_only(r.resource_type == RESOURCE_BROKER);
+                    .with_read_only(source == SOURCE_STATIC_BROKER);
                 if version == 0 {
                     c
                 } else {
@@ -318,14 +377,28 @@ pub async fn incremental_alter_configs(
         let response = AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
-        if r.resource_type != RESOURCE_TOPIC {
-            responses.push(
-                response
-                    .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(str_bytes("only topic configs can be altered"))),
-            );
-            continue;
-        }
+        let node = match (r.resource_type, broker_resource(r.resource_name.as_str())) {
+            (RESOURCE_TOPIC, _) => None,
+            (RESOURCE_BROKER, Ok(node)) => Some(node),
+            (RESOURCE_BROKER, Err(message)) => {
+                responses.push(
+                    response
+                        .with_error_code(ResponseError::InvalidRequest.code())
+                        .with_error_message(Some(str_bytes(message))),
+                );
+                continue;
+            }
+            _ => {
+                responses.push(
+                    response
+                        .with_error_code(ResponseError::InvalidRequest.code())
+                        .with_error_message(Some(str_bytes(
+                            "only topic and broker configs can be altered",
+                        ))),
+                );
+                continue;
+            }
+        };
         let mut ops = Vec::with_capacity(r.configs.len());
         let mut refused = None;
         for c in &r.configs {
@@ -349,21 +422,25 @@ pub async fn incremental_alter_configs(
             );
             continue;
         }
-        responses.push(
-            match topics::alter_configs(
-                core,
-                r.resource_name.to_string(),
-                ops,
-                request.validate_only,
-            )
-            .await
-            {
-                Ok(()) => response,
-                Err(e) => response
-                    .with_error_code(topic_error(&e).code())
-                    .with_error_message(Some(str_bytes(e.to_string()))),
-            },
-        );
+        let outcome = match node {
+            Some(node) if request.validate_only => check_node_configs(node, &ops),
+            Some(node) => topics::alter_node_configs(core, node, ops).await,
+            None => {
+                topics::alter_configs(
+                    core,
+                    r.resource_name.to_string(),
+                    ops,
+                    request.validate_only,
+                )
+                .await
+            }
+        };
+        responses.push(match outcome {
+            Ok(()) => response,
+            Err(e) => response
+                .with_error_code(topic_error(&e).code())
+                .with_error_message(Some(str_bytes(e.to_string()))),
+        });
     }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
@@ -379,20 +456,44 @@ pub async fn alter_configs(core: &CoreState, request: AlterConfigsRequest) -> Al
         let response = LegacyAlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
-        if r.resource_type != RESOURCE_TOPIC {
-            responses.push(
-                response
-                    .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(str_bytes("only topic configs can be altered"))),
-            );
-            continue;
-        }
+        let node = match (r.resource_type, broker_resource(r.resource_name.as_str())) {
+            (RESOURCE_TOPIC, _) => None,
+            (RESOURCE_BROKER, Ok(node)) => Some(node),
+            (RESOURCE_BROKER, Err(message)) => {
+                responses.push(
+                    response
+                        .with_error_code(ResponseError::InvalidRequest.code())
+                        .with_error_message(Some(str_bytes(message))),
+                );
+                continue;
+            }
+            _ => {
+                responses.push(
+                    response
+                        .with_error_code(ResponseError::InvalidRequest.code())
+                        .with_error_message(Some(str_bytes(
+                            "only topic and broker configs can be altered",
+                        ))),
+                );
+                continue;
+            }
+        };
         let name = r.resource_name.to_string();
-        let current: Vec<String> = core
-            .topics()
-            .get(&name)
-            .map(|t| t.configs.keys().cloned().collect())
-            .unwrap_or_default();
+        let current: Vec<String> = {
+            let table = core.topics();
+            match node {
+                None => table
+                    .get(&name)
+                    .map(|t| t.configs.keys().cloned().collect())
+                    .unwrap_or_default(),
+                Some(None) => table.cluster_configs.keys().cloned().collect(),
+                Some(Some(n)) => table
+                    .node_configs
+                    .get(&n)
+                    .map(|c| c.keys().cloned().collect())
+                    .unwrap_or_default(),
+            }
+        };
         let given: std::collections::BTreeSet<&str> =
             r.configs.iter().map(|c| c.name.as_str()).collect();
         let mut ops: Vec<ConfigOp> = r
@@ -409,14 +510,17 @@ pub async fn alter_configs(core: &CoreState, request: AlterConfigsRequest) -> Al
                 .filter(|k| !given.contains(k.as_str()))
                 .map(ConfigOp::Delete),
         );
-        responses.push(
-            match topics::alter_configs(core, name, ops, request.validate_only).await {
-                Ok(()) => response,
-                Err(e) => response
-                    .with_error_code(topic_error(&e).code())
-                    .with_error_message(Some(str_bytes(e.to_string()))),
-            },
-        );
+        let outcome = match node {
+            Some(node) if request.validate_only => check_node_configs(node, &ops),
+            Some(node) => topics::alter_node_configs(core, node, ops).await,
+            None => topics::alter_configs(core, name, ops, request.validate_only).await,
+        };
+        responses.push(match outcome {
+            Ok(()) => response,
+            Err(e) => response
+                .with_error_code(topic_error(&e).code())
+                .with_error_message(Some(str_bytes(e.to_string()))),
+        });
     }
     AlterConfigsResponse::default().with_responses(responses)
 }

@@ -26,6 +26,7 @@ use skiff_replication::FollowerFetch;
 
 use super::error_code;
 use crate::fetch_session::{Answer, FetchContext, FetchParams, INVALID_SESSION_ID};
+use crate::replica::throttle::{self, Side};
 use crate::state::CoreState;
 
 /// Upper bound on one long poll, whatever the client asks.
@@ -413,10 +414,30 @@ async fn read_local(
                     });
                 }
                 let end = p.log_end();
+                // A replica being added, out of sync, under a throttle: no
+                // records while the quota is used up (replica/throttle.rs).
+                let table = core.topics();
+                let cores = shard.table().shards();
+                let throttled = table.get(&tp.topic).is_some_and(|info| {
+                    throttle::is_throttled(info, Side::Leader, tp.partition, table.node_id)
+                }) && !crate::replica::in_isr(&tp, id);
+                if throttled && throttle::exceeded(&table, Side::Leader, cores) {
+                    return Ok(PartitionRead {
+                        high_watermark,
+                        log_start_offset,
+                        batches: Vec::new(),
+                        seen: end,
+                        diverging: None,
+                    });
+                }
                 let read = p
                     .read(params.fetch_offset, max_bytes, end)
                     .await
                     .inspect_err(|e| on_read_error(&tp, e))?;
+                if throttled {
+                    let bytes = read.batches.iter().map(Bytes::len).sum();
+                    throttle::record(&table, Side::Leader, cores, bytes);
+                }
                 Ok(PartitionRead {
                     high_watermark,
                     log_start_offset,

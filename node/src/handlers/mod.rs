@@ -15,6 +15,7 @@ mod list_offsets;
 mod metadata;
 mod offsets_for_leader_epoch;
 pub mod produce;
+mod reassign;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -183,6 +184,15 @@ async fn handle(
         }
         Some(RequestKind::ElectLeaders(r)) => {
             ResponseKind::ElectLeaders(elect_leaders::handle(&core, r, version).await)
+        }
+        Some(RequestKind::AlterPartitionReassignments(r)) => {
+            ResponseKind::AlterPartitionReassignments(reassign::alter(&core, r, version).await)
+        }
+        Some(RequestKind::ListPartitionReassignments(r)) => {
+            ResponseKind::ListPartitionReassignments(reassign::list(&core, r))
+        }
+        Some(RequestKind::UnregisterBroker(r)) => {
+            ResponseKind::UnregisterBroker(reassign::unregister_broker(&core, r).await)
         }
         Some(RequestKind::DescribeLogDirs(r)) => {
             ResponseKind::DescribeLogDirs(describe::describe_log_dirs(&core, r, version).await)

@@ -545,6 +545,16 @@ fn render_replication(w: &mut Writer, r: &crate::replica::ReplicationSnapshot) {
             "Follower fetch requests that failed (connection, timeout, undecodable answer).",
             r.fetch_errors,
         ),
+        (
+            "skiff_replication_throttled_leader_bytes_total",
+            "Record bytes this node sent as a leader to out-of-sync replicas under leader.replication.throttled.rate.",
+            r.throttled_leader_bytes,
+        ),
+        (
+            "skiff_replication_throttled_follower_bytes_total",
+            "Record bytes this node fetched as an out-of-sync follower under follower.replication.throttled.rate.",
+            r.throttled_follower_bytes,
+        ),
     ] {
         w.single(name, Kind::Counter, help, value);
     }
@@ -828,6 +838,8 @@ mod tests {
                 fetch_requests: 100,
                 fetch_bytes: 4096,
                 fetch_errors: 3,
+                throttled_leader_bytes: 512,
+                throttled_follower_bytes: 256,
                 lag: vec![crate::replica::FollowerLagSample {
                     tp: TopicPartition::new("orders", 0),
                     follower: 2,
@@ -913,6 +925,11 @@ mod tests {
             ("skiff_replica_fetch_requests_total", "counter"),
             ("skiff_replica_fetch_bytes_total", "counter"),
             ("skiff_replica_fetch_errors_total", "counter"),
+            ("skiff_replication_throttled_leader_bytes_total", "counter"),
+            (
+                "skiff_replication_throttled_follower_bytes_total",
+                "counter",
+            ),
             ("skiff_replica_lag_records", "gauge"),
             ("skiff_replica_lag_seconds", "gauge"),
             ("skiff_controller_node_metadata_lag", "gauge"),
@@ -983,6 +1000,8 @@ mod tests {
             ("skiff_replica_fetch_requests_total", 100.0),
             ("skiff_replica_fetch_bytes_total", 4096.0),
             ("skiff_replica_fetch_errors_total", 3.0),
+            ("skiff_replication_throttled_leader_bytes_total", 512.0),
+            ("skiff_replication_throttled_follower_bytes_total", 256.0),
         ] {
             assert_eq!(find(name, &[]), Some(value), "{name}");
         }

@@ -262,6 +262,15 @@ fn error_codes(response: &ResponseKind, mut f: impl FnMut(i16)) {
                 .for_each(|p| f(p.error_code));
         }
         ResponseKind::AlterConfigs(r) => r.responses.iter().for_each(|x| f(x.error_code)),
+        ResponseKind::AlterPartitionReassignments(r) => {
+            f(r.error_code);
+            r.responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| f(p.error_code));
+        }
+        ResponseKind::ListPartitionReassignments(r) => f(r.error_code),
+        ResponseKind::UnregisterBroker(r) => f(r.error_code),
         ResponseKind::ElectLeaders(r) => {
             f(r.error_code);
             r.replica_election_results
@@ -679,6 +688,8 @@ mod tests {
             leader,
             leader_epoch: 0,
             partition_epoch: 0,
+            adding: Vec::new(),
+            removing: Vec::new(),
         }
     }
 
@@ -742,6 +753,8 @@ mod tests {
             node_id: 1,
             metadata_offset: 9,
             cluster_id: None,
+            cluster_configs: BTreeMap::new(),
+            node_configs: BTreeMap::new(),
         };
         let mut config = NodeConfig::defaults().unwrap();
         let s = BrokerSnapshot::from_table(&table, &config, false, 12);
@@ -773,6 +786,8 @@ mod tests {
             node_id: 1,
             metadata_offset: 3,
             cluster_id: None,
+            cluster_configs: BTreeMap::new(),
+            node_configs: BTreeMap::new(),
         };
         let s = BrokerSnapshot::from_table(&single, &NodeConfig::defaults().unwrap(), false, 3);
         assert_eq!(

@@ -60,6 +60,7 @@ use skiff_replication::{
 };
 
 use crate::fetch_session::{is_session_error, FetchParams, SessionBuilder};
+use crate::replica::throttle::{self, Side};
 use crate::state::CoreState;
 
 const FETCH_VERSION: i16 = 12;
@@ -243,6 +244,11 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
                     out_of_range.push((tp, p.log_start_offset));
                     continue;
                 }
+                let bytes = p.records.as_ref().map_or(0, Bytes::len);
+                if bytes > 0 && follower_throttled(&core, &tp) {
+                    let table = core.topics();
+                    throttle::record(&table, Side::Follower, core.shard.table().shards(), bytes);
+                }
                 if let Err(e) = apply(&core, &partitions, &tp, sent, p).await {
                     tracing::warn!(partition = %tp, leader, error = %e, "applying fetched data");
                     pause(&partitions, &tp);
@@ -276,6 +282,20 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
     }
 }
 
+/// Whether this node's replica of `tp` is out of sync and named by its
+/// topic's follower throttle (`throttle.rs`).
+fn follower_throttled(core: &CoreState, tp: &TopicPartition) -> bool {
+    let table = core.topics();
+    let me = table.node_id;
+    table.get(&tp.topic).is_some_and(|info| {
+        throttle::is_throttled(info, Side::Follower, tp.partition, me)
+            && info
+                .assignment
+                .get(usize::try_from(tp.partition).unwrap_or(usize::MAX))
+                .is_some_and(|a| !a.isr.contains(&me))
+    })
+}
+
 fn leader_addr(core: &CoreState, leader: i32) -> Option<SocketAddr> {
     let table = core.topics();
     let b = table.broker(leader).filter(|b| !b.fenced)?;
@@ -297,10 +317,17 @@ async fn build_request(
     session: &mut SessionBuilder,
 ) -> Option<FetchRequest> {
     let now = Instant::now();
+    // Throttled replicas are left out while the quota is used up (leaving
+    // the session, so the leader does not answer them either).
+    let quota_used_up = {
+        let table = core.topics();
+        throttle::exceeded(&table, Side::Follower, core.shard.table().shards())
+    };
     let candidates: Vec<(TopicPartition, i32)> = partitions
         .borrow()
         .iter()
         .filter(|(_, f)| f.paused_until.is_none_or(|t| t <= now))
+        .filter(|(tp, _)| !(quota_used_up && follower_throttled(core, tp)))
         .map(|(tp, f)| (tp.clone(), f.leader_epoch()))
         .collect();
     let mut wanted: BTreeMap<TopicPartition, FetchParams> = BTreeMap::new();

@@ -27,6 +27,7 @@
 //! only from `LeaderReplica` (leader) or the leader's answers (follower).
 
 pub mod fetcher;
+pub mod throttle;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -136,6 +137,10 @@ pub struct ReplicationSnapshot {
     pub fetch_requests: u64,
     pub fetch_bytes: u64,
     pub fetch_errors: u64,
+    /// Replication bytes counted against a throttle (throttle.rs): sent as a
+    /// leader, received as a follower.
+    pub throttled_leader_bytes: u64,
+    pub throttled_follower_bytes: u64,
     pub lag: Vec<FollowerLagSample>,
 }
 
@@ -147,6 +152,8 @@ impl ReplicationSnapshot {
         self.fetch_requests += other.fetch_requests;
         self.fetch_bytes += other.fetch_bytes;
         self.fetch_errors += other.fetch_errors;
+        self.throttled_leader_bytes += other.throttled_leader_bytes;
+        self.throttled_follower_bytes += other.throttled_follower_bytes;
         self.lag.extend(other.lag);
     }
 }
@@ -156,6 +163,7 @@ pub fn snapshot(
     partitions: &dyn Fn(&TopicPartition) -> Option<Rc<Partition>>,
 ) -> ReplicationSnapshot {
     let now = now_ms();
+    let (throttled_leader_bytes, throttled_follower_bytes) = throttle::throttled_bytes();
     let mut out = COUNTERS.with(|c| ReplicationSnapshot {
         isr_shrinks: c.isr_shrinks.get(),
         isr_expands: c.isr_expands.get(),
@@ -163,6 +171,8 @@ pub fn snapshot(
         fetch_requests: c.fetch_requests.get(),
         fetch_bytes: c.fetch_bytes.get(),
         fetch_errors: c.fetch_errors.get(),
+        throttled_leader_bytes,
+        throttled_follower_bytes,
         lag: Vec::new(),
     });
     ROLES.with(|r| {
@@ -368,6 +378,14 @@ pub fn follower_fetch(
     Ok((hw, outcome.diverging))
 }
 
+/// Whether `follower` is in the committed ISR of `tp`, which this core leads.
+pub fn in_isr(tp: &TopicPartition, follower: i32) -> bool {
+    with_role(tp, |role| match role {
+        Some(Role::Leader(l)) => l.state.isr().contains(&follower),
+        _ => false,
+    })
+}
+
 /// Sends an ISR change to the controller (through core 0) and applies the
 /// answer on this core.
 fn send_alter(core: Rc<CoreState>, tp: TopicPartition, change: IsrChange) {
@@ -507,6 +525,17 @@ async fn become_leader(
             with_role(tp, |role| {
                 if let Some(Role::Leader(l)) = role {
                     l.state.set_ineligible(ineligible.to_vec());
+                    if a.replicas != l.replicas {
+                        // A reassignment added replicas (one that removes
+                        // any comes with a new leader epoch).
+                        l.state.set_replicas(a.replicas.clone(), now_ms());
+                        l.replicas = a.replicas.clone();
+                        if !l.replicated && a.replicas.len() > 1 {
+                            l.replicated = true;
+                            partition.set_replicated_high_watermark(Some(l.state.high_watermark()));
+                        }
+                        tracing::info!(partition = %tp, replicas = ?a.replicas, adding = ?a.adding, "replicas changed");
+                    }
                     if a.partition_epoch > l.state.partition_epoch() {
                         match l.state.on_isr_committed(a.isr.clone(), a.partition_epoch) {
                             Ok(Some(hw)) => publish(l, partition, hw),

@@ -6,6 +6,9 @@ use bytes::Bytes;
 use kafka_protocol::messages::alter_configs_request::{
     AlterConfigsResource as LegacyAlterConfigsResource, AlterableConfig as LegacyAlterableConfig,
 };
+use kafka_protocol::messages::alter_partition_reassignments_request::{
+    ReassignablePartition, ReassignableTopic,
+};
 use kafka_protocol::messages::create_partitions_request::{
     CreatePartitionsAssignment, CreatePartitionsTopic,
 };
@@ -28,6 +31,7 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -44,15 +48,16 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    AlterConfigsRequest, ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
-    DescribeProducersRequest, DescribeQuorumRequest, ElectLeadersRequest, FetchRequest,
-    FindCoordinatorRequest, GroupId, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
-    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, RequestKind,
-    SyncGroupRequest, TopicName, TransactionalId,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest, BrokerId,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    DescribeLogDirsRequest, DescribeProducersRequest, DescribeQuorumRequest, ElectLeadersRequest,
+    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, ProducerId, RequestKind, SyncGroupRequest, TopicName, TransactionalId,
+    UnregisterBrokerRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -246,6 +251,32 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                     OffsetDeleteRequestPartition::default().with_partition_index(0),
                     OffsetDeleteRequestPartition::default().with_partition_index(3),
                 ])])
+            .into(),
+        ApiKey::AlterPartitionReassignments => {
+            let request = AlterPartitionReassignmentsRequest::default()
+                .with_timeout_ms(60_000)
+                .with_topics(vec![ReassignableTopic::default()
+                    .with_name(topic("orders"))
+                    .with_partitions(vec![
+                        ReassignablePartition::default()
+                            .with_partition_index(0)
+                            .with_replicas(Some(vec![BrokerId(2), BrokerId(3), BrokerId(4)])),
+                        ReassignablePartition::default().with_partition_index(1),
+                    ])]);
+            if v >= 1 {
+                request.with_allow_replication_factor_change(false).into()
+            } else {
+                request.into()
+            }
+        }
+        ApiKey::UnregisterBroker => UnregisterBrokerRequest::default()
+            .with_broker_id(BrokerId(4))
+            .into(),
+        ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::default()
+            .with_timeout_ms(60_000)
+            .with_topics(Some(vec![ListPartitionReassignmentsTopics::default()
+                .with_name(topic("orders"))
+                .with_partition_indexes(vec![0, 1])]))
             .into(),
         ApiKey::ElectLeaders => {
             let request = ElectLeadersRequest::default()
