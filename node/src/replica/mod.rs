@@ -595,19 +595,28 @@ async fn become_leader(
     partition.set_replicated_high_watermark(replicated.then(|| state.high_watermark()));
     // Producer state is rebuilt from the log the first time it is needed.
     core.forget_partition(tp);
-    let old = ROLES.with(|r| {
-        r.borrow_mut().insert(
-            tp.clone(),
-            Role::Leader(Box::new(Leader {
-                state,
-                replicated,
-                waiters: AckWaiters::new(ACK_WAITERS_MAX),
-                replicas: a.replicas.clone(),
-                corrupt_reported: false,
-            })),
-        )
+    // This node leading on at a new epoch (a reassignment dropped a
+    // replica): its log is unchanged, so acks=all writes still waiting carry
+    // over and complete once the new ISR holds them, as Kafka's do. After
+    // any other role, the waiters of an older leadership were answered
+    // when it ended.
+    let carried = ROLES.with(|r| match r.borrow_mut().remove(tp) {
+        Some(Role::Leader(mut l)) => Some(std::mem::replace(
+            &mut l.waiters,
+            AckWaiters::new(ACK_WAITERS_MAX),
+        )),
+        _ => None,
     });
-    drop(old); // waiters of an older leadership: their senders drop (NOT_LEADER)
+    let hw = state.high_watermark();
+    let mut leader = Box::new(Leader {
+        state,
+        replicated,
+        waiters: carried.unwrap_or_else(|| AckWaiters::new(ACK_WAITERS_MAX)),
+        replicas: a.replicas.clone(),
+        corrupt_reported: false,
+    });
+    publish(&mut leader, partition, hw);
+    ROLES.with(|r| r.borrow_mut().insert(tp.clone(), Role::Leader(leader)));
     COUNTERS.with(|c| bump(&c.leaderships, 1));
     tracing::info!(partition = %tp, leader_epoch = a.leader_epoch, isr = ?a.isr, "leading");
     if tp.topic == OFFSETS_TOPIC {
