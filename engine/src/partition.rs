@@ -109,6 +109,16 @@ impl Partition {
         Ok(self.shared().await?.offline_reason().map(str::to_string))
     }
 
+    /// `offline_reason` without waiting for the log: `None` while a writer
+    /// holds it (a later call sees it). For periodic checks over every
+    /// partition, which must not queue behind appends one by one.
+    pub fn try_offline_reason(&self) -> Option<Option<String>> {
+        self.log
+            .try_read()
+            .ok()
+            .map(|log| log.offline_reason().map(str::to_string))
+    }
+
     async fn write(&self) -> Result<glommio::sync::RwLockWriteGuard<'_, PartitionLog>> {
         self.log.write().await.map_err(|_| LogError::RuntimeStopped)
     }

@@ -446,13 +446,15 @@ async fn offline_replicas(core: &CoreState, broker: &Broker) -> Vec<(TopicId, u3
         let found = core
             .shard
             .invoke_on(target, |shard| async move {
-                let mut found = Vec::new();
-                for (tp, p) in shard.local_partition_handles() {
-                    if matches!(p.offline_reason().await, Ok(Some(_))) {
-                        found.push(tp);
-                    }
-                }
-                found
+                // Without waiting on each log's lock: a heartbeat over
+                // thousands of busy partitions queued behind their appends
+                // one by one. A log busy now is looked at next time.
+                shard
+                    .local_partition_handles()
+                    .into_iter()
+                    .filter(|(_, p)| matches!(p.try_offline_reason(), Some(Some(_))))
+                    .map(|(tp, _)| tp)
+                    .collect::<Vec<_>>()
             })
             .await;
         match found {

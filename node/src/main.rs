@@ -141,7 +141,7 @@ enum PartitionCommand {
         /// With --plan: bound the moves' replication traffic to this many
         /// bytes/s per node (Kafka's replication throttles; --verify removes
         /// them once every move completed).
-        #[arg(long, requires = "plan")]
+        #[arg(long)]
         throttle: Option<u64>,
         #[command(flatten)]
         conn: Conn,
@@ -980,6 +980,9 @@ fn reassign_command(
     list: bool,
     throttle: Option<u64>,
 ) -> anyhow::Result<()> {
+    if throttle.is_some() && plan.is_none() {
+        bail!("--throttle goes with --plan (it bounds the moves a plan starts)");
+    }
     if let Some(path) = plan {
         return start_plan(bootstrap, &reassign::Plan::read(&path)?, throttle);
     }

@@ -242,6 +242,14 @@ def test_reassign_cli_refuses_bad_plans(cluster_factory, topic_name, tmp_path):
     assert p.returncode != 0 and b"required" in p.stderr
     p = cli(c, "node", "remove", "9", check=False)
     assert p.returncode != 0 and b"9" in p.stderr
+    p = cli(c, "node", "drain", "9", check=False)
+    assert p.returncode != 0 and b"node 9 is not in the cluster" in p.stderr, p.stderr
+    p = cli(c, "partition", "plan", "--nodes", "1", "--topic", topic_name, check=False)
+    assert p.returncode != 0 and b"3 replicas cannot be placed on 1 nodes" in p.stderr, p.stderr
+    p = cli(c, "partition", "reassign", "--verify", str(tmp_path / "missing.json"), check=False)
+    assert p.returncode != 0 and b"reading the plan" in p.stderr, p.stderr
+    p = cli(c, "partition", "reassign", "--list", "--throttle", "5", check=False)
+    assert p.returncode != 0 and b"--plan" in p.stderr, p.stderr
 
 
 def metric(node, name):
