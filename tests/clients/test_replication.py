@@ -204,8 +204,12 @@ def test_added_partitions_replicate_like_the_first(cluster_factory, topic_name):
     a = ck.admin(c.node(2).bootstrap)
     fs = a.create_partitions([NewPartitions(topic_name, 6)], operation_timeout=WAIT_S, request_timeout=WAIT_S)
     fs[topic_name].result(timeout=WAIT_S)
-    d = wait_partition(c.bootstrap, topic_name, lambda d: len(d) == 6 and all(len(x[2]) == 3 for x in d.values()),
-                       "6 partitions with an ISR of 3")
+    # Every node's metadata (a producer may ask any): librdkafka fails a
+    # write to a partition its metadata does not have yet.
+    for n in c.nodes:
+        d = wait_partition(n.bootstrap, topic_name,
+                           lambda d: len(d) == 6 and all(len(x[2]) == 3 for x in d.values()),
+                           f"6 partitions with an ISR of 3 on node {n.node_id}")
     for part in range(3, 6):
         leader, replicas, isr = d[part]
         assert sorted(replicas) == [1, 2, 3] and sorted(isr) == [1, 2, 3] and leader == replicas[0], d
@@ -213,9 +217,11 @@ def test_added_partitions_replicate_like_the_first(cluster_factory, topic_name):
     assert sorted(x[0] for x in d.values()) == [1, 1, 2, 2, 3, 3], d
 
     p = ck.producer(c.bootstrap, {"acks": "all", "enable.idempotence": True})
+    dr = ck.Deliveries()
     for i in range(60):
-        ck.produce_bounded(p, topic=topic_name, partition=3 + i % 3, value=f"v-{i}".encode())
+        ck.produce_bounded(p, topic=topic_name, partition=3 + i % 3, value=f"v-{i}".encode(), on_delivery=dr)
     ck.flush(p)
+    assert not dr.errors, dr.errors[:5]
     got = ck.consume_all(c.bootstrap, topic_name, 6, 60)
     assert [len(got[part]) for part in range(6)] == [0, 0, 0, 20, 20, 20]
     # Every replica of a new partition holds all 20 (the high watermark moved
