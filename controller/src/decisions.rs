@@ -289,7 +289,14 @@ fn rebalance_partition(
             .unwrap_or(NO_LEADER)
     };
     if leader == NO_LEADER && unclean {
-        if let Some(r) = p.replicas.iter().copied().find(|r| eligible(*r)) {
+        // A replica a reassignment is still adding may hold nothing yet:
+        // the replicas that were there before go first.
+        let by_age = p
+            .replicas
+            .iter()
+            .filter(|r| !p.adding.contains(r))
+            .chain(p.adding.iter());
+        if let Some(r) = by_age.copied().find(|r| eligible(*r)) {
             leader = r;
             isr = vec![r];
         }

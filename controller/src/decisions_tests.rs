@@ -1062,6 +1062,37 @@ fn a_node_is_unregistered_only_when_stopped_and_holding_no_replica() {
     assert!(holding.to_string().contains("t-0"), "{holding}");
 }
 
+#[test]
+fn an_unclean_election_prefers_a_replica_that_was_there_before_the_move() {
+    let mut h = Harness::cluster(4, None);
+    h.create("t", 1, 1, 2).unwrap();
+    let before = h.part(1, 0);
+    let spare = (1..=4).find(|n| !before.replicas.contains(n)).unwrap();
+    // Node `spare` is being added in front of the old replicas.
+    let mut target = vec![spare];
+    target.extend(before.replicas.iter().copied());
+    reassign(&mut h, 0, Some(target)).unwrap();
+    assert_eq!(h.part(1, 0).adding, vec![spare]);
+    // Every in-sync replica is fenced: the partition goes offline.
+    for r in before.replicas.clone() {
+        let records = fence_node(&h.state, r, &CFG);
+        h.commit(&records);
+    }
+    assert_eq!(h.part(1, 0).leader, NO_LEADER);
+    // The old replica outside the ISR (fenced first) comes back unfenced,
+    // beside the new one: only an unclean election can pick a leader.
+    let old = before.replicas[0];
+    assert!(!h.part(1, 0).isr.contains(&old));
+    h.heartbeat(old, 0, false).unwrap();
+    let records = elect_leaders(&h.state, ElectionType::Unclean, None);
+    h.commit(&records);
+    let after = h.part(1, 0);
+    assert_eq!(
+        after.leader, old,
+        "the replica being added holds nothing yet: {after:?}"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
