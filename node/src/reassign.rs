@@ -41,6 +41,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::admin_client::AdminClient;
 
+/// A Kafka error with the server's message, if it sent one.
+fn refusal(e: ResponseError, message: Option<&str>) -> String {
+    match message {
+        Some(m) => format!("{e}: {m}"),
+        None => e.to_string(),
+    }
+}
+
 /// Kafka's reassignment plan file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
@@ -410,14 +418,7 @@ fn alter(
         );
     let response: AlterPartitionReassignmentsResponse = client.call(&request, 0)?;
     if let Some(e) = ResponseError::try_from_code(response.error_code) {
-        bail!(
-            "{e}{}",
-            response
-                .error_message
-                .as_deref()
-                .map(|m| format!(": {m}"))
-                .unwrap_or_default()
-        );
+        bail!("{}", refusal(e, response.error_message.as_deref()));
     }
     Ok(response
         .responses
@@ -426,15 +427,8 @@ fn alter(
             t.partitions.iter().map(|p| Outcome {
                 topic: t.name.0.to_string(),
                 partition: p.partition_index,
-                error: ResponseError::try_from_code(p.error_code).map(|e| {
-                    format!(
-                        "{e}{}",
-                        p.error_message
-                            .as_deref()
-                            .map(|m| format!(": {m}"))
-                            .unwrap_or_default()
-                    )
-                }),
+                error: ResponseError::try_from_code(p.error_code)
+                    .map(|e| refusal(e, p.error_message.as_deref())),
             })
         })
         .collect())
@@ -472,11 +466,8 @@ fn alter_configs(
     for r in response.responses {
         if let Some(e) = ResponseError::try_from_code(r.error_code) {
             bail!(
-                "altering configs of {name:?}: {e}{}",
-                r.error_message
-                    .as_deref()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
+                "altering configs of {name:?}: {}",
+                refusal(e, r.error_message.as_deref())
             );
         }
     }
@@ -731,14 +722,7 @@ pub fn unregister(bootstrap: &str, node: i32) -> anyhow::Result<()> {
     let request = UnregisterBrokerRequest::default().with_broker_id(BrokerId(node));
     let response: UnregisterBrokerResponse = client.call(&request, 0)?;
     if let Some(e) = ResponseError::try_from_code(response.error_code) {
-        bail!(
-            "{e}{}",
-            response
-                .error_message
-                .as_deref()
-                .map(|m| format!(": {m}"))
-                .unwrap_or_default()
-        );
+        bail!("{}", refusal(e, response.error_message.as_deref()));
     }
     Ok(())
 }

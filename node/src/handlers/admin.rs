@@ -245,6 +245,16 @@ fn effective_topic_configs(
         .collect()
 }
 
+/// What an alter request may change: a topic (`None`) or a node's dynamic
+/// configs (`Some`: see `broker_resource`).
+fn alterable(resource_type: i8, name: &str) -> Result<Option<Option<i32>>, String> {
+    match resource_type {
+        RESOURCE_TOPIC => Ok(None),
+        RESOURCE_BROKER => broker_resource(name).map(Some),
+        _ => Err("only topic and broker configs can be altered".to_string()),
+    }
+}
+
 /// A broker resource's name: "" is the cluster-wide default, else a node id.
 fn broker_resource(name: &str) -> Result<Option<i32>, String> {
     if name.is_empty() {
@@ -377,24 +387,13 @@ pub async fn incremental_alter_configs(
         let response = AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
-        let node = match (r.resource_type, broker_resource(r.resource_name.as_str())) {
-            (RESOURCE_TOPIC, _) => None,
-            (RESOURCE_BROKER, Ok(node)) => Some(node),
-            (RESOURCE_BROKER, Err(message)) => {
+        let node = match alterable(r.resource_type, r.resource_name.as_str()) {
+            Ok(node) => node,
+            Err(message) => {
                 responses.push(
                     response
                         .with_error_code(ResponseError::InvalidRequest.code())
                         .with_error_message(Some(str_bytes(message))),
-                );
-                continue;
-            }
-            _ => {
-                responses.push(
-                    response
-                        .with_error_code(ResponseError::InvalidRequest.code())
-                        .with_error_message(Some(str_bytes(
-                            "only topic and broker configs can be altered",
-                        ))),
                 );
                 continue;
             }
@@ -456,24 +455,13 @@ pub async fn alter_configs(core: &CoreState, request: AlterConfigsRequest) -> Al
         let response = LegacyAlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
-        let node = match (r.resource_type, broker_resource(r.resource_name.as_str())) {
-            (RESOURCE_TOPIC, _) => None,
-            (RESOURCE_BROKER, Ok(node)) => Some(node),
-            (RESOURCE_BROKER, Err(message)) => {
+        let node = match alterable(r.resource_type, r.resource_name.as_str()) {
+            Ok(node) => node,
+            Err(message) => {
                 responses.push(
                     response
                         .with_error_code(ResponseError::InvalidRequest.code())
                         .with_error_message(Some(str_bytes(message))),
-                );
-                continue;
-            }
-            _ => {
-                responses.push(
-                    response
-                        .with_error_code(ResponseError::InvalidRequest.code())
-                        .with_error_message(Some(str_bytes(
-                            "only topic and broker configs can be altered",
-                        ))),
                 );
                 continue;
             }

@@ -129,6 +129,11 @@ pub fn exceeded(table: &TopicTable, side: Side, cores: usize) -> bool {
     let Some(rate) = core_rate(table, side, cores) else {
         return false;
     };
+    with_budget(side, rate, |budget| budget.tokens <= 0.0)
+}
+
+/// `f` on this core's budget for `side`, refilled to now at `rate`.
+fn with_budget<T>(side: Side, rate: u64, f: impl FnOnce(&mut Budget) -> T) -> T {
     let now = Instant::now();
     BUDGETS.with(|b| {
         let mut b = b.borrow_mut();
@@ -138,7 +143,7 @@ pub fn exceeded(table: &TopicTable, side: Side, cores: usize) -> bool {
             at: now,
         });
         budget.refill(rate, now);
-        budget.tokens <= 0.0
+        f(budget)
     })
 }
 
@@ -147,17 +152,7 @@ pub fn record(table: &TopicTable, side: Side, cores: usize, bytes: usize) {
     let Some(rate) = core_rate(table, side, cores) else {
         return;
     };
-    let now = Instant::now();
-    BUDGETS.with(|b| {
-        let mut b = b.borrow_mut();
-        let budget = b[slot(side)].get_or_insert(Budget {
-            rate,
-            tokens: rate as f64,
-            at: now,
-        });
-        budget.refill(rate, now);
-        budget.tokens -= bytes as f64;
-    });
+    with_budget(side, rate, |budget| budget.tokens -= bytes as f64);
     COUNTERS.with(|c| {
         let mut c = c.borrow_mut();
         c[slot(side)] += bytes as u64;
