@@ -47,6 +47,14 @@ pub struct Args {
     pub inflight: usize,
     #[arg(long, value_enum, default_value_t = DurabilityArg::Flush)]
     pub durability: DurabilityArg,
+    /// Chunk writes the engine keeps in flight per partition
+    /// (`LogConfig::max_inflight_writes`; default: the engine's).
+    #[arg(long)]
+    pub write_depth: Option<usize>,
+    /// Largest append chunk in KiB (`LogConfig::append_chunk_bytes`; default:
+    /// the engine's).
+    #[arg(long)]
+    pub chunk_kib: Option<usize>,
     /// Skip the raw disk baseline.
     #[arg(long)]
     pub no_baseline: bool,
@@ -87,6 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "read_vs_raw_read": raw.map(|r| read / r.read_mb_s),
                 "cores": args.cores, "partitions": partitions, "batch_bytes": figures.batch_bytes,
                 "durability": format!("{:?}", args.durability).to_lowercase(), "inflight": args.inflight,
+                "write_depth": args.write_depth, "chunk_kib": args.chunk_kib,
             })
         );
         return Ok(());
@@ -144,6 +153,13 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
             DurabilityArg::Interval => Durability::Interval(Duration::from_millis(100)),
         },
         max_batch_bytes: batch.len().max(LogConfig::default().max_batch_bytes),
+        max_inflight_writes: args
+            .write_depth
+            .unwrap_or(LogConfig::default().max_inflight_writes)
+            .max(1),
+        append_chunk_bytes: args
+            .chunk_kib
+            .map_or(LogConfig::default().append_chunk_bytes, |k| k.max(4) << 10),
         ..LogConfig::default()
     };
     let runtime = Runtime::start(config.clone())?;

@@ -249,6 +249,8 @@ fn run_steps(
         size_mib: plan.engine_mib_per_partition,
         inflight: 4,
         durability: engine::DurabilityArg::Flush,
+        write_depth: None,
+        chunk_kib: None,
         no_baseline: true,
         keep: false,
         json: false,
@@ -401,6 +403,11 @@ fn run_steps(
     }
 
     node.stop()?;
+    // Its data goes before the cluster starts: the cluster's steps are
+    // sized to the free space.
+    if let Err(e) = std::fs::remove_dir_all(&data_dir) {
+        tracing::warn!(dir = %data_dir.display(), error = %e, "removing the single node's data");
+    }
 
     // Replicated: the same acks=all produce against three nodes, RF=3. The
     // single node is stopped first so the cluster has the machine to itself.

@@ -23,10 +23,11 @@ use std::time::{Duration, Instant};
 use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 
+use crate::access::{AclFilterRecord, ScramAlteration};
 use crate::decisions::{
     AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Reassignment, Registration,
 };
-use crate::records::NodeId;
+use crate::records::{AclRecord, NodeId};
 use crate::rpc::{self, Request, Response, RpcError, RpcMessage};
 use crate::state::PartitionState;
 
@@ -120,9 +121,23 @@ impl ControllerClient {
         &self,
         h: Heartbeat,
     ) -> Result<(HeartbeatReply, u64), ClientError> {
-        match self.call(Request::Heartbeat(h), Duration::ZERO).await? {
-            Response::Heartbeat { reply, offset } => Ok((reply, offset)),
-            other => Err(unexpected(other)),
+        let (reply, offset, _) = self.heartbeat_timed(h).await?;
+        Ok((reply, offset))
+    }
+
+    /// `heartbeat_with_offset`, plus when the answered attempt was sent
+    /// (retries on other voters start later than the call): a broker's lease
+    /// counts from there.
+    pub async fn heartbeat_timed(
+        &self,
+        h: Heartbeat,
+    ) -> Result<(HeartbeatReply, u64, Instant), ClientError> {
+        match self
+            .call_timed(Request::Heartbeat(h), Duration::ZERO)
+            .await?
+        {
+            (Response::Heartbeat { reply, offset }, sent) => Ok((reply, offset, sent)),
+            (other, _) => Err(unexpected(other)),
         }
     }
 
@@ -271,10 +286,49 @@ impl ControllerClient {
         &self,
         entries: Vec<Reassignment>,
     ) -> Result<(u64, Vec<Option<(i16, String)>>), ClientError> {
+        self.per_entry(Request::AlterReassignments { entries })
+            .await
+    }
+
+    /// AlterUserScramCredentials: per user (in the order first named), `None`
+    /// if every alteration of theirs was applied, else the refusal; and the
+    /// offset they committed at.
+    pub async fn alter_scram_credentials(
+        &self,
+        alterations: Vec<ScramAlteration>,
+    ) -> Result<(u64, Vec<Option<(i16, String)>>), ClientError> {
+        self.per_entry(Request::AlterScramCredentials { alterations })
+            .await
+    }
+
+    /// CreateAcls: per binding, `None` if it exists now, else the refusal.
+    pub async fn create_acls(
+        &self,
+        bindings: Vec<AclRecord>,
+    ) -> Result<(u64, Vec<Option<(i16, String)>>), ClientError> {
+        self.per_entry(Request::CreateAcls { bindings }).await
+    }
+
+    /// DeleteAcls: per filter, the bindings it removed or its refusal.
+    #[allow(clippy::type_complexity)]
+    pub async fn delete_acls(
+        &self,
+        filters: Vec<AclFilterRecord>,
+    ) -> Result<(u64, Vec<Result<Vec<AclRecord>, (i16, String)>>), ClientError> {
         match self
-            .call(Request::AlterReassignments { entries }, Duration::ZERO)
+            .call(Request::DeleteAcls { filters }, Duration::ZERO)
             .await?
         {
+            Response::DeletedAcls { offset, results } => Ok((offset, results)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn per_entry(
+        &self,
+        request: Request,
+    ) -> Result<(u64, Vec<Option<(i16, String)>>), ClientError> {
+        match self.call(request, Duration::ZERO).await? {
             Response::PerEntry { offset, refusals } => Ok((offset, refusals)),
             other => Err(unexpected(other)),
         }
@@ -324,6 +378,16 @@ impl ControllerClient {
     /// Sends `request` to the active controller, following redirects and
     /// retrying until the deadline.
     async fn call(&self, request: Request, extra_wait: Duration) -> Result<Response, ClientError> {
+        Ok(self.call_timed(request, extra_wait).await?.0)
+    }
+
+    /// `call`, plus when the attempt that got the answer was sent: the
+    /// controller saw the request no earlier (a lease counts from there).
+    async fn call_timed(
+        &self,
+        request: Request,
+        extra_wait: Duration,
+    ) -> Result<(Response, Instant), ClientError> {
         let _permit = self.permit().await?;
         let deadline = Instant::now() + self.request_timeout + extra_wait;
         let mut addr = self.current_addr();
@@ -339,6 +403,7 @@ impl ControllerClient {
             let budget = self
                 .attempt_timeout
                 .map_or(budget, |a| budget.min(a + extra_wait));
+            let sent = Instant::now();
             let attempt = match self.round_trip(addr, &request, budget).await {
                 Ok(Response::NotController { leader }) => match leader
                     .and_then(|(id, hint)| self.leader_addr(id, &hint))
@@ -354,7 +419,7 @@ impl ControllerClient {
                 Err(e) => Attempt::Retry(format!("{addr}: {e}")),
             };
             match attempt {
-                Attempt::Answer(response) => return Ok(response),
+                Attempt::Answer(response) => return Ok((response, sent)),
                 Attempt::Redirect(next) => {
                     tracing::debug!(from = %addr, to = %next, "following the active controller");
                     if let Some(i) = self.quorum.iter().position(|(_, a)| *a == next) {
@@ -464,6 +529,46 @@ pub fn status_blocking(
     addr: SocketAddr,
     timeout: Duration,
 ) -> Result<ControllerStatus, ClientError> {
+    match call_blocking(addr, Request::Status, timeout)? {
+        Response::Status(status) => Ok(status),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// AlterUserScramCredentials over std::net (the CLI's way to create the first
+/// users, before any Kafka listener lets it in): asks each of `controllers`
+/// until the active one answers. Per user, `None` or the refusal.
+pub fn alter_scram_credentials_blocking(
+    controllers: &[SocketAddr],
+    alterations: Vec<ScramAlteration>,
+    timeout: Duration,
+) -> Result<Vec<Option<(i16, String)>>, ClientError> {
+    let mut last = ClientError::Unavailable("no controller address given".into());
+    for addr in controllers {
+        let request = Request::AlterScramCredentials {
+            alterations: alterations.clone(),
+        };
+        match call_blocking(*addr, request, timeout) {
+            Ok(Response::PerEntry { refusals, .. }) => return Ok(refusals),
+            Ok(Response::Refused { code, message }) => {
+                return Err(ClientError::Refused { code, message })
+            }
+            Ok(Response::NotController { .. }) => {
+                last = ClientError::Unavailable(format!("{addr} is not the active controller"));
+            }
+            Ok(other) => return Err(unexpected(other)),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// One request and its response over std::net.
+fn call_blocking(
+    addr: SocketAddr,
+    request: Request,
+    timeout: Duration,
+) -> Result<Response, ClientError> {
     let timeout = timeout.max(Duration::from_millis(1));
     let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
@@ -473,15 +578,14 @@ pub fn status_blocking(
         &mut stream,
         &RpcMessage::Request {
             correlation_id: 1,
-            request: Request::Status,
+            request,
         },
     )?;
     match rpc::read_frame_blocking(&mut stream)? {
         RpcMessage::Response {
             correlation_id: 1,
-            response: Response::Status(status),
-        } => Ok(status),
-        RpcMessage::Response { response, .. } => Err(unexpected(response)),
+            response,
+        } => Ok(response),
         other => Err(ClientError::Protocol(RpcError::Unexpected(format!(
             "{other:?}"
         )))),

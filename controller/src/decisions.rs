@@ -120,6 +120,14 @@ pub enum ControllerError {
     InvalidRequest(String),
     #[error("no reassignment is in progress")]
     NoReassignmentInProgress,
+    #[error("unknown SCRAM mechanism type {0}")]
+    UnsupportedSaslMechanism(i8),
+    #[error("{0}")]
+    UnacceptableCredential(String),
+    #[error("{0}")]
+    ResourceNotFound(String),
+    #[error("{0}")]
+    DuplicateResource(String),
 }
 
 impl ControllerError {
@@ -141,6 +149,10 @@ impl ControllerError {
             ControllerError::BrokerIdNotRegistered(_) => 102,
             ControllerError::IneligibleReplica(_) => 107,
             ControllerError::NoReassignmentInProgress => 85,
+            ControllerError::UnsupportedSaslMechanism(_) => 33,
+            ControllerError::ResourceNotFound(_) => 91,
+            ControllerError::DuplicateResource(_) => 92,
+            ControllerError::UnacceptableCredential(_) => 93,
         }
     }
 }

@@ -133,6 +133,8 @@ impl From<StateImageV1> for StateImage {
             broker_epoch_max: image.broker_epoch_max,
             offset_last: image.offset_last,
             cluster_id: image.cluster_id,
+            scram_credentials: Vec::new(),
+            acls: Vec::new(),
         }
     }
 }

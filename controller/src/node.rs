@@ -8,26 +8,41 @@
 //! every tick interval:   node.tick()
 //! message from a peer:   node.step(msg)
 //! active controller:     node.propose(&records)      (NotLeader elsewhere)
-//! after any of these:    let out = node.poll()?;
+//! after any of these:    let out = node.poll_async()?;
 //!                        send out.messages; hand out.committed to whoever waits
+//!                        if let Some(t) = node.begin_sync()? { run t.sync()
+//!                        anywhere; then node.end_sync(t, result)? (same use) }
 //! a snapshot message:    node.report_snapshot(to, delivered) once the
 //!                        transport knows (raft-rs waits for it)
 //! ```
 //!
-//! `poll` handles raft-rs's `Ready` in the order that keeps Raft safe here:
-//! a received snapshot is installed, new entries and the hard state are written
-//! and fdatasynced, and only then are messages released (votes, append
-//! acknowledgements and the leader's own appends alike) and committed batches
-//! applied, in log order. Every `snapshot_interval_entries` applied entries the
-//! state machine is snapshotted and the log truncated behind it.
+//! `poll_async` handles raft-rs's `Ready`s in the order that keeps Raft safe
+//! without waiting for the disk (raft-rs's asynchronous persistence):
+//! - a received snapshot is installed and synced at once (rare);
+//! - new entries and the hard state are written into the log's page cache;
+//! - the leader's messages go out at once (Raft thesis 10.2.1: its own entry
+//!   counts towards the quorum only once persisted);
+//! - every other message (votes, a follower's acknowledgements) is held until
+//!   an fdatasync covers the ready it came with, except heartbeat answers,
+//!   which promise nothing;
+//! - committed batches are applied in log order (raft-rs hands over only
+//!   what this member has persisted).
 //!
-//! Architecture invariant: nothing leaves `poll` before the storage has synced
-//! what it depends on; a storage error stops the node (its durable state is then
-//! unknown), it is never retried or logged and ignored.
+//! `begin_sync` returns the fdatasync to run (one at a time), on any thread;
+//! `end_sync` takes its result, tells raft-rs what is durable and releases what
+//! waited. The controller service runs the fdatasync on glommio's blocking
+//! pool, so a slow disk delays commits, not ticks, heartbeats or elections.
+//! `poll` does all of it inline (tests, tools). Every
+//! `snapshot_interval_entries` applied entries the state machine is
+//! snapshotted and the log rewritten behind it (synchronously: rare).
+//!
+//! Architecture invariant: nothing that depends on a write leaves before an
+//! fdatasync covered it; a storage error stops the node (its durable state is
+//! then unknown), it is never retried or logged and ignored.
 
 use std::path::Path;
 
-use raft::prelude::{EntryType, Message};
+use raft::prelude::{EntryType, Message, MessageType};
 use raft::{RawNode, SnapshotStatus, StateRole};
 
 use crate::records::{self, MetadataRecord, RecordError};
@@ -112,6 +127,33 @@ pub struct Output {
     pub snapshot_installed: Option<u64>,
 }
 
+impl Output {
+    /// Appends `later`'s messages and commits after this one's.
+    pub fn extend(&mut self, later: Output) {
+        self.messages.extend(later.messages);
+        self.committed.extend(later.committed);
+        if later.snapshot_installed.is_some() {
+            self.snapshot_installed = later.snapshot_installed;
+        }
+    }
+}
+
+/// An fdatasync `begin_sync` asks for: run `sync` on any thread, then give
+/// the ticket and the result to `end_sync`.
+#[derive(Debug)]
+pub struct SyncTicket {
+    /// The newest Raft ready whose writes this sync covers.
+    number: u64,
+    storage: crate::storage::SyncTicket,
+}
+
+impl SyncTicket {
+    /// The fdatasync (blocking).
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.storage.sync()
+    }
+}
+
 pub struct QuorumNode {
     raw: RawNode<MetadataLog>,
     state: ClusterState,
@@ -119,6 +161,12 @@ pub struct QuorumNode {
     applied: u64,
     snapshot_interval_entries: u64,
     snapshot_interval_bytes: u64,
+    /// The newest ready whose writes no sync has covered yet.
+    unsynced: Option<u64>,
+    /// The ready a sync in flight covers (one at a time).
+    syncing: Option<u64>,
+    /// Messages raft-rs releases only once their ready is durable, by ready.
+    held: std::collections::VecDeque<(u64, Vec<Message>)>,
 }
 
 impl QuorumNode {
@@ -175,6 +223,9 @@ impl QuorumNode {
             applied,
             snapshot_interval_entries: config.snapshot_interval_entries,
             snapshot_interval_bytes: config.snapshot_interval_bytes,
+            unsynced: None,
+            syncing: None,
+            held: std::collections::VecDeque::new(),
         })
     }
 
@@ -291,37 +342,157 @@ impl QuorumNode {
         self.raw.store()
     }
 
-    /// Handles everything raft-rs has ready (see the module docs for the order).
+    /// Handles everything raft-rs has ready and makes it durable on this
+    /// thread: `poll_async`, then `begin_sync` / fdatasync / `end_sync` until
+    /// nothing waits. (Tests and tools; the controller service runs the
+    /// fdatasync on another thread instead.)
     pub fn poll(&mut self) -> Result<Output, NodeError> {
-        let mut out = Output::default();
-        while self.raw.has_ready() {
-            self.handle_ready(&mut out)?;
+        let mut out = self.poll_async()?;
+        while let Some(ticket) = self.begin_sync()? {
+            let result = ticket.sync();
+            out.extend(self.end_sync(ticket, result)?);
         }
         Ok(out)
+    }
+
+    /// Handles everything raft-rs has ready without waiting for the disk
+    /// (see the module docs): what may go out at once is in the output; what
+    /// depends on the new writes waits for the sync `begin_sync` starts.
+    pub fn poll_async(&mut self) -> Result<Output, NodeError> {
+        let mut out = Output::default();
+        loop {
+            while self.raw.has_ready() {
+                self.handle_ready(&mut out)?;
+            }
+            self.maybe_snapshot()?;
+            // Readies that wrote nothing new are durable once every earlier
+            // write is: with no sync in flight and nothing buffered, now.
+            if self.syncing.is_some() || self.raw.store().has_pending() {
+                break;
+            }
+            let Some(number) = self.unsynced.take() else {
+                break;
+            };
+            self.persisted(number, &mut out);
+        }
+        Ok(out)
+    }
+
+    /// Writes what the readies handled so far buffered and returns the
+    /// fdatasync that makes it durable, unless one is already in flight
+    /// (one at a time, in order) or nothing waits for one. Hand the result to
+    /// `end_sync`.
+    pub fn begin_sync(&mut self) -> Result<Option<SyncTicket>, NodeError> {
+        if self.syncing.is_some() {
+            return Ok(None);
+        }
+        let Some(number) = self.unsynced else {
+            return Ok(None);
+        };
+        let Some(ticket) = self.raw.mut_store().write_pending()? else {
+            return Ok(None);
+        };
+        self.unsynced = None;
+        self.syncing = Some(number);
+        Ok(Some(SyncTicket {
+            number,
+            storage: ticket,
+        }))
+    }
+
+    /// The fdatasync of `ticket` returned `result`: on success raft-rs learns
+    /// what is durable and the messages that waited for it are released; an
+    /// error stops the node (its durable state is unknown).
+    pub fn end_sync(
+        &mut self,
+        ticket: SyncTicket,
+        result: std::io::Result<()>,
+    ) -> Result<Output, NodeError> {
+        self.syncing = None;
+        self.raw.mut_store().synced(&ticket.storage, result)?;
+        let mut out = Output::default();
+        self.persisted(ticket.number, &mut out);
+        out.extend(self.poll_async()?);
+        Ok(out)
+    }
+
+    /// Readies up to `number` are durable.
+    fn persisted(&mut self, number: u64, out: &mut Output) {
+        self.raw.on_persist_ready(number);
+        while self.held.front().is_some_and(|(n, _)| *n <= number) {
+            if let Some((_, messages)) = self.held.pop_front() {
+                out.messages.extend(messages);
+            }
+        }
     }
 
     fn handle_ready(&mut self, out: &mut Output) -> Result<(), NodeError> {
         let mut ready = self.raw.ready();
         if !ready.snapshot().is_empty() {
-            let snapshot = ready.snapshot().clone();
-            let index = snapshot.get_metadata().index;
-            let state = ClusterState::from_snapshot(snapshot.get_data())?;
-            self.raw.mut_store().apply_snapshot(snapshot)?;
-            self.state = state;
-            self.applied = index;
-            out.snapshot_installed = Some(index);
-            tracing::info!(
-                id = self.id(),
-                index,
-                "installed a metadata snapshot from the leader"
-            );
+            return self.handle_snapshot_ready(ready, out);
         }
+        // The leader's appends go out before its own write is durable
+        // (Raft thesis 10.2.1): its entry counts towards the quorum only
+        // once `end_sync` reports it persisted.
+        out.messages.extend(ready.take_messages());
+        // raft-rs hands over committed entries only up to what this node
+        // has persisted.
+        self.apply(ready.take_committed_entries(), out)?;
+        let store = self.raw.mut_store();
+        store.append(ready.entries())?;
+        if let Some(hs) = ready.hs() {
+            store.set_hard_state(hs.clone());
+        }
+        let number = ready.number();
+        // Votes and a follower's acknowledgements wait for the sync. A
+        // heartbeat's answer promises nothing about the log or a vote, and
+        // holding it would let a slow disk look like a lost follower to the
+        // leader's check-quorum: it goes at once.
+        let (now, held): (Vec<Message>, Vec<Message>) = ready
+            .take_persisted_messages()
+            .into_iter()
+            .partition(|m| m.get_msg_type() == MessageType::MsgHeartbeatResponse);
+        out.messages.extend(now);
+        if !held.is_empty() {
+            self.held.push_back((number, held));
+        }
+        self.unsynced = Some(number);
+        self.raw.advance_append_async(ready);
+        self.raw.advance_apply();
+        Ok(())
+    }
+
+    /// A snapshot from the leader (rare) is installed synchronously: the log
+    /// is rewritten around it, durable, with everything written before.
+    fn handle_snapshot_ready(
+        &mut self,
+        mut ready: raft::Ready,
+        out: &mut Output,
+    ) -> Result<(), NodeError> {
+        let snapshot = ready.snapshot().clone();
+        let index = snapshot.get_metadata().index;
+        let state = ClusterState::from_snapshot(snapshot.get_data())?;
+        self.raw.mut_store().apply_snapshot(snapshot)?;
+        self.state = state;
+        self.applied = index;
+        out.snapshot_installed = Some(index);
+        tracing::info!(
+            id = self.id(),
+            index,
+            "installed a metadata snapshot from the leader"
+        );
         let store = self.raw.mut_store();
         store.append(ready.entries())?;
         if let Some(hs) = ready.hs() {
             store.set_hard_state(hs.clone());
         }
         store.sync()?;
+        // Everything written before is durable now too (the rewrite holds it,
+        // and `advance` below tells raft-rs so).
+        self.unsynced = None;
+        for (_, messages) in self.held.drain(..) {
+            out.messages.extend(messages);
+        }
         out.messages.extend(ready.take_messages());
         out.messages.extend(ready.take_persisted_messages());
         self.apply(ready.take_committed_entries(), out)?;
@@ -334,7 +505,7 @@ impl QuorumNode {
         out.messages.extend(light.take_messages());
         self.apply(light.take_committed_entries(), out)?;
         self.raw.advance_apply();
-        self.maybe_snapshot()
+        Ok(())
     }
 
     fn apply(
@@ -370,6 +541,10 @@ impl QuorumNode {
     }
 
     fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
+        // The rewrite holds every entry and the hard state, synced: writes
+        // not yet covered become durable early (raft-rs hears of it with the
+        // next `end_sync`, or at once when nothing is left to write), and a
+        // sync of the old file still in flight only covers less.
         let store = self.raw.store();
         let snap_index = store.latest_snapshot().get_metadata().index;
         let entries_due = self.applied >= snap_index + self.snapshot_interval_entries;

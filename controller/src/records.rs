@@ -14,7 +14,8 @@
 //!
 //! An unknown version byte is an error (a newer writer's format is not guessed
 //! at). Format 1 (before reassignments: no replica sets in partition changes or
-//! the state) is still read, through `format_v1`, and converted. The CRC comes first because an rkyv archive keeps its root at the end: a
+//! the state) and format 2 (before SCRAM credentials and ACLs) are still read, through
+//! `format_v1` and `format_v2`, and converted. The CRC comes first because an rkyv archive keeps its root at the end: a
 //! truncated archive can be a valid smaller archive, which only the checksum
 //! catches. The archive is then validated with bytecheck, so hostile bytes with a
 //! matching CRC still give an error, never undefined behaviour.
@@ -29,9 +30,11 @@ pub const NO_LEADER: NodeId = -1;
 
 /// The format version written in front of every encoded batch and snapshot.
 /// 2: `PartitionChange::replicas` and the partition state's adding/removing
-/// replicas (reassignments), `UnregisterNode`. Format 1 is read too
-/// (`format_v1`).
-pub const FORMAT_VERSION: u8 = 2;
+/// replicas (reassignments), `UnregisterNode`.
+/// 3: SCRAM credentials and ACLs (`UserScramCredential`, `Acl` and their
+/// removals) and the state's sets of them.
+/// Formats 1 and 2 are read too (`format_v1`, `format_v2`).
+pub const FORMAT_VERSION: u8 = 3;
 
 /// A batch larger than this is refused before decoding (a metadata batch is a
 /// handful of records; the biggest is a topic creation with its partitions).
@@ -188,6 +191,55 @@ pub enum MetadataRecord {
     Config(Config),
     ClusterId(ClusterIdentity),
     UnregisterNode(UnregisterNode),
+    UserScramCredential(UserScramCredential),
+    RemoveUserScramCredential(RemoveUserScramCredential),
+    Acl(AclRecord),
+    RemoveAcl(AclRecord),
+}
+
+/// A user's SCRAM credential for one mechanism (AlterUserScramCredentials'
+/// upsertion): what a server keeps instead of the password. Replaces the
+/// user's credential for that mechanism.
+#[derive(Archive, Serialize, Deserialize, Clone, PartialEq, Eq)]
+pub struct UserScramCredential {
+    pub name: String,
+    /// Kafka's mechanism type: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512.
+    pub mechanism: i8,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: u32,
+}
+
+impl std::fmt::Debug for UserScramCredential {
+    /// Keys stay out of log lines.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserScramCredential")
+            .field("name", &self.name)
+            .field("mechanism", &self.mechanism)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RemoveUserScramCredential {
+    pub name: String,
+    pub mechanism: i8,
+}
+
+/// One ACL binding, with Kafka's wire codes (`skiff_security::acl` gives them
+/// meaning): a resource pattern and an access control entry. Bindings are a
+/// set: adding one that exists, or removing one that does not, changes nothing.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AclRecord {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission: i8,
 }
 
 /// A node left the cluster for good (UnregisterBroker): its registration goes.
@@ -220,7 +272,7 @@ pub fn encode_batch(records: &[MetadataRecord]) -> Vec<u8> {
 
 /// Decodes what `encode_batch` wrote.
 pub fn decode_batch(bytes: &[u8]) -> Result<Vec<MetadataRecord>, RecordError> {
-    decode_versioned::<Vec<MetadataRecord>, crate::format_v1::Batch>(bytes)
+    decode_versioned::<Vec<MetadataRecord>, crate::format_v1::Batch, crate::format_v2::Batch>(bytes)
 }
 
 /// Version byte + rkyv archive of any archivable value (batches, state snapshots).
@@ -248,8 +300,8 @@ where
 }
 
 /// Decodes what `encode_versioned` wrote: a `T` in the current format, or a
-/// `V1` in format 1 converted into a `T`.
-pub(crate) fn decode_versioned<T, V1>(bytes: &[u8]) -> Result<T, RecordError>
+/// `V1` (`V2`) in format 1 (2) converted into a `T`.
+pub(crate) fn decode_versioned<T, V1, V2>(bytes: &[u8]) -> Result<T, RecordError>
 where
     T: Archive,
     T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
@@ -257,9 +309,12 @@ where
     V1: Archive + Into<T>,
     V1::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
         + Deserialize<V1, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
+    V2: Archive + Into<T>,
+    V2::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
+        + Deserialize<V2, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
 {
     let (&version, rest) = bytes.split_first().ok_or(RecordError::Empty)?;
-    if version != FORMAT_VERSION && version != 1 {
+    if !(1..=FORMAT_VERSION).contains(&version) {
         return Err(RecordError::UnknownVersion(version));
     }
     let Some((crc, body)) = rest.split_first_chunk::<4>() else {
@@ -277,10 +332,18 @@ where
     let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(body.len());
     aligned.extend_from_slice(body);
     let malformed = |e: rkyv::rancor::Error| RecordError::Malformed(e.to_string());
-    if version == 1 {
-        return rkyv::from_bytes::<V1, rkyv::rancor::Error>(&aligned)
-            .map(Into::into)
-            .map_err(malformed);
+    match version {
+        1 => {
+            return rkyv::from_bytes::<V1, rkyv::rancor::Error>(&aligned)
+                .map(Into::into)
+                .map_err(malformed)
+        }
+        2 => {
+            return rkyv::from_bytes::<V2, rkyv::rancor::Error>(&aligned)
+                .map(Into::into)
+                .map_err(malformed)
+        }
+        _ => {}
     }
     rkyv::from_bytes::<T, rkyv::rancor::Error>(&aligned).map_err(malformed)
 }
@@ -362,8 +425,11 @@ pub(crate) mod tests {
     #[test]
     fn unknown_version_and_empty_are_errors() {
         let mut bytes = encode_batch(&sample_records());
-        bytes[0] = 3;
-        assert_eq!(decode_batch(&bytes), Err(RecordError::UnknownVersion(3)));
+        bytes[0] = FORMAT_VERSION + 1;
+        assert_eq!(
+            decode_batch(&bytes),
+            Err(RecordError::UnknownVersion(FORMAT_VERSION + 1))
+        );
         assert_eq!(decode_batch(&[]), Err(RecordError::Empty));
     }
 
@@ -405,8 +471,8 @@ pub(crate) mod tests {
 /// `tests::sample_records()`, and `ClusterState::to_snapshot` after applying
 /// that batch. The metadata log and its snapshots outlive the binary that
 /// wrote them, so a change to any record's or the state's layout must fail
-/// here first (the format-2 bytes below), and come with a FORMAT_VERSION bump
-/// and a reader for the older formats (`format_v1`). `SKIFF_PRINT_GOLDEN=1
+/// here first (the format-3 bytes below), and come with a FORMAT_VERSION bump
+/// and a reader for the older formats (`format_v1`, `format_v2`). `SKIFF_PRINT_GOLDEN=1
 /// cargo test -p skiff-controller golden -- --nocapture` prints the current
 /// format's bytes.
 #[cfg(test)]
@@ -478,6 +544,68 @@ const GOLDEN_SNAPSHOT_V2: &[&str] = &[
 ];
 
 #[cfg(test)]
+const GOLDEN_BATCH_V3: &[&str] = &[
+    "037cc72cc1504c41494e5445585400000089000000f4ffffff31302e302e302e3384230000726574656e74696f6e2e6d",
+    "738c000000f4ffffff31303030ffffffff010000000200000003000000010000000300000001000000636c65616e7570",
+    "2e706f6c6963790000010000000200000001000000020000000300000001000000020000000300000002000000010101",
+    "010101010101010101010101010101010101010101020202020202020202020202020202020202020202020202020202",
+    "020202020202020202020202020202020202020202020202020202020202020202020202020303030303030303030303",
+    "030303030303030303030303030303030303030303030303030303030303030303030303030303030303030303030303",
+    "030303030304040404040404040404040404040404040404040404040405050505050505050505050505050505050505",
+    "050505050505050505050505050606060606060606060606060606060606060606060606060606060606060606557365",
+    "723a616c696365557365723a616c696365557365723a616c696365000000000000000000000300000007070707070707",
+    "070707070707070707000000000c000000000000004cfeffff01000000010000007261636b2d61ffff00000000000000",
+    "00000000000000000000000000010000000000000003000000000000000c000000000000000200000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000020000",
+    "006f7264657273ffff0101010101010101010101010101010102000000d4fdffff010000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000004000000010101010101010101010101010101",
+    "01010000009cfdffff03000000a0fdffff02000000030000000400000009000000000000000000000000000000000000",
+    "00000000000000000000000000050000000101010101010101010101010101010101000000010000005cfdffff010000",
+    "0001000000ffffffff050000000a00000000000000000000000000000000000000000000000000000000000000030101",
+    "010101010101010101010101010100000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000006000000020000006f7264657273ffff8e0000",
+    "00ccfcffff00000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000600000001000000020000000000000078ffffffffffffff0100000079ffffffffffff",
+    "ff0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000080000",
+    "000300000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "0000000000000000000000000000000000000000000000000000000000020000006d6f766573ffffff02020202020202",
+    "02020202020202020201000000dcfbffff00000000000000000000000000000000000000000000000000000000000000",
+    "0000000000000000000000000004000000020202020202020202020202020202020000000094fbffff0200000094fbff",
+    "ff0200000001000000000000000000000000000000000000000000000000000000000000000000000000000000050000",
+    "000202020202020202020202020202020200000000000000000000000000000000000000000000000000000000010000",
+    "000100000034fbffff0300000038fbffff0100000034fbffff0100000009000000616c696365ffffff0200000020fbff",
+    "ff1800000030fbffff4000000068fbffff40000000001000000000000000000000000000000000000000000000000000",
+    "0000000000000000000000000009000000626f62ffffffffff0100000068fbffff1800000078fbffff2000000090fbff",
+    "ff20000000002000000000000000000000000000000000000000000000000000000000000000000000000000000a0000",
+    "00626f62ffffffffff010000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000b000000020000006f7264657273ffff030000",
+    "008a0000001cfbffff2affffffffffffff03030000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000b000000020000006f7264ffffffffff040000008a000000d6faffff2affffffffffff",
+    "ff03030000000000000000000000000000000000000000000000000000000000000000000000000000000000000c0000",
+    "00020000006f7264657273ffff030000008a00000090faffff2affffffffffffff030300000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000060faffff12000000",
+];
+
+#[cfg(test)]
+const GOLDEN_SNAPSHOT_V3: &[&str] = &[
+    "03c3eb35d903000000010000000200000001000000020000000300000002000000000000000000000000000000000000",
+    "000000000000000000ccffffff03000000d0ffffff02000000010000000000000001000000c4ffffff01000000c0ffff",
+    "ff0100000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000000000000000000010000006d6f766573ffff",
+    "ff02020202020202020202020202020202d4feffff0000000001000000e4feffff0100000078ffffffffffffff79ffff",
+    "ffffffffff010000000200000000000000e4ffffff010000000101010101010101010101010101010101010101010101",
+    "010202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202",
+    "020202020202020202020202020202020203030303030303030303030303030303030303030303030303030303030303",
+    "030303030303030303030303030303030303030303030303030303030303030303616c696365ffffff020000005cffff",
+    "ff180000006cffffff40000000a4ffffff4000000000100000557365723a616c6963650000020000006f7264ffffffff",
+    "ff040000008a000000e4ffffff2affffffffffffff0303000000000000a8fdffff00000000b4feffff01000000e8feff",
+    "ff010000000c00000000000000010000000000000000000000000000000000000070ffffff010000009cffffff010000",
+    "0000000000",
+];
+
+#[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod golden {
     use super::*;
@@ -542,8 +670,64 @@ mod golden {
     }
 
     #[test]
-    fn batches_and_snapshots_of_format_2_are_unchanged() {
+    fn batches_and_snapshots_of_format_2_still_decode() {
         let records = reassignment_records();
+        let batch = bytes(GOLDEN_BATCH_V2);
+        assert_eq!(batch[0], 2);
+        assert_eq!(decode_batch(&batch).unwrap(), records);
+        let state = ClusterState::from_snapshot(&bytes(GOLDEN_SNAPSHOT_V2)).unwrap();
+        let mut expected = ClusterState::new();
+        expected.apply_batch(1, &records);
+        assert_eq!(state, expected);
+    }
+
+    /// Format 3's additions: SCRAM credentials and ACLs.
+    fn security_records() -> Vec<MetadataRecord> {
+        let mut records = reassignment_records();
+        let acl = AclRecord {
+            resource_type: 2,
+            resource_name: "orders".into(),
+            pattern_type: 3,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: 3,
+            permission: 3,
+        };
+        records.extend([
+            MetadataRecord::UserScramCredential(UserScramCredential {
+                name: "alice".into(),
+                mechanism: 2,
+                salt: vec![1; 24],
+                stored_key: vec![2; 64],
+                server_key: vec![3; 64],
+                iterations: 4096,
+            }),
+            MetadataRecord::UserScramCredential(UserScramCredential {
+                name: "bob".into(),
+                mechanism: 1,
+                salt: vec![4; 24],
+                stored_key: vec![5; 32],
+                server_key: vec![6; 32],
+                iterations: 8192,
+            }),
+            MetadataRecord::RemoveUserScramCredential(RemoveUserScramCredential {
+                name: "bob".into(),
+                mechanism: 1,
+            }),
+            MetadataRecord::Acl(acl.clone()),
+            MetadataRecord::Acl(AclRecord {
+                pattern_type: 4,
+                resource_name: "ord".into(),
+                ..acl.clone()
+            }),
+            MetadataRecord::RemoveAcl(acl),
+        ]);
+        records
+    }
+
+    #[test]
+    fn batches_and_snapshots_of_format_3_are_unchanged() {
+        let records = security_records();
         let batch = encode_batch(&records);
         let snapshot = {
             let mut state = ClusterState::new();
@@ -554,6 +738,8 @@ mod golden {
                 (p.adding.as_slice(), p.removing.as_slice()),
                 (&[3][..], &[2][..])
             );
+            assert_eq!(state.scram_credentials().count(), 1);
+            assert_eq!(state.acls().len(), 1);
             state.to_snapshot()
         };
         if std::env::var_os("SKIFF_PRINT_GOLDEN").is_some() {
@@ -565,9 +751,9 @@ mod golden {
                 }
             }
         }
-        assert_eq!(batch, bytes(GOLDEN_BATCH_V2));
+        assert_eq!(batch, bytes(GOLDEN_BATCH_V3));
         assert_eq!(decode_batch(&batch).unwrap(), records);
-        assert_eq!(snapshot, bytes(GOLDEN_SNAPSHOT_V2));
+        assert_eq!(snapshot, bytes(GOLDEN_SNAPSHOT_V3));
         let state = ClusterState::from_snapshot(&snapshot).unwrap();
         assert_eq!(state.to_snapshot(), snapshot);
     }

@@ -28,15 +28,18 @@ use std::io::{Read, Write};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use rkyv::{Archive, Deserialize, Serialize};
 
+use crate::access::{AclFilterRecord, ScramAlteration};
 use crate::decisions::{
     AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Reassignment, Registration,
 };
 use crate::node::Committed;
-use crate::records::NodeId;
+use crate::records::{AclRecord, NodeId};
 use crate::state::PartitionState;
 
-/// Format version written first in every frame body.
-pub const RPC_VERSION: u8 = 1;
+/// Format version written first in every frame body. 2: SCRAM credential and
+/// ACL requests, metadata records of format 3 (a node of another version is
+/// refused with a clear error, never misread).
+pub const RPC_VERSION: u8 = 2;
 /// Largest frame body accepted (and written).
 pub const FRAME_BYTES_MAX: usize = 16 << 20;
 /// Length + CRC.
@@ -169,6 +172,19 @@ pub enum Request {
         max_bytes: u32,
     },
     Status,
+    /// AlterUserScramCredentials; answered `PerEntry`, one per user in the
+    /// order first named.
+    AlterScramCredentials {
+        alterations: Vec<ScramAlteration>,
+    },
+    /// CreateAcls; answered `PerEntry`, one per binding.
+    CreateAcls {
+        bindings: Vec<AclRecord>,
+    },
+    /// DeleteAcls; answered `DeletedAcls`.
+    DeleteAcls {
+        filters: Vec<AclFilterRecord>,
+    },
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -198,6 +214,11 @@ pub enum Response {
     PerEntry {
         offset: u64,
         refusals: Vec<Option<(i16, String)>>,
+    },
+    /// Per DeleteAcls filter: the bindings it removed, or its refusal.
+    DeletedAcls {
+        offset: u64,
+        results: Vec<Result<Vec<AclRecord>, (i16, String)>>,
     },
     Metadata(MetadataFetch),
     Status(ControllerStatus),

@@ -65,12 +65,13 @@ use protobuf::Message as _;
 use raft::prelude::{EntryType, Message, MessageType};
 use raft::{GetEntriesContext, Storage as _};
 
+use crate::access::{self, AclFilterRecord, ScramAlteration};
 use crate::decisions::{
     self, AlterPartition, ControllerConfig, ControllerError, CreateTopic, ElectionType, Heartbeat,
     Reassignment, Registration, Sessions,
 };
-use crate::node::{Committed, NodeError, QuorumConfig, QuorumNode};
-use crate::records::{self, MetadataRecord, NodeId, TopicId, NO_LEADER};
+use crate::node::{Committed, NodeError, Output, QuorumConfig, QuorumNode, SyncTicket};
+use crate::records::{self, AclRecord, MetadataRecord, NodeId, TopicId, NO_LEADER};
 use crate::rpc::{self, CreateTopicRequest, MetadataFetch, Request, Response, RpcMessage};
 
 pub use crate::rpc::{ControllerStatus, NodeStatus};
@@ -311,6 +312,7 @@ async fn run(
             queue: VecDeque::new(),
             in_flight: None,
             inbox: Vec::new(),
+            synced: None,
             commit_watchers: Vec::new(),
             outboxes: BTreeMap::new(),
             status,
@@ -320,6 +322,7 @@ async fn run(
         }),
         kick,
         tasks: RefCell::new(BTreeMap::new()),
+        heard: RefCell::new(BTreeMap::new()),
         next_task: std::cell::Cell::new(0),
     });
     for (&to, &addr) in peers.iter().filter(|(p, _)| **p != config.quorum.id) {
@@ -385,6 +388,9 @@ struct Shared {
     kick: LocalSender<()>,
     /// Connection and peer tasks, cancelled at stop.
     tasks: RefCell<BTreeMap<u64, JoinHandle<()>>>,
+    /// When a Raft message last came in from each peer: a peer that talks
+    /// to us is up, whatever our connection to it went through before.
+    heard: RefCell<BTreeMap<u64, Instant>>,
     next_task: std::cell::Cell<u64>,
 }
 
@@ -428,6 +434,9 @@ enum Decision {
     AlterReassignments(Vec<Reassignment>),
     UnregisterNode(NodeId),
     AlterNodeConfigs(Option<NodeId>, Vec<(String, Option<String>)>),
+    AlterScramCredentials(Vec<ScramAlteration>),
+    CreateAcls(Vec<AclRecord>),
+    DeleteAcls(Vec<AclFilterRecord>),
 }
 
 /// How to answer once a decision's batch committed.
@@ -437,6 +446,7 @@ enum Done {
     Committed,
     AlterPartition { topic_id: TopicId, index: u32 },
     PerEntry(Vec<Option<(i16, String)>>),
+    DeletedAcls(Vec<Result<Vec<AclRecord>, (i16, String)>>),
 }
 
 /// The one proposal in flight.
@@ -465,6 +475,9 @@ struct Core {
     in_flight: Option<InFlight>,
     /// Raft messages received since the last turn.
     inbox: Vec<Message>,
+    /// A metadata log fdatasync that returned (run off this thread by
+    /// `start_sync`), for the next turn to hand to the node.
+    synced: Option<(SyncTicket, std::io::Result<()>)>,
     /// Long polls waiting for the next commit.
     commit_watchers: Vec<LocalSender<()>>,
     outboxes: BTreeMap<u64, LocalSender<Outbound>>,
@@ -542,7 +555,11 @@ impl Core {
     }
 
     fn poll(&mut self) -> Result<(), NodeError> {
-        let out = self.node.poll()?;
+        let mut out = Output::default();
+        if let Some((ticket, result)) = self.synced.take() {
+            out.extend(self.node.end_sync(ticket, result)?);
+        }
+        out.extend(self.node.poll_async()?);
         self.route(out.messages);
         if !out.committed.is_empty() || out.snapshot_installed.is_some() {
             for w in self.commit_watchers.drain(..) {
@@ -764,11 +781,26 @@ impl Core {
             }
             Decision::AlterReassignments(entries) => {
                 let (records, results) = decisions::alter_reassignments(state, entries);
-                let refusals = results
+                Ok((records, Done::PerEntry(refusals(results))))
+            }
+            Decision::AlterScramCredentials(alterations) => {
+                let (results, records) = access::alter_scram_credentials(state, alterations);
+                Ok((
+                    records,
+                    Done::PerEntry(refusals(results.into_iter().map(|(_, r)| r))),
+                ))
+            }
+            Decision::CreateAcls(bindings) => {
+                let (results, records) = access::create_acls(state, bindings);
+                Ok((records, Done::PerEntry(refusals(results))))
+            }
+            Decision::DeleteAcls(filters) => {
+                let (results, records) = access::delete_acls(state, filters);
+                let results = results
                     .into_iter()
-                    .map(|r| r.err().map(|e| (e.kafka_code(), e.to_string())))
+                    .map(|r| r.map_err(|e| (e.kafka_code(), e.to_string())))
                     .collect();
-                Ok((records, Done::PerEntry(refusals)))
+                Ok((records, Done::DeletedAcls(results)))
             }
             Decision::CreatePartitions(name, count, assignments) => {
                 decisions::create_partitions(state, name, *count, assignments.as_deref())
@@ -813,6 +845,10 @@ impl Core {
             Done::PerEntry(refusals) => Response::PerEntry {
                 offset: index.unwrap_or(applied),
                 refusals,
+            },
+            Done::DeletedAcls(results) => Response::DeletedAcls {
+                offset: index.unwrap_or(applied),
+                results,
             },
             Done::AlterPartition { topic_id, index: p } => match state.partition(topic_id, p) {
                 Some(partition) => Response::AlterPartition {
@@ -985,6 +1021,9 @@ fn new_topic_id(taken: impl Fn(TopicId) -> bool) -> TopicId {
     }
 }
 
+/// A tick this late is logged.
+const LATE_TICK_WARN: Duration = Duration::from_millis(1000);
+
 /// Ticks, steps the inbox, polls and decides until `stop` is set.
 async fn drive(
     shared: Rc<Shared>,
@@ -993,6 +1032,7 @@ async fn drive(
     tick: Duration,
 ) -> Result<(), ServiceError> {
     shared.core.borrow_mut().turn(false)?;
+    start_sync(&shared)?;
     let mut next_tick = Instant::now() + tick;
     loop {
         if stop.load(Ordering::Acquire) {
@@ -1014,13 +1054,47 @@ async fn drive(
         let now = Instant::now();
         let ticked = now >= next_tick;
         if ticked {
+            let late = now - next_tick;
+            if late >= LATE_TICK_WARN {
+                // Raft's clocks stood still meanwhile (elections, check-quorum,
+                // sessions): a blocked fdatasync or a starved CPU.
+                tracing::warn!(
+                    late_ms = late.as_millis() as u64,
+                    "the controller's thread was held up; its ticks came late"
+                );
+            }
             next_tick += tick;
             if next_tick <= now {
                 next_tick = now + tick;
             }
         }
         shared.core.borrow_mut().turn(ticked)?;
+        start_sync(&shared)?;
     }
+}
+
+/// Starts the metadata log's next fdatasync, if one is due and none is in
+/// flight, on glommio's blocking-thread pool: a slow disk then delays what
+/// waits for durability (commits, votes, a follower's acknowledgements), not
+/// the controller's ticks, heartbeats and network. The driver takes the
+/// result on its next turn.
+fn start_sync(shared: &Rc<Shared>) -> Result<(), NodeError> {
+    let Some(ticket) = shared.core.borrow_mut().node.begin_sync()? else {
+        return Ok(());
+    };
+    let s = shared.clone();
+    glommio::spawn_local(async move {
+        let (ticket, result) = glommio::executor()
+            .spawn_blocking(move || {
+                let result = ticket.sync();
+                (ticket, result)
+            })
+            .await;
+        s.core.borrow_mut().synced = Some((ticket, result));
+        s.kick();
+    })
+    .detach();
+    Ok(())
 }
 
 async fn accept_loop(shared: Rc<Shared>, listener: TcpListener) {
@@ -1079,8 +1153,10 @@ async fn connection(shared: &Rc<Shared>, mut stream: TcpStream) {
                         );
                         continue;
                     }
+                    let from = m.from;
                     core.inbox.push(m);
                     drop(core);
+                    shared.heard.borrow_mut().insert(from, Instant::now());
                     shared.kick();
                 }
                 Err(e) => {
@@ -1124,6 +1200,16 @@ async fn connection(shared: &Rc<Shared>, mut stream: TcpStream) {
     }
 }
 
+/// Per entry: `None` done, `Some` its refusal as the wire carries it.
+fn refusals(
+    results: impl IntoIterator<Item = Result<(), ControllerError>>,
+) -> Vec<Option<(i16, String)>> {
+    results
+        .into_iter()
+        .map(|r| r.err().map(|e| (e.kafka_code(), e.to_string())))
+        .collect()
+}
+
 async fn handle(shared: &Rc<Shared>, request: Request) -> Response {
     let decision = match request {
         Request::Status => return Response::Status(shared.core.borrow().build_status()),
@@ -1150,6 +1236,11 @@ async fn handle(shared: &Rc<Shared>, request: Request) -> Response {
         Request::AlterReassignments { entries } => Decision::AlterReassignments(entries),
         Request::UnregisterNode { node_id } => Decision::UnregisterNode(node_id),
         Request::AlterNodeConfigs { node, ops } => Decision::AlterNodeConfigs(node, ops),
+        Request::AlterScramCredentials { alterations } => {
+            Decision::AlterScramCredentials(alterations)
+        }
+        Request::CreateAcls { bindings } => Decision::CreateAcls(bindings),
+        Request::DeleteAcls { filters } => Decision::DeleteAcls(filters),
     };
     let rx = {
         let mut core = shared.core.borrow_mut();
@@ -1202,10 +1293,18 @@ async fn fetch_metadata(
 async fn peer_sender(shared: Rc<Shared>, to: u64, addr: SocketAddr, rx: LocalReceiver<Outbound>) {
     let mut stream: Option<TcpStream> = None;
     let mut retry_at = Instant::now();
+    let mut failed_at = Instant::now();
     let mut backoff = BACKOFF_MIN;
     while let Some(out) = rx.recv().await {
         if stream.is_none() {
-            if Instant::now() < retry_at {
+            // A restarted peer that already talks to us gets our messages
+            // now, not after the backoff its downtime built up.
+            let heard = shared
+                .heard
+                .borrow()
+                .get(&to)
+                .is_some_and(|t| *t > failed_at);
+            if Instant::now() < retry_at && !heard {
                 shared.unreachable(to, out.snapshot);
                 continue;
             }
@@ -1218,7 +1317,8 @@ async fn peer_sender(shared: Rc<Shared>, to: u64, addr: SocketAddr, rx: LocalRec
                 }
                 Err(e) => {
                     tracing::debug!(to, %addr, error = %e, "controller peer unreachable");
-                    retry_at = Instant::now() + backoff;
+                    failed_at = Instant::now();
+                    retry_at = failed_at + backoff;
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                     shared.unreachable(to, out.snapshot);
                     continue;
@@ -1228,6 +1328,14 @@ async fn peer_sender(shared: Rc<Shared>, to: u64, addr: SocketAddr, rx: LocalRec
         let Some(s) = stream.as_mut() else {
             continue;
         };
+        // Writes of small messages succeed into the socket buffer even when
+        // nothing reaches the peer: ask the kernel (see `tcp_health`).
+        if crate::tcp_health::stalled(std::os::fd::AsRawFd::as_raw_fd(s)) {
+            tracing::info!(to, %addr, "the connection to a controller peer stalled; reconnecting");
+            stream = None;
+            shared.unreachable(to, out.snapshot);
+            continue;
+        }
         let written = with_timeout(WRITE_TIMEOUT, async {
             s.write_all(&out.frame).await?;
             s.flush().await

@@ -15,13 +15,14 @@
 //!
 //! Architecture invariant: no I/O, no clock, no randomness here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::records::{
-    self, ConfigResource, Endpoint, MetadataRecord, NodeId, NodeRegistrationChange,
-    PartitionChange, RecordError, RegisterNode, RegistrationChange, ReplicaSet, TopicId, NO_LEADER,
+    self, AclRecord, ConfigResource, Endpoint, MetadataRecord, NodeId, NodeRegistrationChange,
+    PartitionChange, RecordError, RegisterNode, RegistrationChange, ReplicaSet, TopicId,
+    UserScramCredential, NO_LEADER,
 };
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -162,6 +163,10 @@ pub enum ApplyError {
     },
     #[error("topic {0} already exists")]
     TopicExists(String),
+    #[error("SCRAM credential for {name:?}, mechanism type {mechanism}: no user name or an unknown mechanism")]
+    InvalidCredential { name: String, mechanism: i8 },
+    #[error("no SCRAM credential for {name:?}, mechanism type {mechanism}")]
+    UnknownCredential { name: String, mechanism: i8 },
     #[error("topic {0} is unknown")]
     UnknownTopicName(String),
     #[error("topic id {0} is unknown")]
@@ -198,6 +203,9 @@ pub struct ClusterState {
     offset_last: u64,
     /// Set by the first `ClusterId` record; later ones are refused.
     cluster_id: Option<String>,
+    /// (user, Kafka mechanism type) -> credential.
+    scram: BTreeMap<(String, i8), UserScramCredential>,
+    acls: BTreeSet<AclRecord>,
 }
 
 /// The snapshot form of `ClusterState` (plain vectors: simple to archive).
@@ -209,6 +217,8 @@ pub(crate) struct StateImage {
     pub(crate) broker_epoch_max: i64,
     pub(crate) offset_last: u64,
     pub(crate) cluster_id: Option<String>,
+    pub(crate) scram_credentials: Vec<UserScramCredential>,
+    pub(crate) acls: Vec<AclRecord>,
 }
 
 impl ClusterState {
@@ -402,6 +412,33 @@ impl ClusterState {
                 }
                 Ok(())
             }
+            MetadataRecord::UserScramCredential(c) => {
+                if c.name.is_empty() || !(1..=2).contains(&c.mechanism) {
+                    return Err(ApplyError::InvalidCredential {
+                        name: c.name.clone(),
+                        mechanism: c.mechanism,
+                    });
+                }
+                self.scram.insert((c.name.clone(), c.mechanism), c.clone());
+                Ok(())
+            }
+            MetadataRecord::RemoveUserScramCredential(r) => {
+                match self.scram.remove(&(r.name.clone(), r.mechanism)) {
+                    Some(_) => Ok(()),
+                    None => Err(ApplyError::UnknownCredential {
+                        name: r.name.clone(),
+                        mechanism: r.mechanism,
+                    }),
+                }
+            }
+            MetadataRecord::Acl(a) => {
+                self.acls.insert(a.clone());
+                Ok(())
+            }
+            MetadataRecord::RemoveAcl(a) => {
+                self.acls.remove(a);
+                Ok(())
+            }
             MetadataRecord::ClusterId(c) => match &self.cluster_id {
                 Some(id) if *id != c.cluster_id => Err(ApplyError::ClusterIdSet(id.clone())),
                 _ => {
@@ -415,6 +452,19 @@ impl ClusterState {
     /// The cluster's id, once the first active controller has chosen it.
     pub fn cluster_id(&self) -> Option<&str> {
         self.cluster_id.as_deref()
+    }
+
+    /// Every user's SCRAM credentials, by user then mechanism type.
+    pub fn scram_credentials(&self) -> impl Iterator<Item = &UserScramCredential> {
+        self.scram.values()
+    }
+
+    pub fn scram_credential(&self, name: &str, mechanism: i8) -> Option<&UserScramCredential> {
+        self.scram.get(&(name.to_string(), mechanism))
+    }
+
+    pub fn acls(&self) -> &BTreeSet<AclRecord> {
+        &self.acls
     }
 
     fn apply_register(&mut self, offset: u64, r: &RegisterNode) -> Result<(), ApplyError> {
@@ -545,17 +595,28 @@ impl ClusterState {
             broker_epoch_max: self.broker_epoch_max,
             offset_last: self.offset_last,
             cluster_id: self.cluster_id.clone(),
+            scram_credentials: self.scram.values().cloned().collect(),
+            acls: self.acls.iter().cloned().collect(),
         };
         records::encode_versioned(&image)
     }
 
     pub fn from_snapshot(bytes: &[u8]) -> Result<Self, RecordError> {
-        let image: StateImage =
-            records::decode_versioned::<StateImage, crate::format_v1::StateImageV1>(bytes)?;
+        let image: StateImage = records::decode_versioned::<
+            StateImage,
+            crate::format_v1::StateImageV1,
+            crate::format_v2::StateImageV2,
+        >(bytes)?;
         let mut state = ClusterState {
             broker_epoch_max: image.broker_epoch_max,
             offset_last: image.offset_last,
             cluster_id: image.cluster_id,
+            scram: image
+                .scram_credentials
+                .into_iter()
+                .map(|c| ((c.name.clone(), c.mechanism), c))
+                .collect(),
+            acls: image.acls.into_iter().collect(),
             ..Default::default()
         };
         for n in image.nodes {

@@ -32,9 +32,12 @@
 //! too, never silently cut.
 //!
 //! The controller is off the data path and its writes are small (a few hundred
-//! bytes per batch), so this module uses std::fs with fdatasync instead of
-//! glommio's DMA files: simpler, and the blocking sync costs the controller's
-//! core well under a millisecond per batch on the disks we target.
+//! bytes per batch), so this module uses std::fs instead of glommio's DMA
+//! files. A sync is two halves: `write_pending` writes the frames and marker
+//! (page cache, microseconds) and returns a `SyncTicket` whose fdatasync runs
+//! on any thread (the service uses glommio's blocking pool: a busy disk took
+//! over a second per fdatasync in the nemesis runs, and the controller's
+//! thread must go on ticking meanwhile); `synced` records the result.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -277,6 +280,9 @@ fn decode<M: protobuf::Message>(path: &Path, what: &str, payload: &[u8]) -> Resu
     })
 }
 
+/// A metadata log fdatasync this long is logged.
+const SLOW_SYNC: std::time::Duration = std::time::Duration::from_millis(500);
+
 fn encode<M: protobuf::Message>(m: &M) -> Vec<u8> {
     // Writing a protobuf message into a Vec fails only on messages that are
     // missing required fields; raft-rs's messages have none (proto3).
@@ -319,8 +325,41 @@ pub struct MetadataLog {
     /// Frames written since the last sync (in the file's page cache, not durable).
     pending: Vec<u8>,
     sync_sequence: u64,
-    /// Bytes in `raft.log` (synced), used for the log-size snapshot trigger.
+    /// Bytes in `raft.log` (written), used for the log-size snapshot trigger.
     log_bytes: u64,
+    /// Bytes of `raft.log` an fdatasync has covered.
+    synced_bytes: u64,
+    /// Bumped when `raft.log` is rewritten (compaction, an installed
+    /// snapshot): a sync of the file before says nothing about the new one.
+    generation: u64,
+}
+
+/// What one sync must make durable: `raft.log` up to `log_bytes`, through
+/// its own descriptor so the fdatasync can run on another thread.
+#[derive(Debug)]
+pub struct SyncTicket {
+    file: File,
+    path: PathBuf,
+    bytes: usize,
+    log_bytes: u64,
+    generation: u64,
+}
+
+impl SyncTicket {
+    /// The fdatasync (blocking); one that held its caller up is logged.
+    pub fn sync(&self) -> std::io::Result<()> {
+        let started = std::time::Instant::now();
+        let result = self.file.sync_data();
+        let took = started.elapsed();
+        if took >= SLOW_SYNC {
+            tracing::warn!(
+                path = %self.path.display(), bytes = self.bytes,
+                took_ms = took.as_millis() as u64,
+                "the metadata log's fdatasync was slow"
+            );
+        }
+        result
+    }
 }
 
 impl MetadataLog {
@@ -354,6 +393,8 @@ impl MetadataLog {
             pending: Vec::new(),
             sync_sequence: 0,
             log_bytes: 0,
+            synced_bytes: 0,
+            generation: 0,
         };
         let durable = log.replay(&buf)?;
         if durable < buf.len() as u64 {
@@ -371,6 +412,7 @@ impl MetadataLog {
                 .map_err(io_err("fsync", &log.log_path))?;
         }
         log.log_bytes = durable;
+        log.synced_bytes = durable;
         let snap_index = log.snapshot.get_metadata().index;
         if log.hard_state.commit < snap_index {
             log.hard_state.commit = snap_index;
@@ -562,8 +604,20 @@ impl MetadataLog {
     /// An error leaves the log's durable state unknown: the caller must stop
     /// (the controller is not allowed to acknowledge anything after it).
     pub fn sync(&mut self) -> Result<()> {
+        if let Some(ticket) = self.write_pending()? {
+            let result = ticket.sync();
+            self.synced(&ticket, result)?;
+        }
+        Ok(())
+    }
+
+    /// The first half of a sync that need not hold up the caller's thread:
+    /// writes everything since the last sync plus a commit marker (into the
+    /// page cache) and returns what to fdatasync, on any thread. None when
+    /// nothing was written since the last one. `synced` finishes it.
+    pub fn write_pending(&mut self) -> Result<Option<SyncTicket>> {
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         self.sync_sequence += 1;
         let marker = frame_bytes(KIND_COMMIT, &self.sync_sequence.to_le_bytes());
@@ -571,12 +625,41 @@ impl MetadataLog {
         self.file
             .write_all(&self.pending)
             .map_err(io_err("write", &self.log_path))?;
-        self.file
-            .sync_data()
-            .map_err(io_err("fdatasync", &self.log_path))?;
         self.log_bytes += self.pending.len() as u64;
+        let bytes = self.pending.len();
         self.pending.clear();
+        let file = self
+            .file
+            .try_clone()
+            .map_err(io_err("dup", &self.log_path))?;
+        Ok(Some(SyncTicket {
+            file,
+            path: self.log_path.clone(),
+            bytes,
+            log_bytes: self.log_bytes,
+            generation: self.generation,
+        }))
+    }
+
+    /// Ends a sync `write_pending` began: on success everything written up to
+    /// the ticket is durable. A failed fdatasync leaves the durable state
+    /// unknown (a second one proves nothing): the caller must stop.
+    pub fn synced(&mut self, ticket: &SyncTicket, result: std::io::Result<()>) -> Result<()> {
+        result.map_err(io_err("fdatasync", &ticket.path))?;
+        if ticket.generation == self.generation {
+            self.synced_bytes = self.synced_bytes.max(ticket.log_bytes);
+        }
         Ok(())
+    }
+
+    /// Frames buffered since the last `write_pending`.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Bytes of `raft.log` known durable (a crash may lose what follows).
+    pub fn synced_bytes(&self) -> u64 {
+        self.synced_bytes
     }
 
     /// Bytes in `raft.log` (a snapshot trigger).
@@ -658,6 +741,8 @@ impl MetadataLog {
             .open(&self.log_path)
             .map_err(io_err("open", &self.log_path))?;
         self.log_bytes = image.len() as u64;
+        self.synced_bytes = self.log_bytes;
+        self.generation += 1;
         tracing::debug!(
             index = self.snapshot.get_metadata().index,
             log_bytes = self.log_bytes,

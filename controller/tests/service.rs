@@ -332,6 +332,44 @@ fn silent_node_is_fenced_after_its_session_timeout() {
 }
 
 /// Writes `bytes` and expects the controller to close the connection.
+/// A heartbeat whose first attempt goes to a voter that accepts and never
+/// answers is answered by the next one: the time it reports (where a
+/// broker's lease starts) is that attempt's send, not the call's start.
+#[test]
+fn a_heartbeat_answered_on_a_retry_reports_the_retry_send_time() {
+    let (handle, addr, _dir) = single(|_| {});
+    let silent = bind();
+    let silent_addr = silent.local_addr().unwrap();
+    run(async {
+        let client = ControllerClient::new(vec![(1, addr)], REQUEST_TIMEOUT);
+        let epoch = join(&client, 1).await;
+        let attempt = Duration::from_millis(300);
+        // The silent voter first in the list: the first attempt waits out
+        // its attempt timeout there (the kernel accepts the connection).
+        let retrying = ControllerClient::new(vec![(9, silent_addr), (1, addr)], REQUEST_TIMEOUT)
+            .with_attempt_timeout(attempt);
+        let started = Instant::now();
+        let (_, _, sent) = retrying
+            .heartbeat_timed(heartbeat(1, epoch, 0))
+            .await
+            .unwrap();
+        assert!(
+            sent >= started + attempt,
+            "lease counted from {:?} after the call began, before the answered attempt",
+            sent.duration_since(started)
+        );
+        // One answered at once reports its own send.
+        let started = Instant::now();
+        let (_, _, sent) = client
+            .heartbeat_timed(heartbeat(1, epoch, 0))
+            .await
+            .unwrap();
+        assert!(sent >= started && sent.duration_since(started) < attempt);
+    });
+    drop(silent);
+    handle.stop().unwrap();
+}
+
 fn expect_closed(addr: SocketAddr, bytes: &[u8]) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -506,4 +544,106 @@ fn three_voters_fail_over_and_a_restarted_voter_catches_up() {
     for h in handles.into_iter().flatten() {
         h.stop().unwrap();
     }
+}
+
+/// SCRAM credentials and ACLs go through the quorum into every follower's
+/// state, and outlive a controller restart (its log and snapshot on disk).
+#[test]
+fn credentials_and_acls_commit_and_survive_a_restart() {
+    use skiff_controller::access::{AclFilterRecord, ScramAlteration};
+    use skiff_controller::records::AclRecord;
+    use skiff_security::{AclBindingFilter, ScramCredential, ScramMechanism};
+
+    let dir = tempfile::tempdir().unwrap();
+    let acl = AclRecord {
+        resource_type: 2,
+        resource_name: "orders".into(),
+        pattern_type: 3,
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: 3,
+        permission: 3,
+    };
+    let salted = ScramMechanism::Sha512.salted_password(b"pw", b"salt", 4096);
+    let first = {
+        let listener = bind();
+        let addr = listener.local_addr().unwrap();
+        let handle =
+            ControllerHandle::start(config(dir.path(), 1, &[(1, addr)], listener)).unwrap();
+        let offset = run(async {
+            let client = ControllerClient::new(vec![(1, addr)], REQUEST_TIMEOUT);
+            let (_, refusals) = client
+                .alter_scram_credentials(vec![
+                    ScramAlteration::Upsert {
+                        name: "alice".into(),
+                        mechanism: 2,
+                        iterations: 4096,
+                        salt: b"salt".to_vec(),
+                        salted_password: salted.clone(),
+                    },
+                    ScramAlteration::Delete {
+                        name: "bob".into(),
+                        mechanism: 1,
+                    },
+                ])
+                .await
+                .unwrap();
+            assert_eq!(refusals[0], None);
+            assert_eq!(
+                refusals[1].as_ref().map(|r| r.0),
+                Some(91),
+                "bob has no credential"
+            );
+            let mut unknown = acl.clone();
+            unknown.operation = 42;
+            let (_, refusals) = client
+                .create_acls(vec![acl.clone(), unknown])
+                .await
+                .unwrap();
+            assert_eq!(refusals[0], None);
+            assert_eq!(refusals[1].as_ref().map(|r| r.0), Some(42));
+            let mut other = acl.clone();
+            other.resource_name = "payments".into();
+            let (offset, _) = client.create_acls(vec![other]).await.unwrap();
+            let payments = AclFilterRecord::from_filter(&AclBindingFilter {
+                name: Some("payments".into()),
+                ..AclBindingFilter::any()
+            });
+            let (offset2, results) = client.delete_acls(vec![payments]).await.unwrap();
+            assert!(offset2 > offset);
+            assert_eq!(results[0].as_ref().unwrap().len(), 1);
+            let mut state = ClusterState::new();
+            let mut from = 1;
+            follow(&client, &mut state, &mut from, offset2).await;
+            assert_eq!(
+                state.acls().iter().cloned().collect::<Vec<_>>(),
+                vec![acl.clone()]
+            );
+            offset2
+        });
+        handle.stop().unwrap();
+        offset
+    };
+    let listener = bind();
+    let addr = listener.local_addr().unwrap();
+    let handle = ControllerHandle::start(config(dir.path(), 1, &[(1, addr)], listener)).unwrap();
+    run(async {
+        let client = ControllerClient::new(vec![(1, addr)], REQUEST_TIMEOUT);
+        let mut state = ClusterState::new();
+        let mut from = 1;
+        follow(&client, &mut state, &mut from, first).await;
+        let c = state
+            .scram_credential("alice", 2)
+            .expect("alice's credential");
+        let cred = ScramCredential {
+            mechanism: ScramMechanism::Sha512,
+            salt: c.salt.clone(),
+            stored_key: c.stored_key.clone(),
+            server_key: c.server_key.clone(),
+            iterations: c.iterations,
+        };
+        assert!(cred.verify_password("pw"));
+        assert_eq!(state.acls().len(), 1);
+    });
+    handle.stop().unwrap();
 }

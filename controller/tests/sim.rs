@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
 use skiff_controller::decisions::{self, CreateTopic, Heartbeat, Registration};
-use skiff_controller::node::{NodeError, QuorumConfig, QuorumNode};
+use skiff_controller::node::{NodeError, Output, QuorumConfig, QuorumNode, SyncTicket};
 use skiff_controller::records::{Config, ConfigResource, MetadataRecord, TopicId};
 use skiff_controller::state::ClusterState;
 use skiff_controller::storage::{LOG_DIR, LOG_FILE};
@@ -35,6 +35,8 @@ const HEAL_TICKS_MAX: u64 = 3000;
 /// Chance per tick (per mille) that a node crashes, and that a partition starts.
 const CRASH_PER_MILLE_TICK: u16 = 40;
 const PARTITION_PER_MILLE_TICK: u16 = 15;
+/// Longest simulated fdatasync, in ticks (async-sync seeds).
+const SYNC_DELAY_MAX: u64 = 15;
 
 struct InFlight {
     deliver_at: u64,
@@ -63,6 +65,12 @@ struct Sim {
     /// After healing, clients stop once this many proposals were made.
     proposals_quiet_after: u64,
     faults: bool,
+    /// Every other seed: each node's fdatasync runs "elsewhere" and returns 0 to
+    /// `SYNC_DELAY_MAX` ticks later (`begin_sync` / `end_sync`), while the
+    /// node goes on ticking and stepping; the others: `poll` syncs inline.
+    async_sync: bool,
+    /// The sync in flight per node and the tick it returns at.
+    syncing: Vec<Option<(SyncTicket, u64)>>,
     stats: Stats,
 }
 
@@ -73,6 +81,8 @@ struct Stats {
     committed: u64,
     crashes: u64,
     torn_tails: u64,
+    /// Crashes that lost what was written but not yet synced (power loss).
+    unsynced_lost: u64,
     snapshots_installed: u64,
     partitions: u64,
     topics: u64,
@@ -85,6 +95,7 @@ impl std::ops::AddAssign for Stats {
         self.committed += o.committed;
         self.crashes += o.crashes;
         self.torn_tails += o.torn_tails;
+        self.unsynced_lost += o.unsynced_lost;
         self.snapshots_installed += o.snapshots_installed;
         self.partitions += o.partitions;
         self.topics += o.topics;
@@ -141,6 +152,8 @@ impl Sim {
             proposals: 0,
             proposals_quiet_after: u64::MAX,
             faults: true,
+            async_sync: (seed / 2) % 2 == 0,
+            syncing: (0..size).map(|_| None).collect(),
             stats: Stats::default(),
         }
     }
@@ -208,9 +221,40 @@ impl Sim {
             let Some(node) = self.nodes[i].as_mut() else {
                 continue;
             };
-            let out = node
-                .poll()
-                .unwrap_or_else(|e| panic!("seed {}: node {} poll: {e}", self.seed, i + 1));
+            let out = if self.async_sync {
+                let mut out = Output::default();
+                if self.syncing[i]
+                    .as_ref()
+                    .is_some_and(|(_, at)| *at <= self.now)
+                {
+                    if let Some((ticket, _)) = self.syncing[i].take() {
+                        let result = ticket.sync();
+                        out.extend(node.end_sync(ticket, result).unwrap_or_else(|e| {
+                            panic!("seed {}: node {} end_sync: {e}", self.seed, i + 1)
+                        }));
+                    }
+                }
+                out.extend(node.poll_async().unwrap_or_else(|e| {
+                    panic!("seed {}: node {} poll_async: {e}", self.seed, i + 1)
+                }));
+                if self.syncing[i].is_none() {
+                    let ticket = node.begin_sync().unwrap_or_else(|e| {
+                        panic!("seed {}: node {} begin_sync: {e}", self.seed, i + 1)
+                    });
+                    if let Some(ticket) = ticket {
+                        let delay = if self.faults {
+                            self.rng.u64(0..=SYNC_DELAY_MAX)
+                        } else {
+                            0
+                        };
+                        self.syncing[i] = Some((ticket, self.now + delay));
+                    }
+                }
+                out
+            } else {
+                node.poll()
+                    .unwrap_or_else(|e| panic!("seed {}: node {} poll: {e}", self.seed, i + 1))
+            };
             if node.is_leader() {
                 let leader = self.leaders.entry(node.term()).or_insert(node.id());
                 assert_eq!(
@@ -294,8 +338,20 @@ impl Sim {
             return;
         }
         let i = self.rng.usize(..self.nodes.len());
-        if self.nodes[i].take().is_some() {
+        if let Some(node) = self.nodes[i].take() {
             self.stats.crashes += 1;
+            self.syncing[i] = None;
+            let synced = node.storage().synced_bytes();
+            drop(node);
+            let path = self.dirs[i].path().join(LOG_DIR).join(LOG_FILE);
+            let written = std::fs::metadata(&path).map_or(0, |m| m.len());
+            if written > synced && self.rng.bool() {
+                // Power lost: nothing written after the last completed
+                // fdatasync reached the disk (a sync in flight included).
+                self.stats.unsynced_lost += 1;
+                let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                f.set_len(synced).unwrap();
+            }
             self.down_until[i] = self.now + self.rng.u64(5..60);
             self.network.retain(|m| m.to != i);
             if self.rng.bool() {
@@ -499,6 +555,7 @@ fn run_seeds(size: usize, salt: u64) {
     if seeds.len() >= 20 {
         assert!(total.terms > seeds.len() as u64, "{total:?}");
         assert!(total.crashes > 0 && total.torn_tails > 0, "{total:?}");
+        assert!(total.unsynced_lost > 0, "{total:?}");
         assert!(total.snapshots_installed > 0, "{total:?}");
         assert!(total.partitions > 0, "{total:?}");
         assert!(total.topics > 0 && total.unfenced_nodes > 0, "{total:?}");

@@ -98,6 +98,8 @@ impl ReadBatches {
 
 /// Smallest and largest read from disk on a cache miss.
 const READ_CHUNK_MIN_BYTES: usize = 64 << 10;
+/// A partition whose recovery takes this long is logged, with what it read.
+const SLOW_OPEN: std::time::Duration = std::time::Duration::from_millis(1000);
 const READ_CHUNK_MAX_BYTES: usize = 16 << 20;
 
 pub struct PartitionLog {
@@ -167,7 +169,16 @@ impl PartitionLog {
         cache: BatchCache,
     ) -> Result<PartitionLog> {
         std::fs::create_dir_all(dir).map_err(|e| LogError::io("create dir", dir, e))?;
+        let started = std::time::Instant::now();
         let recovered = recovery::recover(dir, &config).await?;
+        let took = started.elapsed();
+        if took >= SLOW_OPEN {
+            tracing::warn!(
+                dir = %dir.display(), took_ms = took.as_millis() as u64,
+                segments = recovered.segments.len(), scanned_bytes = recovered.scanned_bytes,
+                "recovering the partition log was slow"
+            );
+        }
         if recovered.truncated_bytes > 0 {
             tracing::warn!(
                 dir = %dir.display(), bytes = recovered.truncated_bytes,

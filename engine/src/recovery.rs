@@ -72,6 +72,9 @@ pub struct Recovered {
     /// active segment and never written, the normal end of a log after a
     /// crash (nothing of the log is lost there).
     pub unwritten_bytes: u64,
+    /// Bytes read and checked by full segment scans (the segments from the
+    /// recovery point on, and any whose indexes did not check).
+    pub scanned_bytes: u64,
 }
 
 /// What a full scan of one segment found.
@@ -203,6 +206,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let mut segments = BTreeMap::new();
     let mut truncated_bytes = 0u64;
     let mut unwritten_bytes = 0u64;
+    let mut scanned_bytes = 0u64;
     let mut i = 0;
     while i < bases.len() {
         let base = bases[i];
@@ -231,6 +235,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
                     true,
                 )
                 .await?;
+                scanned_bytes += file_size;
                 let state = scanned.state;
                 if let Some((position, reason)) = scanned.problem {
                     if state.next_offset < recovery_point {
@@ -345,6 +350,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         log_end_offset,
         truncated_bytes,
         unwritten_bytes,
+        scanned_bytes,
     })
 }
 

@@ -365,6 +365,7 @@ impl Shard {
     /// one after another would take the node minutes to serve.
     async fn open_owned(&self) -> Result<()> {
         use futures_util::stream::{self, TryStreamExt};
+        let started = std::time::Instant::now();
         let owned: Vec<TopicPartition> = list_partition_dirs(&self.config.data_dir)?
             .into_iter()
             .filter(|tp| self.table.shard_of(tp) == self.id)
@@ -373,7 +374,14 @@ impl Shard {
             .try_for_each_concurrent(OPEN_CLOSE_CONCURRENCY, |tp| {
                 self.open_local(tp, false, self.config.log.clone())
             })
-            .await
+            .await?;
+        tracing::info!(
+            shard = self.id,
+            partitions = owned.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "opened the shard's partition logs"
+        );
+        Ok(())
     }
 
     /// Closes every partition (flush, trim, indexes, checkpoints: a few

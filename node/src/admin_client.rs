@@ -1,6 +1,11 @@
 //! A small blocking Kafka admin client for `skiff topic ...`: it speaks the Kafka
 //! protocol (Metadata, CreateTopics, DeleteTopics, DescribeConfigs) over a plain
 //! TCP connection, so the commands work against any Kafka-compatible server.
+//!
+//! On a SASL listener it logs in first when `SKIFF_SASL_USERNAME` and
+//! `SKIFF_SASL_PASSWORD` are set (`SKIFF_SASL_MECHANISM`: PLAIN,
+//! SCRAM-SHA-256 or SCRAM-SHA-512, the default): environment variables, so the
+//! password stays out of `ps`.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -44,10 +49,12 @@ impl AdminClient {
                     Ok(stream) => {
                         stream.set_read_timeout(Some(Duration::from_secs(60)))?;
                         stream.set_write_timeout(Some(Duration::from_secs(60)))?;
-                        return Ok(AdminClient {
+                        let mut client = AdminClient {
                             stream,
                             correlation_id: 0,
-                        });
+                        };
+                        client.login_from_env().with_context(|| format!("{addr}"))?;
+                        return Ok(client);
                     }
                     Err(e) => last_error = Some(anyhow::anyhow!("{addr}: {e}")),
                 }
@@ -55,6 +62,58 @@ impl AdminClient {
         }
         Err(last_error.unwrap_or_else(|| anyhow::anyhow!("empty bootstrap list")))
             .context("connecting to the cluster")
+    }
+
+    /// SASL login with the user the environment names, if any.
+    fn login_from_env(&mut self) -> anyhow::Result<()> {
+        use kafka_protocol::messages::{
+            SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+            SaslHandshakeResponse,
+        };
+        use skiff_security::{Mechanism, ScramClient, ScramMechanism};
+        let (Ok(user), Ok(password)) = (
+            std::env::var("SKIFF_SASL_USERNAME"),
+            std::env::var("SKIFF_SASL_PASSWORD"),
+        ) else {
+            return Ok(());
+        };
+        let mechanism = match std::env::var("SKIFF_SASL_MECHANISM") {
+            Ok(name) => {
+                Mechanism::parse(&name).with_context(|| format!("SKIFF_SASL_MECHANISM {name:?}"))?
+            }
+            Err(_) => Mechanism::Scram(ScramMechanism::Sha512),
+        };
+        let handshake = SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str(mechanism.name()));
+        let r: SaslHandshakeResponse = self.call(&handshake, 1)?;
+        if r.error_code != 0 {
+            bail!("SASL handshake for {mechanism}: error {}", r.error_code);
+        }
+        let mut round = |bytes: Vec<u8>| -> anyhow::Result<Bytes> {
+            let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes));
+            let r: SaslAuthenticateResponse = self.call(&request, 1)?;
+            if r.error_code != 0 {
+                bail!(
+                    "SASL login as {user}: {} (error {})",
+                    r.error_message.as_deref().unwrap_or("refused"),
+                    r.error_code
+                );
+            }
+            Ok(r.auth_bytes)
+        };
+        match mechanism {
+            Mechanism::Plain => {
+                round(format!("\0{user}\0{password}").into_bytes())?;
+            }
+            Mechanism::Scram(m) => {
+                let mut client = ScramClient::new(m, &user, &password)?;
+                let server_first = round(client.first())?;
+                let last = client.last(&server_first)?;
+                let server_final = round(last)?;
+                client.verify(&server_final)?;
+            }
+        }
+        Ok(())
     }
 
     /// How long a response may take before `receive` gives up (60 s unless set).

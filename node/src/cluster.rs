@@ -93,6 +93,11 @@ pub struct Broker {
     /// lease watchdog both publish), so the last one derived lands last.
     publishing: Rc<glommio::sync::Semaphore>,
     stopping: Cell<bool>,
+    /// The security metadata of the last table derived; rebuilt only when a
+    /// batch or snapshot applied since may have changed it.
+    security: RefCell<Arc<crate::security::Security>>,
+    security_dirty: Cell<bool>,
+    authz: Option<crate::security::AuthzSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +174,13 @@ pub async fn start(
         stepped_down: Cell::new(false),
         publishing: Rc::new(glommio::sync::Semaphore::new(1)),
         stopping: Cell::new(false),
+        security: RefCell::new(Arc::default()),
+        // The first table derives it (an authorizer with no ACLs yet).
+        security_dirty: Cell::new(true),
+        authz: config.authorizer.then(|| crate::security::AuthzSettings {
+            super_users: config.super_users.clone(),
+            allow_if_no_acl: config.allow_everyone_if_no_acl_found,
+        }),
     });
     BROKER.with(|b| *b.borrow_mut() = Some(broker.clone()));
     let deadline = Instant::now() + START_TIMEOUT;
@@ -268,6 +280,9 @@ async fn fetch_once(broker: &Broker) -> Result<bool, ClientError> {
                 }
                 // The controllers applied the same batch to the same state and
                 // refused the same records: the refusal is part of the state.
+                if batch.records.iter().any(crate::security::touches) {
+                    broker.security_dirty.set(true);
+                }
                 for (index, e) in state.apply_batch(batch.offset, &batch.records) {
                     tracing::debug!(offset = batch.offset, index, error = %e, "metadata record refused, as by the controller");
                 }
@@ -283,6 +298,7 @@ async fn fetch_once(broker: &Broker) -> Result<bool, ClientError> {
             })?;
             *broker.state.borrow_mut() = state;
             broker.applied.set(offset);
+            broker.security_dirty.set(true);
             Ok(true)
         }
     }
@@ -345,10 +361,12 @@ async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
             want_shutdown: false,
             offline_partitions: offline_replicas(&core, &broker).await,
         };
-        let sent = Instant::now();
-        match broker.heartbeats.heartbeat(beat).await {
-            Ok(reply) => {
+        match broker.heartbeats.heartbeat_timed(beat).await {
+            Ok((reply, _, sent)) => {
                 last_ack = Instant::now();
+                // From the send of the attempt that was answered: a call
+                // that began during a cut and got through on a retry after
+                // the heal does not leave the lease as old as the cut.
                 broker.lease_from.set(sent);
                 if reply.is_fenced != broker.fenced.get() {
                     tracing::info!(
@@ -599,6 +617,12 @@ fn derive_table(broker: &Broker) -> TopicTable {
             ConfigResource::Topic(_) => {}
         }
     }
+    if broker.security_dirty.replace(false) {
+        *broker.security.borrow_mut() = Arc::new(crate::security::Security::from_state(
+            &state,
+            broker.authz.as_ref(),
+        ));
+    }
     TopicTable {
         topics,
         brokers,
@@ -607,6 +631,7 @@ fn derive_table(broker: &Broker) -> TopicTable {
         cluster_id: state.cluster_id().map(str::to_string),
         cluster_configs,
         node_configs,
+        security: broker.security.borrow().clone(),
     }
 }
 
@@ -836,6 +861,39 @@ pub async fn alter_reassignments(
     let (offset, refusals) = broker.client.alter_reassignments(entries).await?;
     broker.wait_applied(offset, START_TIMEOUT).await?;
     Ok(refusals)
+}
+
+/// AlterUserScramCredentials through the controller; returns once this node
+/// has applied the outcome, with each user's refusal or `None`.
+pub async fn alter_scram_credentials(
+    alterations: Vec<skiff_controller::access::ScramAlteration>,
+) -> Result<Vec<Option<(i16, String)>>, ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let (offset, refusals) = broker.client.alter_scram_credentials(alterations).await?;
+    broker.wait_applied(offset, START_TIMEOUT).await?;
+    Ok(refusals)
+}
+
+/// CreateAcls through the controller; each binding's refusal or `None`, once
+/// this node has applied the outcome.
+pub async fn create_acls(
+    bindings: Vec<skiff_controller::records::AclRecord>,
+) -> Result<Vec<Option<(i16, String)>>, ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let (offset, refusals) = broker.client.create_acls(bindings).await?;
+    broker.wait_applied(offset, START_TIMEOUT).await?;
+    Ok(refusals)
+}
+
+/// DeleteAcls through the controller: per filter, the bindings removed or
+/// its refusal, once this node has applied the outcome.
+pub async fn delete_acls(
+    filters: Vec<skiff_controller::access::AclFilterRecord>,
+) -> Result<crate::security::DeletedAcls, ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let (offset, results) = broker.client.delete_acls(filters).await?;
+    broker.wait_applied(offset, START_TIMEOUT).await?;
+    Ok(results)
 }
 
 /// Grows a topic to `count` partitions through the controller; returns once

@@ -121,6 +121,56 @@ pub struct NodeConfig {
     pub auto_leader_rebalance: bool,
     pub leader_imbalance_check_interval_s: u64,
     pub leader_imbalance_percentage: u32,
+    /// The Kafka listener's security protocol: the scheme of `listeners`
+    /// (`SASL_PLAINTEXT://127.0.0.1:9092`), PLAINTEXT when none is given.
+    pub listener_protocol: SecurityProtocol,
+    /// `sasl.enabled.mechanisms`: what SaslHandshake accepts.
+    pub sasl_mechanisms: Vec<skiff_security::Mechanism>,
+    /// `authorizer.class.name` set: every request is checked against the ACLs.
+    pub authorizer: bool,
+    /// `super.users`: principals ("User:admin") allowed everything.
+    pub super_users: Vec<String>,
+    /// `allow.everyone.if.no.acl.found`.
+    pub allow_everyone_if_no_acl_found: bool,
+    /// How this node's followers log in to their leaders' SASL listeners:
+    /// `sasl.mechanism.inter.broker.protocol`, `inter.broker.sasl.username`,
+    /// `inter.broker.sasl.password`.
+    pub inter_broker_mechanism: skiff_security::Mechanism,
+    pub inter_broker_user: Option<String>,
+    pub inter_broker_password: Option<Secret>,
+    /// `connections.max.reauth.ms` (KIP-368): how long a SASL session lasts
+    /// before the client must re-authenticate; 0, the default: for ever.
+    pub connections_max_reauth_ms: u64,
+}
+
+/// A setting never shown in logs or `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<secret>")
+    }
+}
+
+/// Kafka's `security.protocol` of a listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    SaslPlaintext,
+}
+
+impl SecurityProtocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+        }
+    }
+
+    pub fn sasl(self) -> bool {
+        self == SecurityProtocol::SaslPlaintext
+    }
 }
 
 impl NodeConfig {
@@ -176,6 +226,20 @@ impl NodeConfig {
                 controller: true,
             },
             controller_listen: None,
+            listener_protocol: SecurityProtocol::Plaintext,
+            authorizer: false,
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl_found: false,
+            inter_broker_mechanism: skiff_security::Mechanism::Scram(
+                skiff_security::ScramMechanism::Sha512,
+            ),
+            inter_broker_user: None,
+            inter_broker_password: None,
+            connections_max_reauth_ms: 0,
+            sasl_mechanisms: vec![
+                skiff_security::Mechanism::Scram(skiff_security::ScramMechanism::Sha256),
+                skiff_security::Mechanism::Scram(skiff_security::ScramMechanism::Sha512),
+            ],
             controller_quorum: Vec::new(),
             controller_cpu: None,
             broker_rack: None,
@@ -228,9 +292,69 @@ impl NodeConfig {
         match key {
             "node.id" => self.node_id = num!(),
             "listeners" | "listen" => {
-                self.listen = value
+                let (protocol, addr) = match value.split_once("://") {
+                    None => (SecurityProtocol::Plaintext, value),
+                    Some(("PLAINTEXT", addr)) => (SecurityProtocol::Plaintext, addr),
+                    Some(("SASL_PLAINTEXT", addr)) => (SecurityProtocol::SaslPlaintext, addr),
+                    Some(_) => {
+                        return Err(bad(
+                            "[PLAINTEXT:// or SASL_PLAINTEXT://]HOST:PORT (SSL and SASL_SSL are not built yet)",
+                        ))
+                    }
+                };
+                self.listen = addr
                     .parse()
-                    .map_err(|_| bad("HOST:PORT (an IP address and port)"))?
+                    .map_err(|_| bad("[PROTOCOL://]HOST:PORT (an IP address and port)"))?;
+                self.listener_protocol = protocol;
+            }
+            "authorizer.class.name" => {
+                self.authorizer = match value.trim() {
+                    "" => false,
+                    "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                    | "kafka.security.authorizer.AclAuthorizer"
+                    | "skiff" => true,
+                    _ => return Err(bad(
+                        "empty, org.apache.kafka.metadata.authorizer.StandardAuthorizer or skiff",
+                    )),
+                }
+            }
+            "super.users" => {
+                let users: Vec<String> = value
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|u| !u.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                if users
+                    .iter()
+                    .any(|u| skiff_security::KafkaPrincipal::parse(u).is_err())
+                {
+                    return Err(bad("principals separated by ';' (User:admin;User:ops)"));
+                }
+                self.super_users = users;
+            }
+            "allow.everyone.if.no.acl.found" => {
+                self.allow_everyone_if_no_acl_found =
+                    value.parse().map_err(|_| bad("true or false"))?
+            }
+            "sasl.mechanism.inter.broker.protocol" => {
+                self.inter_broker_mechanism = skiff_security::Mechanism::parse(value.trim())
+                    .ok_or_else(|| bad("PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"))?
+            }
+            "connections.max.reauth.ms" => self.connections_max_reauth_ms = num!(),
+            "inter.broker.sasl.username" => self.inter_broker_user = Some(value.to_string()),
+            "inter.broker.sasl.password" => {
+                self.inter_broker_password = Some(Secret(value.to_string()))
+            }
+            "sasl.enabled.mechanisms" => {
+                self.sasl_mechanisms = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|m| !m.is_empty())
+                    .map(skiff_security::Mechanism::parse)
+                    .collect::<Option<Vec<_>>>()
+                    .filter(|m| !m.is_empty())
+                    .ok_or_else(|| bad("a list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"))?;
             }
             "metrics.listen" => {
                 self.metrics_listen = match value {
@@ -408,6 +532,33 @@ impl NodeConfig {
         }
         if self.node_id < 1 {
             return Err(bad(format!("node.id {} must be >= 1", self.node_id)));
+        }
+        // Followers fetch over the Kafka listener: in a cluster of several
+        // nodes they log in to it as the inter-broker user.
+        let own_quorum = self
+            .controller_quorum
+            .iter()
+            .all(|(id, _)| *id == self.node_id as u64);
+        if self.listener_protocol.sasl()
+            && !own_quorum
+            && (self.inter_broker_user.is_none() || self.inter_broker_password.is_none())
+        {
+            return Err(bad(format!(
+                "listeners {}:// in a cluster of several nodes: followers log in to their \
+                 leaders with inter.broker.sasl.username and inter.broker.sasl.password \
+                 (a user of sasl.mechanism.inter.broker.protocol, a super user when \
+                 authorization is on); set both",
+                self.listener_protocol.name()
+            )));
+        }
+        if self.listener_protocol.sasl()
+            && self.inter_broker_user.is_some()
+            && !self.sasl_mechanisms.contains(&self.inter_broker_mechanism)
+        {
+            return Err(bad(format!(
+                "sasl.mechanism.inter.broker.protocol {} is not in sasl.enabled.mechanisms",
+                self.inter_broker_mechanism
+            )));
         }
         if self.roles.controller
             && !self.controller_quorum.is_empty()
@@ -717,5 +868,65 @@ mod tests {
         assert!(check_topic_config("cleanup.policy", "compact").is_ok());
         assert!(check_topic_config("segment.bytes", "1").is_err());
         assert!(check_topic_config("bogus", "1").is_err());
+    }
+
+    #[test]
+    fn security_settings_parse_and_refuse_what_is_not_built() {
+        use skiff_security::{Mechanism, ScramMechanism};
+        let mut c = NodeConfig::defaults().unwrap();
+        assert_eq!(c.listener_protocol, SecurityProtocol::Plaintext);
+        assert!(!c.authorizer);
+        c.apply_set("listeners=SASL_PLAINTEXT://127.0.0.1:9500")
+            .unwrap();
+        assert_eq!(
+            (c.listener_protocol, c.listen.port()),
+            (SecurityProtocol::SaslPlaintext, 9500)
+        );
+        c.apply_set("listeners=PLAINTEXT://127.0.0.1:9501").unwrap();
+        assert_eq!(c.listener_protocol, SecurityProtocol::Plaintext);
+        for bad in [
+            "listeners=SSL://127.0.0.1:9502",
+            "listeners=SASL_SSL://127.0.0.1:9502",
+            "sasl.enabled.mechanisms=GSSAPI",
+            "sasl.enabled.mechanisms=",
+            "authorizer.class.name=com.example.MyAuthorizer",
+            "super.users=admin",
+            "allow.everyone.if.no.acl.found=maybe",
+        ] {
+            assert!(
+                matches!(c.apply_set(bad), Err(ConfigError::BadValue { .. })),
+                "{bad}"
+            );
+        }
+        c.apply_set("sasl.enabled.mechanisms=PLAIN, SCRAM-SHA-512")
+            .unwrap();
+        assert_eq!(
+            c.sasl_mechanisms,
+            vec![Mechanism::Plain, Mechanism::Scram(ScramMechanism::Sha512)]
+        );
+        c.apply_set(
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        )
+        .unwrap();
+        c.apply_set("super.users=User:admin; User:ops").unwrap();
+        assert!(c.authorizer);
+        assert_eq!(c.super_users, vec!["User:admin", "User:ops"]);
+        // Followers cannot authenticate yet: SASL is refused in a quorum of several.
+        c.apply_set("listeners=SASL_PLAINTEXT://127.0.0.1:9500")
+            .unwrap();
+        assert!(c.check_roles().is_ok(), "a cluster of one");
+        c.apply_set("controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9193")
+            .unwrap();
+        assert!(matches!(c.check_roles(), Err(ConfigError::Cluster(_))));
+        c.apply_set("inter.broker.sasl.username=broker").unwrap();
+        c.apply_set("inter.broker.sasl.password=s3cret").unwrap();
+        assert!(c.check_roles().is_ok(), "followers log in");
+        assert!(!format!("{c:?}").contains("s3cret"), "no password in Debug");
+        c.apply_set("sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256")
+            .unwrap();
+        assert!(
+            matches!(c.check_roles(), Err(ConfigError::Cluster(_))),
+            "not enabled"
+        );
     }
 }

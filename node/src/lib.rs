@@ -10,6 +10,7 @@
 //! `socket.request.max.bytes` per frame (checked before allocating),
 //! `fetch::MAX_WAIT_MS_CAP` per long poll.
 
+pub mod acl_admin;
 pub mod admin_client;
 pub mod cluster;
 pub mod config;
@@ -22,6 +23,8 @@ pub mod node;
 pub mod producer;
 pub mod reassign;
 pub mod replica;
+pub mod sasl;
+pub mod security;
 mod sendmsg;
 pub mod server;
 pub mod state;

@@ -97,6 +97,129 @@ enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+    /// ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls over the Kafka
+    /// port): `skiff acl add --principal User:alice --operation READ --topic t`.
+    Acl {
+        #[command(subcommand)]
+        command: AclCommand,
+    },
+    /// SASL/SCRAM users, set through the controller quorum (the way in before
+    /// any SASL listener lets a client in). `skiff user create alice
+    /// --password -` reads the password from stdin.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AclCommand {
+    /// Adds one binding per --operation.
+    Add {
+        #[command(flatten)]
+        acl: AclArgs,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// The bindings that apply to the named resource (every pattern that
+    /// covers it), principal or operation; all without filters.
+    List {
+        #[command(flatten)]
+        acl: AclArgs,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Removes the bindings named exactly (or every one with --all).
+    Remove {
+        #[command(flatten)]
+        acl: AclArgs,
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Args)]
+struct AclArgs {
+    #[arg(long, group = "resource")]
+    topic: Option<String>,
+    #[arg(long, group = "resource")]
+    group: Option<String>,
+    #[arg(long, group = "resource")]
+    transactional_id: Option<String>,
+    #[arg(long, group = "resource")]
+    cluster: bool,
+    /// The name is a prefix (Kafka's PREFIXED pattern).
+    #[arg(long)]
+    prefixed: bool,
+    /// User:NAME, or User:* for every user.
+    #[arg(long)]
+    principal: Option<String>,
+    /// An IP address, or * (the default).
+    #[arg(long)]
+    host: Option<String>,
+    /// READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION,
+    /// DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE or ALL (repeatable).
+    #[arg(long = "operation")]
+    operations: Vec<String>,
+    /// A DENY binding (ALLOW otherwise).
+    #[arg(long)]
+    deny: bool,
+}
+
+impl AclArgs {
+    fn selection(self) -> skiff_node::acl_admin::Selection {
+        skiff_node::acl_admin::Selection {
+            topic: self.topic,
+            group: self.group,
+            transactional_id: self.transactional_id,
+            cluster: self.cluster,
+            prefixed: self.prefixed,
+            principal: self.principal,
+            host: self.host,
+            operations: self.operations,
+            deny: self.deny,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Creates or replaces a user's SCRAM credential (the password is salted
+    /// and hashed here; only the salted keys reach the cluster).
+    Create {
+        name: String,
+        /// The password; "-" reads one line from stdin (keeps it out of ps).
+        #[arg(long)]
+        password: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512; both when not given.
+        #[arg(long)]
+        mechanism: Option<String>,
+        #[arg(long, default_value_t = 8192)]
+        iterations: u32,
+        /// Controller addresses: HOST:PORT or ID@HOST:PORT, comma-separated.
+        #[arg(long, default_value = "127.0.0.1:9093")]
+        controller: String,
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
+    },
+    /// Every user with a SCRAM credential: mechanisms and iterations
+    /// (DescribeUserScramCredentials over the Kafka port).
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Deletes a user's SCRAM credentials (both mechanisms when none is named).
+    Delete {
+        name: String,
+        #[arg(long)]
+        mechanism: Option<String>,
+        #[arg(long, default_value = "127.0.0.1:9093")]
+        controller: String,
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -450,6 +573,8 @@ fn main() {
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
         Command::Cluster { command } => cluster(command),
+        Command::User { command } => user(command),
+        Command::Acl { command } => acl(command),
         Command::Partition { command } => partition(command),
     };
     if let Err(e) = result {
@@ -1049,6 +1174,157 @@ fn reassign_command(
         );
     }
     Ok(())
+}
+
+fn acl(command: AclCommand) -> anyhow::Result<()> {
+    use skiff_node::acl_admin;
+    let (verb, bindings) = match command {
+        AclCommand::Add { acl, conn } => {
+            ("added", acl_admin::add(&conn.bootstrap, &acl.selection())?)
+        }
+        AclCommand::List { acl, conn } => ("", acl_admin::list(&conn.bootstrap, &acl.selection())?),
+        AclCommand::Remove { acl, all, conn } => {
+            let selection = acl.selection();
+            let gone = if all {
+                acl_admin::remove_all(&conn.bootstrap)?
+            } else {
+                acl_admin::remove(&conn.bootstrap, &selection)?
+            };
+            ("removed", gone)
+        }
+    };
+    for b in &bindings {
+        if verb.is_empty() {
+            println!("{}", acl_admin::show(b));
+        } else {
+            println!("{verb}: {}", acl_admin::show(b));
+        }
+    }
+    if verb == "removed" && bindings.is_empty() {
+        println!("no binding matched");
+    }
+    Ok(())
+}
+
+/// Controller addresses from "HOST:PORT" or "ID@HOST:PORT", comma-separated.
+fn controller_addrs(list: &str) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|entry| {
+            let addr = entry.split_once('@').map_or(entry, |(_, a)| a);
+            addr.parse()
+                .with_context(|| format!("{entry:?} is not HOST:PORT or ID@HOST:PORT"))
+        })
+        .collect()
+}
+
+fn scram_mechanisms(name: Option<&str>) -> anyhow::Result<Vec<skiff_security::ScramMechanism>> {
+    match name {
+        None => Ok(skiff_security::ScramMechanism::ALL.to_vec()),
+        Some(n) => skiff_security::ScramMechanism::from_name(n)
+            .map(|m| vec![m])
+            .with_context(|| format!("mechanism {n:?}: SCRAM-SHA-256 or SCRAM-SHA-512")),
+    }
+}
+
+fn user(command: UserCommand) -> anyhow::Result<()> {
+    use skiff_controller::access::ScramAlteration;
+    let (name, alterations, controller, timeout_ms) = match command {
+        UserCommand::List { conn } => {
+            for (user, mechanisms) in skiff_node::acl_admin::users(&conn.bootstrap)? {
+                let shown: Vec<String> = mechanisms
+                    .iter()
+                    .map(|(m, i)| format!("{m} ({i} iterations)"))
+                    .collect();
+                println!("{user}\t{}", shown.join(", "));
+            }
+            return Ok(());
+        }
+        UserCommand::Create {
+            name,
+            password,
+            mechanism,
+            iterations,
+            controller,
+            timeout_ms,
+        } => {
+            let password = if password == "-" {
+                let mut line = String::new();
+                std::io::stdin()
+                    .read_line(&mut line)
+                    .context("reading the password from stdin")?;
+                line.trim_end_matches(['\r', '\n']).to_string()
+            } else {
+                password
+            };
+            anyhow::ensure!(!password.is_empty(), "an empty password");
+            let mut alterations = Vec::new();
+            for m in scram_mechanisms(mechanism.as_deref())? {
+                let c = skiff_security::ScramCredential::generate(m, &password, iterations)?;
+                alterations.push(ScramAlteration::Upsert {
+                    name: name.clone(),
+                    mechanism: m.kafka_type(),
+                    iterations: iterations as i32,
+                    salted_password: m.salted_password(password.as_bytes(), &c.salt, iterations),
+                    salt: c.salt,
+                });
+            }
+            (name, alterations, controller, timeout_ms)
+        }
+        UserCommand::Delete {
+            name,
+            mechanism,
+            controller,
+            timeout_ms,
+        } => {
+            let alterations = scram_mechanisms(mechanism.as_deref())?
+                .into_iter()
+                .map(|m| ScramAlteration::Delete {
+                    name: name.clone(),
+                    mechanism: m.kafka_type(),
+                })
+                .collect();
+            (name, alterations, controller, timeout_ms)
+        }
+    };
+    let controllers = controller_addrs(&controller)?;
+    let timeout = std::time::Duration::from_millis(timeout_ms);
+    let alter = |alterations: Vec<ScramAlteration>| {
+        skiff_controller::client::alter_scram_credentials_blocking(
+            &controllers,
+            alterations,
+            timeout,
+        )
+        .map(|r| r.into_iter().flatten().next())
+    };
+    let deletes = alterations.len() > 1
+        && alterations
+            .iter()
+            .all(|a| matches!(a, ScramAlteration::Delete { .. }));
+    let mut refusal = alter(alterations.clone())?;
+    // A user's alterations apply all or none: deleting both mechanisms of a
+    // user who has one is refused (RESOURCE_NOT_FOUND); delete each alone.
+    if deletes && matches!(refusal, Some((91, _))) {
+        let mut deleted = false;
+        for a in alterations {
+            match alter(vec![a])? {
+                None => deleted = true,
+                Some((91, _)) => {}
+                Some(other) => refusal = Some(other),
+            }
+        }
+        if deleted {
+            refusal = None;
+        }
+    }
+    match refusal {
+        None => {
+            println!("user {name}: done");
+            Ok(())
+        }
+        Some((code, message)) => anyhow::bail!("user {name}: {message} (error {code})"),
+    }
 }
 
 fn cluster(command: ClusterCommand) -> anyhow::Result<()> {

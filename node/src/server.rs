@@ -27,8 +27,11 @@ use glommio::task::JoinHandle;
 use skiff_protocol::frame::FrameReader;
 use skiff_protocol::response::ResponseFrame;
 
-use crate::handlers;
+use kafka_protocol::messages::{RequestKind, ResponseKind};
+
+use crate::handlers::{self, authz, authz::Session};
 use crate::listeners;
+use crate::sasl::{ConnectionAuth, Next};
 use crate::sendmsg;
 use crate::state::CoreState;
 
@@ -133,6 +136,19 @@ async fn read_requests(
     client_host: Rc<str>,
 ) -> Result<(), String> {
     let mut frames = FrameReader::new(core.node.config.socket_request_max_bytes);
+    let mut auth = ConnectionAuth::new(
+        core.node.config.listener_protocol,
+        core.node.config.connections_max_reauth_ms,
+    );
+    let ip = client_host.trim_start_matches('/').to_string();
+    let session_of = |auth: &ConnectionAuth| {
+        Rc::new(Session {
+            principal: auth.principal(),
+            ip: ip.clone(),
+            client_host: client_host.clone(),
+        })
+    };
+    let mut session = session_of(&auth);
     loop {
         if core.stopping.get() {
             return Ok(());
@@ -155,12 +171,77 @@ async fn read_requests(
         let request = handlers::Request::decode(frame).inspect_err(|_| {
             core.metrics.decode_error();
         })?;
+        // SASL is answered here, in order: it changes what the connection may
+        // do next. Before it succeeds nothing else is served.
+        if let Some((frame, next)) = sasl_answer(core, &mut auth, &request) {
+            let task = glommio::spawn_local(async move { frame }).detach();
+            tx.send(task).await.map_err(|_| "writer gone".to_string())?;
+            if next == Next::Close {
+                return Err(format!("SASL {:?} refused", request.api_key));
+            }
+            session = session_of(&auth);
+            continue;
+        }
+        if request.api_key != kafka_protocol::messages::ApiKey::ApiVersions
+            && auth.expired(std::time::Instant::now())
+        {
+            return Err(format!(
+                "{}'s SASL session expired without re-authentication (connections.max.reauth.ms)",
+                session.principal
+            ));
+        }
+        if !auth.allows(request.api_key) {
+            return Err(format!(
+                "{:?} request before SASL authentication",
+                request.api_key
+            ));
+        }
+        // An API without an authorization rule yet: super users only.
+        if !authz::covered(request.api_key)
+            && !authz::Access::new(core.topics(), session.clone()).unrestricted()
+        {
+            return Err(format!(
+                "{:?} from {}: only super users may call it while authorization is on",
+                request.api_key, session.principal
+            ));
+        }
         // The start of a request runs here, in order (produce appends); the rest
         // as its own task, so responses of pipelined requests overlap.
-        let rest = handlers::start(core.clone(), request, client_host.clone()).await;
+        let rest = handlers::start(core.clone(), request, session.clone()).await;
         let task = glommio::spawn_local(rest).detach();
         tx.send(task).await.map_err(|_| "writer gone".to_string())?;
     }
+}
+
+/// The answer to a SaslHandshake or SaslAuthenticate (`None` for any other
+/// request).
+fn sasl_answer(
+    core: &CoreState,
+    auth: &mut ConnectionAuth,
+    request: &handlers::Request,
+) -> Option<(Option<ResponseFrame>, Next)> {
+    let (response, next) = match &request.body {
+        Some(RequestKind::SaslHandshake(r)) => {
+            let (response, next) = auth.handshake(&core.node.config.sasl_mechanisms, r);
+            (ResponseKind::SaslHandshake(response), next)
+        }
+        Some(RequestKind::SaslAuthenticate(r)) => {
+            let table = core.topics();
+            let (response, next) = auth.authenticate(&table.security, r, request.version);
+            (ResponseKind::SaslAuthenticate(response), next)
+        }
+        _ => return None,
+    };
+    core.metrics.request(request.api_key);
+    core.metrics.response(request.api_key, &response);
+    let frame = handlers::encode(
+        request.header.correlation_id,
+        request.api_key,
+        request.version,
+        &response,
+        &Default::default(),
+    );
+    Some((frame, next))
 }
 
 fn stream_host(peer: &str) -> String {

@@ -94,6 +94,8 @@ pub struct TopicTable {
     /// default, and each node's own.
     pub cluster_configs: BTreeMap<String, String>,
     pub node_configs: BTreeMap<i32, BTreeMap<String, String>>,
+    /// SCRAM credentials and ACLs (shared between tables while unchanged).
+    pub security: Arc<crate::security::Security>,
 }
 
 impl TopicTable {
@@ -418,6 +420,40 @@ pub async fn alter_reassignments(
 ) -> Result<Vec<Option<(i16, String)>>, TopicError> {
     on_core_zero(core, move || {
         Box::pin(async move { Ok(cluster::alter_reassignments(entries).await?) })
+    })
+    .await
+}
+
+/// AlterUserScramCredentials, decided by the controller (per user, in the
+/// order first named: `None` done, else the refusal).
+pub async fn alter_scram_credentials(
+    core: &CoreState,
+    alterations: Vec<skiff_controller::access::ScramAlteration>,
+) -> Result<Vec<Option<(i16, String)>>, TopicError> {
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::alter_scram_credentials(alterations).await?) })
+    })
+    .await
+}
+
+/// CreateAcls, decided by the controller (per binding).
+pub async fn create_acls(
+    core: &CoreState,
+    bindings: Vec<skiff_controller::records::AclRecord>,
+) -> Result<Vec<Option<(i16, String)>>, TopicError> {
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::create_acls(bindings).await?) })
+    })
+    .await
+}
+
+/// DeleteAcls, decided by the controller (per filter).
+pub async fn delete_acls(
+    core: &CoreState,
+    filters: Vec<skiff_controller::access::AclFilterRecord>,
+) -> Result<crate::security::DeletedAcls, TopicError> {
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::delete_acls(filters).await?) })
     })
     .await
 }

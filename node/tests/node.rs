@@ -33,12 +33,11 @@ struct NodeProcess {
 
 const LOG_TAIL_LINES: usize = 200;
 
+/// A loopback port free now, below the ephemeral range: a port the kernel
+/// hands out (bind to 0) can be taken by any outgoing connection before the
+/// node binds it (seen under load: "the metrics listener ... is in use").
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    ports_below_ephemeral(1)[0]
 }
 
 impl NodeProcess {

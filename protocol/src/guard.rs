@@ -370,6 +370,49 @@ pub(crate) static LIST_PARTITION_REASSIGNMENTS: Schema = Schema {
     flexible_since: 0,
 };
 
+// CreateAcls and DeleteAcls (create_acls_request.rs, delete_acls_request.rs):
+// creations, or filters, of (resource type, name, pattern type, principal,
+// host, operation, permission); flexible from v2. DescribeAcls has no array.
+static ACL_BINDING: Struct = Struct {
+    fields: &[f(I8), f(Str), f(I8), f(Str), f(Str), f(I8), f(I8)],
+};
+pub(crate) static CREATE_ACLS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&ACL_BINDING))],
+    },
+    flexible_since: 2,
+};
+pub(crate) static DELETE_ACLS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&ACL_BINDING))],
+    },
+    flexible_since: 2,
+};
+
+// DescribeUserScramCredentials (describe_user_scram_credentials_request.rs):
+// nullable users of (name); AlterUserScramCredentials: deletions of (name,
+// mechanism), upsertions of (name, mechanism, iterations, salt, salted
+// password). Both flexible from v0.
+static SCRAM_USER: Struct = Struct { fields: &[f(Str)] };
+pub(crate) static DESCRIBE_USER_SCRAM_CREDENTIALS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&SCRAM_USER))],
+    },
+    flexible_since: 0,
+};
+static SCRAM_DELETION: Struct = Struct {
+    fields: &[f(Str), f(I8)],
+};
+static SCRAM_UPSERTION: Struct = Struct {
+    fields: &[f(Str), f(I8), f(I32), f(Bytes), f(Bytes)],
+};
+pub(crate) static ALTER_USER_SCRAM_CREDENTIALS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&SCRAM_DELETION)), f(Array(&SCRAM_UPSERTION))],
+    },
+    flexible_since: 0,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

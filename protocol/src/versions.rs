@@ -126,6 +126,19 @@ pub const SERVED_APIS: &[ServedApi] = &[
     // One log directory per node (v0 is not answered by Kafka 4 either).
     ServedApi::new(ApiKey::DescribeLogDirs, 1, 4).guarded(&guard::DESCRIBE_LOG_DIRS),
     ServedApi::new(ApiKey::DescribeQuorum, 0, 2).guarded(&guard::DESCRIBE_QUORUM),
+    // SASL on SASL_PLAINTEXT listeners (v0's raw tokens are not spoken:
+    // advertised as Kafka does, answered from v1).
+    ServedApi::new(ApiKey::SaslHandshake, 0, 1).refusing_below(1),
+    ServedApi::new(ApiKey::SaslAuthenticate, 0, 2),
+    // Security (issue 17): ACLs and SCRAM credentials, kept by the controller.
+    // ACL v0 has no pattern type; Kafka 4 dropped it too.
+    ServedApi::new(ApiKey::CreateAcls, 1, 3).guarded(&guard::CREATE_ACLS),
+    ServedApi::new(ApiKey::DescribeAcls, 1, 3),
+    ServedApi::new(ApiKey::DeleteAcls, 1, 3).guarded(&guard::DELETE_ACLS),
+    ServedApi::new(ApiKey::DescribeUserScramCredentials, 0, 0)
+        .guarded(&guard::DESCRIBE_USER_SCRAM_CREDENTIALS),
+    ServedApi::new(ApiKey::AlterUserScramCredentials, 0, 0)
+        .guarded(&guard::ALTER_USER_SCRAM_CREDENTIALS),
 ];
 
 /// The table entry for `api_key`, if skiff serves it.

@@ -4,7 +4,10 @@ cut that link alone while everything else (clients, other links) goes on.
 `cut()` makes the link silent the way a dropped network is: connections stay
 open but nothing crosses them, new connections are accepted and never answered
 (no reset, no error: the peer only learns through its own timeouts).
-`heal()` closes what was held, so both ends reconnect. Threads, bounded: one
+`heal()` closes what was held, so both ends reconnect. `stall_existing()`
+is the heal TCP gives after a real cut: the connections that lived through
+it stay silent (their retransmission timers backed off), new ones work.
+Threads, bounded: one
 accept thread, two pump threads per connection; `close()` ends them all."""
 
 import socket
@@ -24,12 +27,19 @@ class Proxy:
         self._silent = False
         self._closed = False
         self._conns = []  # (client, upstream or None)
+        self._stalled = set()  # sockets of pairs that stay silent for good
         self._accept = threading.Thread(target=self._accept_loop, daemon=True)
         self._accept.start()
 
     def cut(self):
         with self._lock:
             self._silent = True
+
+    def stall_existing(self):
+        """Every open connection goes silent for good; new ones are served."""
+        with self._lock:
+            for pair in self._conns:
+                self._stalled.update(s for s in pair if s is not None)
 
     def heal(self):
         with self._lock:
@@ -96,7 +106,7 @@ class Proxy:
                 self._close_pair((src, dst))
                 return
             with self._lock:
-                silent = self._silent
+                silent = self._silent or src in self._stalled
             if silent:
                 continue  # dropped on the floor, as a cut network does
             try:

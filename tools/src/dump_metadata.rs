@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 use skiff_controller::raft::prelude::{ConfState, Entry, EntryType, HardState, Snapshot};
 use skiff_controller::records::{
-    decode_batch, ConfigResource, Endpoint, MetadataRecord, RegistrationChange, TopicId,
+    decode_batch, AclRecord, ConfigResource, Endpoint, MetadataRecord, RegistrationChange, TopicId,
 };
 use skiff_controller::state::ClusterState;
 use skiff_controller::storage::{
@@ -307,6 +307,20 @@ impl Dump<'_> {
                     .collect(),
                 )?;
             }
+        }
+        for c in state.scram_credentials() {
+            self.emit(
+                "scram",
+                format!("  credential {}", c.name),
+                vec![
+                    ("name", json!(c.name)),
+                    ("mechanism", scram_mechanism(c.mechanism)),
+                    ("iterations", json!(c.iterations)),
+                ],
+            )?;
+        }
+        for a in state.acls() {
+            self.emit("acl", format!("  acl {}", a.resource_name), acl_fields(a))?;
         }
         Ok(())
     }
@@ -578,7 +592,52 @@ impl Dump<'_> {
             MetadataRecord::UnregisterNode(u) => {
                 ("UnregisterNode", vec![("nodeId", json!(u.node_id))])
             }
+            // Salt and keys stay out of the dump: they are what an attacker
+            // would need to try passwords offline.
+            MetadataRecord::UserScramCredential(c) => (
+                "UserScramCredential",
+                vec![
+                    ("name", json!(c.name)),
+                    ("mechanism", scram_mechanism(c.mechanism)),
+                    ("iterations", json!(c.iterations)),
+                ],
+            ),
+            MetadataRecord::RemoveUserScramCredential(c) => (
+                "RemoveUserScramCredential",
+                vec![
+                    ("name", json!(c.name)),
+                    ("mechanism", scram_mechanism(c.mechanism)),
+                ],
+            ),
+            MetadataRecord::Acl(a) => ("Acl", acl_fields(a)),
+            MetadataRecord::RemoveAcl(a) => ("RemoveAcl", acl_fields(a)),
         }
+    }
+}
+
+fn scram_mechanism(code: i8) -> Value {
+    match skiff_controller::access::scram_mechanism_name(code) {
+        Some(name) => json!(name),
+        None => json!(format!("unknown ({code})")),
+    }
+}
+
+/// An ACL binding by Kafka's names (its codes where they mean nothing).
+fn acl_fields(a: &AclRecord) -> Fields {
+    match skiff_controller::access::acl_binding(a) {
+        Ok(b) => vec![
+            ("resourceType", json!(b.pattern.resource_type.name())),
+            ("name", json!(b.pattern.name)),
+            ("patternType", json!(b.pattern.pattern_type.name())),
+            ("principal", json!(b.entry.principal)),
+            ("host", json!(b.entry.host)),
+            ("operation", json!(b.entry.operation.name())),
+            ("permission", json!(b.entry.permission.name())),
+        ],
+        Err(e) => vec![
+            ("invalid", json!(e.to_string())),
+            ("raw", json!(format!("{a:?}"))),
+        ],
     }
 }
 

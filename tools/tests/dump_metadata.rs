@@ -6,11 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use skiff_controller::access::{self, ScramAlteration};
 use skiff_controller::decisions::{
     self, ControllerConfig, CreateTopic, Heartbeat, Registration, Sessions,
 };
 use skiff_controller::node::{QuorumConfig, QuorumNode};
-use skiff_controller::records::{Endpoint, MetadataRecord, TopicId};
+use skiff_controller::records::{AclRecord, Endpoint, MetadataRecord, TopicId};
 use skiff_controller::storage::{LOG_DIR, LOG_FILE};
 
 fn run(args: &[&str]) -> Output {
@@ -107,6 +108,28 @@ fn build_log(dir: &Path, snapshot_interval_entries: u64) -> PathBuf {
             .len(),
         3
     );
+    let (_, records) = access::alter_scram_credentials(
+        node.state(),
+        &[ScramAlteration::Upsert {
+            name: "alice".into(),
+            mechanism: 2,
+            iterations: 4096,
+            salt: vec![0x5a; 16],
+            salted_password: vec![0x77; 64],
+        }],
+    );
+    commit(&mut node, &records);
+    let acl = AclRecord {
+        resource_type: 2,
+        resource_name: "orders".into(),
+        pattern_type: 4,
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: 4,
+        permission: 3,
+    };
+    let (_, records) = access::create_acls(node.state(), &[acl]);
+    commit(&mut node, &records);
     dir.to_path_buf()
 }
 
@@ -157,12 +180,16 @@ fn log_frames_and_records_are_listed() {
         "| Topic name: orders topicId: abababab-abab-abab-abab-abababababab partitions: 3 configs: {\"retention.ms\":\"60000\"}",
         "| Partition topic: orders partition: 0 replicas: [1] isr: [1] leader: 1 leaderEpoch: 0 partitionEpoch: 0",
         "| Partition topic: orders partition: 2 replicas: [1]",
+        "| UserScramCredential name: alice mechanism: SCRAM-SHA-512 iterations: 4096",
+        "| Acl resourceType: TOPIC name: orders patternType: PREFIXED principal: User:alice host: * operation: WRITE permission: ALLOW",
         "end frames: ",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }
     assert!(text.contains("problems: 0"), "{text}");
     assert!(!text.contains("uncommitted tail"), "{text}");
+    // Salts and keys are secrets: never dumped (0x5a is the salt's byte).
+    assert!(!text.contains("5a5a") && !text.contains("salt"), "{text}");
     // Entry offsets grow.
     let offsets: Vec<u64> = text
         .lines()
@@ -190,6 +217,8 @@ fn snapshot_state_is_summarized() {
         "  topic orders name: orders topicId: abababab-abab-abab-abab-abababababab partitions: 3",
         "  partition orders-0 topic: orders partition: 0 replicas: [1] isr: [1] leader: 1 leaderEpoch: 0 partitionEpoch: 0",
         "  partition orders-2 ",
+        "  credential alice name: alice mechanism: SCRAM-SHA-512 iterations: 4096",
+        "  acl orders resourceType: TOPIC name: orders patternType: PREFIXED principal: User:alice",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }

@@ -177,3 +177,34 @@ pub async fn handle(
             .collect(),
     )
 }
+
+/// The answer without ALTER on the cluster: every asked partition refused
+/// with CLUSTER_AUTHORIZATION_FAILED (and, from v1, the whole request).
+pub fn refused(request: &ElectLeadersRequest, version: i16) -> ElectLeadersResponse {
+    let code = ResponseError::ClusterAuthorizationFailed.code();
+    let results = request
+        .topic_partitions
+        .iter()
+        .flatten()
+        .map(|t| {
+            ReplicaElectionResult::default()
+                .with_topic(t.topic.clone())
+                .with_partition_result(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            PartitionResult::default()
+                                .with_partition_id(*p)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    let response = ElectLeadersResponse::default().with_replica_election_results(results);
+    if version >= 1 {
+        response.with_error_code(code)
+    } else {
+        response
+    }
+}

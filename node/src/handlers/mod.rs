@@ -3,7 +3,9 @@
 //! `handle` runs each request as its own task and returns the encoded response
 //! (`None` for acks=0 produce, which Kafka never answers).
 
+mod acls;
 mod admin;
+pub mod authz;
 mod delete_records;
 mod describe;
 mod elect_leaders;
@@ -83,7 +85,7 @@ impl Request {
 pub async fn start(
     core: Rc<CoreState>,
     request: Request,
-    client_host: Rc<str>,
+    session: Rc<authz::Session>,
 ) -> Pin<Box<dyn Future<Output = Option<ResponseFrame>>>> {
     let Request {
         header,
@@ -93,12 +95,16 @@ pub async fn start(
     } = request;
     core.metrics.request(api_key);
     match body {
-        Some(RequestKind::Produce(r)) => {
+        Some(RequestKind::Produce(mut r)) => {
             let started = Instant::now();
             let acks = r.acks;
+            let access = authz::Access::new(core.topics(), session);
+            let denied = authz::produce(&access, &mut r);
             let pending = produce::append_phase(&core, r, version).await;
             Box::pin(async move {
-                let response = ResponseKind::Produce(pending.finish().await?);
+                let mut response = pending.finish().await?;
+                authz::produce_denied(&mut response, denied);
+                let response = ResponseKind::Produce(response);
                 core.metrics.produce_latency(acks, started.elapsed());
                 core.metrics.response(api_key, &response);
                 encode(
@@ -118,12 +124,12 @@ pub async fn start(
                 version,
                 body,
             },
-            client_host,
+            session,
         )),
     }
 }
 
-fn encode(
+pub(crate) fn encode(
     correlation_id: i32,
     api_key: ApiKey,
     version: i16,
@@ -142,8 +148,11 @@ fn encode(
 async fn handle(
     core: Rc<CoreState>,
     request: Request,
-    client_host: Rc<str>,
+    session: Rc<authz::Session>,
 ) -> Option<ResponseFrame> {
+    use skiff_security::AclOperation as Op;
+    let access = authz::Access::new(core.topics(), session.clone());
+    let client_host = session.client_host.clone();
     let Request {
         header,
         api_key,
@@ -164,65 +173,218 @@ async fn handle(
         Some(RequestKind::ApiVersions(_)) => {
             ResponseKind::ApiVersions(versions::api_versions_response(None))
         }
-        Some(RequestKind::Metadata(r)) => {
-            ResponseKind::Metadata(metadata::handle(&core, r, version).await)
+        Some(RequestKind::Metadata(mut r)) => {
+            let listed_all = r.topics.is_none();
+            let denied = authz::metadata(&access, &mut r);
+            let mut response = metadata::handle(&core, r, version).await;
+            authz::metadata_denied(&access, &mut response, denied, listed_all);
+            ResponseKind::Metadata(response)
         }
-        Some(RequestKind::Fetch(r)) => {
-            ResponseKind::Fetch(fetch::handle(&core, r, version, &mut splices).await)
+        Some(RequestKind::Fetch(mut r)) => match authz::fetch(&access, &mut r, version) {
+            authz::FetchGate::Serve(denied) => {
+                let mut response = fetch::handle(&core, r, version, &mut splices).await;
+                authz::fetch_denied(&mut response, denied);
+                ResponseKind::Fetch(response)
+            }
+            authz::FetchGate::Refuse => ResponseKind::Fetch(
+                kafka_protocol::messages::FetchResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            ),
+        },
+        Some(RequestKind::ListOffsets(mut r)) => {
+            let denied = authz::list_offsets(&access, &mut r);
+            let mut response = list_offsets::handle(&core, r, version).await;
+            authz::list_offsets_denied(&mut response, denied);
+            ResponseKind::ListOffsets(response)
         }
-        Some(RequestKind::ListOffsets(r)) => {
-            ResponseKind::ListOffsets(list_offsets::handle(&core, r, version).await)
+        Some(RequestKind::CreateTopics(mut r)) => {
+            let denied = authz::create_topics_denied(&access, &mut r);
+            let mut response = admin::create_topics(&core, r, version).await;
+            authz::create_topics_add(&mut response, denied);
+            ResponseKind::CreateTopics(response)
         }
-        Some(RequestKind::CreateTopics(r)) => {
-            ResponseKind::CreateTopics(admin::create_topics(&core, r, version).await)
+        Some(RequestKind::DeleteTopics(mut r)) => {
+            let denied = authz::delete_topics_denied(&access, &mut r);
+            let mut response = admin::delete_topics(&core, r, version).await;
+            authz::delete_topics_add(&mut response, denied);
+            ResponseKind::DeleteTopics(response)
         }
-        Some(RequestKind::DeleteTopics(r)) => {
-            ResponseKind::DeleteTopics(admin::delete_topics(&core, r, version).await)
+        Some(RequestKind::CreatePartitions(mut r)) => {
+            let denied = authz::create_partitions(&access, &mut r);
+            let mut response = admin::create_partitions(&core, r).await;
+            authz::create_partitions_denied(&mut response, denied);
+            ResponseKind::CreatePartitions(response)
         }
-        Some(RequestKind::CreatePartitions(r)) => {
-            ResponseKind::CreatePartitions(admin::create_partitions(&core, r).await)
+        Some(RequestKind::ElectLeaders(r)) if !access.cluster(Op::Alter) => {
+            ResponseKind::ElectLeaders(elect_leaders::refused(&r, version))
         }
         Some(RequestKind::ElectLeaders(r)) => {
             ResponseKind::ElectLeaders(elect_leaders::handle(&core, r, version).await)
         }
+        Some(RequestKind::AlterPartitionReassignments(_)) if !access.cluster(Op::Alter) => {
+            ResponseKind::AlterPartitionReassignments(
+                kafka_protocol::messages::AlterPartitionReassignmentsResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            )
+        }
         Some(RequestKind::AlterPartitionReassignments(r)) => {
             ResponseKind::AlterPartitionReassignments(reassign::alter(&core, r, version).await)
+        }
+        Some(RequestKind::ListPartitionReassignments(_)) if !access.cluster(Op::Describe) => {
+            ResponseKind::ListPartitionReassignments(
+                kafka_protocol::messages::ListPartitionReassignmentsResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            )
         }
         Some(RequestKind::ListPartitionReassignments(r)) => {
             ResponseKind::ListPartitionReassignments(reassign::list(&core, r))
         }
+        Some(RequestKind::UnregisterBroker(_)) if !access.cluster(Op::Alter) => {
+            ResponseKind::UnregisterBroker(
+                kafka_protocol::messages::UnregisterBrokerResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            )
+        }
         Some(RequestKind::UnregisterBroker(r)) => {
             ResponseKind::UnregisterBroker(reassign::unregister_broker(&core, r).await)
+        }
+        Some(RequestKind::DescribeLogDirs(_)) if !access.cluster(Op::Describe) => {
+            // v3+ says why; before, Kafka answers no directories.
+            let response = kafka_protocol::messages::DescribeLogDirsResponse::default();
+            ResponseKind::DescribeLogDirs(if version >= 3 {
+                response.with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            } else {
+                response
+            })
         }
         Some(RequestKind::DescribeLogDirs(r)) => {
             ResponseKind::DescribeLogDirs(describe::describe_log_dirs(&core, r, version).await)
         }
-        Some(RequestKind::DescribeProducers(r)) => {
-            ResponseKind::DescribeProducers(describe::describe_producers(&core, r).await)
+        Some(RequestKind::DescribeProducers(mut r)) => {
+            let denied = authz::describe_producers(&access, &mut r);
+            let mut response = describe::describe_producers(&core, r).await;
+            authz::describe_producers_denied(&mut response, denied);
+            ResponseKind::DescribeProducers(response)
+        }
+        Some(RequestKind::DescribeCluster(_)) if !access.cluster(Op::Describe) => {
+            ResponseKind::DescribeCluster(
+                kafka_protocol::messages::DescribeClusterResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            )
         }
         Some(RequestKind::DescribeCluster(r)) => {
             ResponseKind::DescribeCluster(describe::describe_cluster(&core, &r, version))
         }
+        Some(RequestKind::DescribeQuorum(_)) if !access.cluster(Op::Describe) => {
+            ResponseKind::DescribeQuorum(
+                kafka_protocol::messages::DescribeQuorumResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            )
+        }
         Some(RequestKind::DescribeQuorum(r)) => {
             ResponseKind::DescribeQuorum(describe::describe_quorum(&core, r, version).await)
         }
-        Some(RequestKind::DescribeConfigs(r)) => {
-            ResponseKind::DescribeConfigs(admin::describe_configs(&core, r, version))
+        Some(RequestKind::DescribeConfigs(mut r)) => {
+            let denied = authz::describe_configs(&access, &mut r);
+            let mut response = admin::describe_configs(&core, r, version);
+            authz::describe_configs_denied(&mut response, denied);
+            ResponseKind::DescribeConfigs(response)
         }
-        Some(RequestKind::AlterConfigs(r)) => {
-            ResponseKind::AlterConfigs(admin::alter_configs(&core, r).await)
+        Some(RequestKind::AlterConfigs(mut r)) => {
+            let denied = authz::alter_configs(&access, &mut r.resources, |r| {
+                (r.resource_type, r.resource_name.to_string())
+            });
+            let mut response = admin::alter_configs(&core, r).await;
+            authz::alter_configs_denied(&mut response.responses, denied);
+            ResponseKind::AlterConfigs(response)
         }
-        Some(RequestKind::IncrementalAlterConfigs(r)) => {
-            ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(&core, r).await)
+        Some(RequestKind::IncrementalAlterConfigs(mut r)) => {
+            let denied = authz::alter_configs(&access, &mut r.resources, |r| {
+                (r.resource_type, r.resource_name.to_string())
+            });
+            let mut response = admin::incremental_alter_configs(&core, r).await;
+            authz::incremental_alter_configs_denied(&mut response.responses, denied);
+            ResponseKind::IncrementalAlterConfigs(response)
         }
-        Some(RequestKind::DeleteRecords(r)) => {
-            ResponseKind::DeleteRecords(delete_records::handle(&core, r).await)
+        Some(RequestKind::DeleteRecords(mut r)) => {
+            let denied = authz::delete_records(&access, &mut r);
+            let mut response = delete_records::handle(&core, r).await;
+            authz::delete_records_denied(&mut response, denied);
+            ResponseKind::DeleteRecords(response)
         }
-        Some(RequestKind::OffsetForLeaderEpoch(r)) => {
-            ResponseKind::OffsetForLeaderEpoch(offsets_for_leader_epoch::handle(&core, r).await)
+        Some(RequestKind::OffsetForLeaderEpoch(mut r)) => {
+            let denied = authz::offset_for_leader_epoch(&access, &mut r);
+            let mut response = offsets_for_leader_epoch::handle(&core, r).await;
+            authz::offset_for_leader_epoch_denied(&mut response, denied);
+            ResponseKind::OffsetForLeaderEpoch(response)
         }
-        Some(RequestKind::FindCoordinator(r)) => {
-            ResponseKind::FindCoordinator(find_coordinator::handle(&core, r, version).await)
+        Some(RequestKind::FindCoordinator(mut r)) => {
+            let denied = authz::find_coordinator(&access, &mut r, version);
+            // Nothing left to look up: the one key (v0-3) or every key was refused.
+            let nothing_left = !denied.is_empty() && (version < 4 || r.coordinator_keys.is_empty());
+            let mut response = if nothing_left {
+                kafka_protocol::messages::FindCoordinatorResponse::default()
+            } else {
+                find_coordinator::handle(&core, r, version).await
+            };
+            authz::find_coordinator_denied(&mut response, denied, version);
+            ResponseKind::FindCoordinator(response)
+        }
+        Some(RequestKind::JoinGroup(r)) if !access.group(Op::Read, &r.group_id.0) => {
+            ResponseKind::JoinGroup(
+                kafka_protocol::messages::JoinGroupResponse::default()
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+                    .with_generation_id(-1),
+            )
+        }
+        Some(RequestKind::SyncGroup(r)) if !access.group(Op::Read, &r.group_id.0) => {
+            ResponseKind::SyncGroup(
+                kafka_protocol::messages::SyncGroupResponse::default()
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+            )
+        }
+        Some(RequestKind::Heartbeat(r)) if !access.group(Op::Read, &r.group_id.0) => {
+            ResponseKind::Heartbeat(
+                kafka_protocol::messages::HeartbeatResponse::default()
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+            )
+        }
+        Some(RequestKind::LeaveGroup(r)) if !access.group(Op::Read, &r.group_id.0) => {
+            ResponseKind::LeaveGroup(
+                kafka_protocol::messages::LeaveGroupResponse::default()
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+            )
+        }
+        Some(RequestKind::OffsetCommit(r)) if !access.group(Op::Read, &r.group_id.0) => {
+            let mut response = kafka_protocol::messages::OffsetCommitResponse::default();
+            authz::offset_commit_denied(
+                &mut response,
+                authz::offset_commit_all(&r),
+                ResponseError::GroupAuthorizationFailed,
+            );
+            ResponseKind::OffsetCommit(response)
+        }
+        Some(RequestKind::OffsetCommit(mut r)) => {
+            let denied = authz::offset_commit(&access, &mut r);
+            let mut response = groups::offset_commit(&core, r, version).await;
+            authz::offset_commit_denied(
+                &mut response,
+                denied,
+                ResponseError::TopicAuthorizationFailed,
+            );
+            ResponseKind::OffsetCommit(response)
+        }
+        Some(RequestKind::OffsetFetch(mut r)) => {
+            let all_topics = authz::offset_fetch_all_topics(&r, version);
+            let denied = authz::offset_fetch(&access, &mut r, version);
+            let mut response = if version < 8 && !denied.is_empty() {
+                kafka_protocol::messages::OffsetFetchResponse::default()
+            } else {
+                groups::offset_fetch(&core, r, version).await
+            };
+            authz::offset_fetch_topics(&access, &mut response, &all_topics, version);
+            authz::offset_fetch_denied(&mut response, denied, version);
+            ResponseKind::OffsetFetch(response)
         }
         Some(RequestKind::JoinGroup(r)) => {
             let client_id = header.client_id.as_deref().unwrap_or_default().to_string();
@@ -239,27 +401,82 @@ async fn handle(
         Some(RequestKind::LeaveGroup(r)) => {
             ResponseKind::LeaveGroup(groups::leave_group(&core, r, version).await)
         }
-        Some(RequestKind::OffsetCommit(r)) => {
-            ResponseKind::OffsetCommit(groups::offset_commit(&core, r, version).await)
-        }
-        Some(RequestKind::OffsetFetch(r)) => {
-            ResponseKind::OffsetFetch(groups::offset_fetch(&core, r, version).await)
-        }
         Some(RequestKind::ListGroups(r)) => {
-            ResponseKind::ListGroups(groups::list_groups(&core, r, version).await)
+            let mut response = groups::list_groups(&core, r, version).await;
+            authz::list_groups_filter(&access, &mut response);
+            ResponseKind::ListGroups(response)
         }
-        Some(RequestKind::DescribeGroups(r)) => {
-            ResponseKind::DescribeGroups(groups::describe_groups(&core, r, version).await)
+        Some(RequestKind::DescribeGroups(mut r)) => {
+            let denied = authz::describe_groups(&access, &mut r);
+            let mut response = groups::describe_groups(&core, r, version).await;
+            authz::describe_groups_denied(&mut response, denied);
+            ResponseKind::DescribeGroups(response)
         }
-        Some(RequestKind::OffsetDelete(r)) => {
-            ResponseKind::OffsetDelete(groups::offset_delete(&core, r).await)
+        Some(RequestKind::OffsetDelete(r)) if !access.group(Op::Delete, &r.group_id.0) => {
+            ResponseKind::OffsetDelete(
+                kafka_protocol::messages::OffsetDeleteResponse::default()
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+            )
         }
-        Some(RequestKind::DeleteGroups(r)) => {
-            ResponseKind::DeleteGroups(groups::delete_groups(&core, r).await)
+        Some(RequestKind::OffsetDelete(mut r)) => {
+            let denied = authz::offset_delete(&access, &mut r);
+            let mut response = groups::offset_delete(&core, r).await;
+            authz::offset_delete_denied(&mut response, denied);
+            ResponseKind::OffsetDelete(response)
         }
-        Some(RequestKind::InitProducerId(r)) => {
-            ResponseKind::InitProducerId(init_producer_id::handle(&core, r))
+        Some(RequestKind::DeleteGroups(mut r)) => {
+            let denied = authz::delete_groups(&access, &mut r);
+            let mut response = groups::delete_groups(&core, r).await;
+            authz::delete_groups_denied(&mut response, denied);
+            ResponseKind::DeleteGroups(response)
         }
+        Some(RequestKind::CreateAcls(r)) if !access.cluster(Op::Alter) => {
+            ResponseKind::CreateAcls(acls::create_acls_refused(&r))
+        }
+        Some(RequestKind::CreateAcls(r)) => {
+            ResponseKind::CreateAcls(acls::create_acls(&core, r).await)
+        }
+        Some(RequestKind::DescribeAcls(_)) if !access.cluster(Op::Describe) => {
+            ResponseKind::DescribeAcls(
+                kafka_protocol::messages::DescribeAclsResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            )
+        }
+        Some(RequestKind::DescribeAcls(r)) => {
+            ResponseKind::DescribeAcls(acls::describe_acls(&core, r))
+        }
+        Some(RequestKind::DeleteAcls(r)) if !access.cluster(Op::Alter) => {
+            ResponseKind::DeleteAcls(acls::delete_acls_refused(&r))
+        }
+        Some(RequestKind::DeleteAcls(r)) => {
+            ResponseKind::DeleteAcls(acls::delete_acls(&core, r).await)
+        }
+        Some(RequestKind::DescribeUserScramCredentials(_)) if !access.cluster(Op::Describe) => {
+            ResponseKind::DescribeUserScramCredentials(
+                kafka_protocol::messages::DescribeUserScramCredentialsResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            )
+        }
+        Some(RequestKind::DescribeUserScramCredentials(r)) => {
+            ResponseKind::DescribeUserScramCredentials(acls::describe_user_scram_credentials(
+                &core, r,
+            ))
+        }
+        Some(RequestKind::AlterUserScramCredentials(r)) if !access.cluster(Op::Alter) => {
+            ResponseKind::AlterUserScramCredentials(acls::alter_user_scram_credentials_refused(&r))
+        }
+        Some(RequestKind::AlterUserScramCredentials(r)) => ResponseKind::AlterUserScramCredentials(
+            acls::alter_user_scram_credentials(&core, r).await,
+        ),
+        Some(RequestKind::InitProducerId(r)) => match authz::init_producer_id(&access, &r) {
+            Some(error) => ResponseKind::InitProducerId(
+                kafka_protocol::messages::InitProducerIdResponse::default()
+                    .with_error_code(error.code())
+                    .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                    .with_producer_epoch(-1),
+            ),
+            None => ResponseKind::InitProducerId(init_producer_id::handle(&core, r)),
+        },
         Some(other) => {
             // versions::accepts only lets through what is matched above (and
             // Produce, which `start` handles).

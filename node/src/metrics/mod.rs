@@ -755,6 +755,7 @@ mod tests {
             cluster_id: None,
             cluster_configs: BTreeMap::new(),
             node_configs: BTreeMap::new(),
+            security: Default::default(),
         };
         let mut config = NodeConfig::defaults().unwrap();
         let s = BrokerSnapshot::from_table(&table, &config, false, 12);
@@ -788,6 +789,7 @@ mod tests {
             cluster_id: None,
             cluster_configs: BTreeMap::new(),
             node_configs: BTreeMap::new(),
+            security: Default::default(),
         };
         let s = BrokerSnapshot::from_table(&single, &NodeConfig::defaults().unwrap(), false, 3);
         assert_eq!(

@@ -77,7 +77,24 @@ const RESPONSE_BYTES_MAX: usize = 64 << 20;
 /// long before asking again (the metadata usually arrives first).
 const PARTITION_BACKOFF: Duration = Duration::from_millis(200);
 const CONNECT_BACKOFF: Duration = Duration::from_millis(300);
+/// The longest a follower waits on a silent leader connection (no byte of
+/// the answer yet, or none for this long in the middle of one) before it
+/// reconnects; see `silence_limit`.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+const SILENCE_MIN: Duration = Duration::from_secs(1);
+
+/// How long the leader may stay silent beyond the fetch's own wait before the
+/// follower gives up the connection: a third of `replica.lag.time.max.ms`
+/// (1 to 10 s), so a follower notices a dead connection well before the
+/// leader counts it out of the ISR. Why it matters: a connection that lived
+/// through a network cut stays silent for seconds after the heal, while TCP's
+/// retransmission timer, doubled at every timeout during the cut, runs out;
+/// a new connection does not wait (seed 6004: a follower stalled this way
+/// after a one-way cut fell out of the ISR with no fault on it).
+fn silence_limit(core: &CoreState) -> Duration {
+    Duration::from_millis(core.node.config.replica_lag_time_max_ms / 3)
+        .clamp(SILENCE_MIN, IO_TIMEOUT)
+}
 
 struct Followed {
     /// The rules: fetch position, stale answers, divergence, what to append.
@@ -163,7 +180,7 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
                 glommio::timer::sleep(CONNECT_BACKOFF).await;
                 continue;
             };
-            let connected = super::within(IO_TIMEOUT, TcpStream::connect(addr))
+            let connected = super::within(silence_limit(&core), TcpStream::connect(addr))
                 .await
                 .unwrap_or_else(|| {
                     Err(
@@ -173,8 +190,16 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
                 })
                 .map_err(std::io::Error::from);
             match connected {
-                Ok(s) => {
+                Ok(mut s) => {
                     let _ = s.set_nodelay(true);
+                    // On SASL listeners a follower logs in first.
+                    if core.node.config.listener_protocol.sasl() {
+                        if let Err(e) = login(&core, &mut s, &mut correlation).await {
+                            tracing::warn!(leader, %addr, error = %e, "logging in to the leader");
+                            glommio::timer::sleep(CONNECT_BACKOFF).await;
+                            continue;
+                        }
+                    }
                     conn = Some(s);
                     // A new connection: close the old session, make a new one.
                     session.on_failure();
@@ -197,7 +222,8 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             }
         };
         correlation = correlation.wrapping_add(1);
-        let response = match call(stream, &request, FETCH_VERSION, correlation).await {
+        let silence = silence_limit(&core);
+        let response = match call(stream, &request, FETCH_VERSION, correlation, silence).await {
             Ok(r) => {
                 let bytes: usize = r
                     .responses
@@ -280,6 +306,77 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             }
         }
     }
+}
+
+/// SaslHandshake and SaslAuthenticate as the inter-broker user
+/// (`inter.broker.sasl.*`): PLAIN in one round, SCRAM in two, the server's
+/// signature checked.
+async fn login(
+    core: &CoreState,
+    stream: &mut TcpStream,
+    correlation: &mut i32,
+) -> std::io::Result<()> {
+    use kafka_protocol::messages::SaslHandshakeRequest;
+    use skiff_security::{Mechanism, ScramClient};
+    let config = &core.node.config;
+    let refused = |what: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, what);
+    let (Some(user), Some(password)) = (&config.inter_broker_user, &config.inter_broker_password)
+    else {
+        return Err(refused(
+            "no inter.broker.sasl.username / password for the leader's SASL listener".into(),
+        ));
+    };
+    let mechanism = config.inter_broker_mechanism;
+    let silence = silence_limit(core);
+    *correlation = correlation.wrapping_add(1);
+    let handshake =
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
+    let r = call(stream, &handshake, 1, *correlation, silence).await?;
+    if r.error_code != 0 {
+        return Err(refused(format!(
+            "SaslHandshake {mechanism}: error {}",
+            r.error_code
+        )));
+    }
+    match mechanism {
+        Mechanism::Plain => {
+            let plain = format!("\0{user}\0{}", password.0).into_bytes();
+            sasl_round(stream, correlation, plain, silence).await?;
+        }
+        Mechanism::Scram(m) => {
+            let scram = |e: skiff_security::ScramError| refused(e.to_string());
+            let mut client = ScramClient::new(m, user, &password.0).map_err(scram)?;
+            let server_first = sasl_round(stream, correlation, client.first(), silence).await?;
+            let last = client.last(&server_first).map_err(scram)?;
+            let server_final = sasl_round(stream, correlation, last, silence).await?;
+            client.verify(&server_final).map_err(scram)?;
+        }
+    }
+    Ok(())
+}
+
+/// One SaslAuthenticate round: the server's bytes, or its refusal.
+async fn sasl_round(
+    stream: &mut TcpStream,
+    correlation: &mut i32,
+    bytes: Vec<u8>,
+    silence: Duration,
+) -> std::io::Result<Bytes> {
+    use kafka_protocol::messages::SaslAuthenticateRequest;
+    *correlation = correlation.wrapping_add(1);
+    let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes));
+    let r = call(stream, &request, 1, *correlation, silence).await?;
+    if r.error_code != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "SaslAuthenticate: error {} {}",
+                r.error_code,
+                r.error_message.as_deref().unwrap_or("")
+            ),
+        ));
+    }
+    Ok(r.auth_bytes)
 }
 
 /// Whether this node's replica of `tp` is out of sync and named by its
@@ -461,8 +558,15 @@ async fn call<R: Request>(
     request: &R,
     version: i16,
     correlation: i32,
+    silence: Duration,
 ) -> std::io::Result<R::Response> {
     let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let timed_out = || {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the leader's connection went silent",
+        )
+    };
     let header = RequestHeader::default()
         .with_request_api_key(R::KEY)
         .with_request_api_version(version)
@@ -478,47 +582,53 @@ async fn call<R: Request>(
     let mut frame = BytesMut::with_capacity(4 + body.len());
     frame.put_i32(body.len() as i32);
     frame.extend_from_slice(&body);
-    let deadline = IO_TIMEOUT + Duration::from_millis(FETCH_WAIT_MS as u64);
-    super::within(deadline, async {
+    // The answer's first bytes come within the fetch's wait plus the silence
+    // limit; after that, each read must bring bytes within the limit (a big
+    // answer over a slow link takes as long as it takes while it moves).
+    let first = silence + Duration::from_millis(FETCH_WAIT_MS as u64);
+    let size = super::within(first, async {
         stream.write_all(&frame).await?;
         let mut size = [0u8; 4];
         stream.read_exact(&mut size).await?;
-        let size = i32::from_be_bytes(size);
-        if size < 0 || size as usize > RESPONSE_BYTES_MAX {
-            return Err(invalid(format!("response size {size} out of range")));
-        }
-        let mut buf = vec![0u8; size as usize];
-        stream.read_exact(&mut buf).await?;
-        let mut buf = Bytes::from(buf);
-        let header = ResponseHeader::decode(
-            &mut buf,
-            <R::Response as HeaderVersion>::header_version(version),
-        )
-        .map_err(|e| invalid(e.to_string()))?;
-        if header.correlation_id != correlation {
-            return Err(invalid(format!(
-                "correlation id {} answers {correlation}",
-                header.correlation_id
-            )));
-        }
-        let response =
-            R::Response::decode(&mut buf, version).map_err(|e| invalid(e.to_string()))?;
-        if buf.has_remaining() {
-            tracing::debug!(
-                api_key = R::KEY,
-                extra = buf.remaining(),
-                "response had trailing bytes"
-            );
-        }
-        Ok(response)
+        Ok::<_, std::io::Error>(i32::from_be_bytes(size))
     })
     .await
-    .unwrap_or_else(|| {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "request to the leader timed out",
-        ))
-    })
+    .unwrap_or_else(|| Err(timed_out()))?;
+    if size < 0 || size as usize > RESPONSE_BYTES_MAX {
+        return Err(invalid(format!("response size {size} out of range")));
+    }
+    let mut buf = vec![0u8; size as usize];
+    let mut filled = 0;
+    while filled < buf.len() {
+        let n = super::within(silence, stream.read(&mut buf[filled..]))
+            .await
+            .unwrap_or_else(|| Err(timed_out()))?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        filled += n;
+    }
+    let mut buf = Bytes::from(buf);
+    let header = ResponseHeader::decode(
+        &mut buf,
+        <R::Response as HeaderVersion>::header_version(version),
+    )
+    .map_err(|e| invalid(e.to_string()))?;
+    if header.correlation_id != correlation {
+        return Err(invalid(format!(
+            "correlation id {} answers {correlation}",
+            header.correlation_id
+        )));
+    }
+    let response = R::Response::decode(&mut buf, version).map_err(|e| invalid(e.to_string()))?;
+    if buf.has_remaining() {
+        tracing::debug!(
+            api_key = R::KEY,
+            extra = buf.remaining(),
+            "response had trailing bytes"
+        );
+    }
+    Ok(response)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -772,7 +882,15 @@ async fn list_offset(
                 .with_current_leader_epoch(leader_epoch)
                 .with_timestamp(timestamp)])]);
     *correlation = correlation.wrapping_add(1);
-    let response = call(stream, &request, LIST_OFFSETS_VERSION, *correlation).await?;
+    // A rare path (a follower below the leader's log start): the long limit.
+    let response = call(
+        stream,
+        &request,
+        LIST_OFFSETS_VERSION,
+        *correlation,
+        IO_TIMEOUT,
+    )
+    .await?;
     let p = response
         .topics
         .iter()

@@ -9,12 +9,17 @@ use kafka_protocol::messages::alter_configs_request::{
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
 };
+use kafka_protocol::messages::alter_user_scram_credentials_request::{
+    ScramCredentialDeletion, ScramCredentialUpsertion,
+};
+use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_partitions_request::{
     CreatePartitionsAssignment, CreatePartitionsTopic,
 };
 use kafka_protocol::messages::create_topics_request::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
+use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
 use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
@@ -23,6 +28,7 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::describe_producers_request::TopicRequest as ProducersTopicRequest;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
 use kafka_protocol::messages::elect_leaders_request::TopicPartitions as ElectTopicPartitions;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{
@@ -58,6 +64,10 @@ use kafka_protocol::messages::{
     OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
     ProduceRequest, ProducerId, RequestKind, SyncGroupRequest, TopicName, TransactionalId,
     UnregisterBrokerRequest,
+};
+use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest,
+    DescribeUserScramCredentialsRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -269,6 +279,76 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                 request.into()
             }
         }
+        ApiKey::SaslHandshake => SaslHandshakeRequest::default()
+            .with_mechanism(s("SCRAM-SHA-512"))
+            .into(),
+        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::default()
+            .with_auth_bytes(Bytes::from_static(b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"))
+            .into(),
+        ApiKey::CreateAcls => CreateAclsRequest::default()
+            .with_creations(vec![
+                AclCreation::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s("orders"))
+                    .with_resource_pattern_type(3)
+                    .with_principal(s("User:alice"))
+                    .with_host(s("*"))
+                    .with_operation(3)
+                    .with_permission_type(3),
+                AclCreation::default()
+                    .with_resource_type(3)
+                    .with_resource_name(s("app-"))
+                    .with_resource_pattern_type(4)
+                    .with_principal(s("User:bob"))
+                    .with_host(s("10.0.0.1"))
+                    .with_operation(2)
+                    .with_permission_type(2),
+            ])
+            .into(),
+        ApiKey::DescribeAcls => DescribeAclsRequest::default()
+            .with_resource_type_filter(2)
+            .with_resource_name_filter(Some(s("orders")))
+            .with_pattern_type_filter(2)
+            .with_principal_filter(None)
+            .with_host_filter(Some(s("*")))
+            .with_operation(1)
+            .with_permission_type(1)
+            .into(),
+        ApiKey::DeleteAcls => DeleteAclsRequest::default()
+            .with_filters(vec![
+                DeleteAclsFilter::default()
+                    .with_resource_type_filter(2)
+                    .with_resource_name_filter(Some(s("orders")))
+                    .with_pattern_type_filter(3)
+                    .with_principal_filter(Some(s("User:alice")))
+                    .with_host_filter(None)
+                    .with_operation(3)
+                    .with_permission_type(3),
+                DeleteAclsFilter::default()
+                    .with_resource_type_filter(1)
+                    .with_resource_name_filter(None)
+                    .with_pattern_type_filter(1)
+                    .with_operation(1)
+                    .with_permission_type(1),
+            ])
+            .into(),
+        ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::default()
+            .with_users(Some(vec![
+                UserName::default().with_name(s("alice")),
+                UserName::default().with_name(s("bob")),
+            ]))
+            .into(),
+        ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::default()
+            .with_deletions(vec![ScramCredentialDeletion::default()
+                .with_name(s("bob"))
+                .with_mechanism(1)])
+            .with_upsertions(vec![ScramCredentialUpsertion::default()
+                .with_name(s("alice"))
+                .with_mechanism(2)
+                .with_iterations(8192)
+                .with_salt(Bytes::from_static(b"0123456789abcdef"))
+                .with_salted_password(Bytes::from_static(&[7; 64]))])
+            .into(),
         ApiKey::UnregisterBroker => UnregisterBrokerRequest::default()
             .with_broker_id(BrokerId(4))
             .into(),

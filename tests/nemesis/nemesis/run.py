@@ -70,6 +70,10 @@ class Abort(Exception):
     pass
 
 
+# Consecutive cycles without recovery after which the fault phase stops.
+STUCK_CYCLES = 3
+
+
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return round(statistics.median(xs), 2) if xs else None
@@ -632,6 +636,13 @@ class Run:
                      f"seconds after the heal until every partition had one leader all nodes name / a full ISR)")
             for i in range(self.cfg.cycles):
                 self.cycle(i, schedule)
+                # A cluster that stays broken makes every later cycle wait out
+                # the recovery timeout and measure nothing: stop, keep it all.
+                last = self.cycles[-STUCK_CYCLES:]
+                if len(last) == STUCK_CYCLES and all(c["isr_s"] is None for c in last):
+                    self.out(f"!! {STUCK_CYCLES} cycles in a row did not recover: fault phase stopped after "
+                             f"cycle {i}")
+                    break
             self.t_end = time.time()
             final = self.finish()
             result = self.check(final)
