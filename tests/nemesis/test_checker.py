@@ -95,6 +95,25 @@ def test_availability_serving():
 # -- the corruption a bitflip makes (checker.check_queue's `corrupt`, the
 # replicas' CRC flag, unreadable replicas)
 
+def test_consumer_stall_behind_acknowledged_writes():
+    # p0 read promptly; p1 stops after offset 1 at t=12 while offsets 2..4
+    # are acknowledged from t=20 on, and nothing more is read until t=100.
+    a = [{"v": f"a-{o}", "p": 0, "o": o, "ts": o, "ta": o + 0.5} for o in range(5)]
+    a += [{"v": f"b-{o}", "p": 1, "o": o, "ts": 10 * o, "ta": 10 * o} for o in range(5)]
+    seen = [{"p": 0, "o": o, "t": o + 1.0} for o in range(5)]
+    seen += [{"p": 1, "o": 0, "t": 1.0}, {"p": 1, "o": 1, "t": 12.0}]
+    stalls, stalled = checker.consumer_stalls(a, seen, end=100.0, threshold_s=60.0)
+    assert stalls[0]["longest_s"] < 1.0
+    assert stalls[1] == {"longest_s": 80.0, "at": 20.0, "after_offset": 1}
+    assert stalled == [1]
+    # Reading it late but within the threshold is a stall, not an anomaly.
+    stalls, stalled = checker.consumer_stalls(a, seen + [{"p": 1, "o": 4, "t": 50.0}], end=100.0)
+    assert stalls[1]["longest_s"] == 30.0 and stalled == []
+    # A consumer idle with nothing acknowledged beyond what it read is not stalled.
+    stalls, stalled = checker.consumer_stalls(a[:5], seen[:5], end=1000.0)
+    assert stalls[0]["longest_s"] < 1.0 and stalled == []
+
+
 def test_corrupted_value_served_is_inconsistent_and_attributed():
     final = {0: [(0, "a-0"), (1, "a-1")]}
     # The live consumer read offset 1 from the corrupted replica: another digit.

@@ -191,6 +191,52 @@ def availability(acks, partitions, start, end, cycles):
     return {"whole": whole, "per_cycle": per_cycle}
 
 
+CONSUMER_STALL_S = 60.0  # a live consumer this long behind acknowledged writes is an anomaly
+
+
+def consumer_stalls(acks, seen, end, threshold_s=CONSUMER_STALL_S):
+    """Per partition, the longest time the live consumer saw nothing new while
+    a write above the last offset it had seen was already acknowledged: from
+    that acknowledgement (or the last record seen, if later) to the next
+    record seen, or to `end` (when the consumer stopped). An acknowledged
+    write is below the high watermark, so a healthy consumer reads it within
+    a failover or two. Returns {p: {"longest_s", "at", "after_offset"}} and
+    the partitions whose longest stall passed `threshold_s`."""
+    by_p = {}
+    for a in acks:
+        if a.get("o") is not None and a.get("ta") is not None:
+            by_p.setdefault(a["p"], []).append((a["o"], a["ta"]))
+    seen_by_p = {}
+    for r in seen:
+        seen_by_p.setdefault(r["p"], []).append((r["t"], r["o"]))
+    out = {}
+    for p, pairs in by_p.items():
+        pairs.sort()
+        offsets = [o for o, _ in pairs]
+        first_ack_above = [0.0] * len(pairs)  # min ack time over offsets >= offsets[i]
+        m = float("inf")
+        for i in range(len(pairs) - 1, -1, -1):
+            m = min(m, pairs[i][1])
+            first_ack_above[i] = m
+        reads = sorted(seen_by_p.get(p, []))
+        best = {"longest_s": 0.0, "at": None, "after_offset": None}
+        high = -1
+        last_t = None
+        # Before the first read the consumer had seen nothing (offset -1).
+        for t, o in reads + [(end, None)]:
+            i = bisect.bisect_right(offsets, high)
+            if i < len(offsets):
+                since = first_ack_above[i] if last_t is None else max(last_t, first_ack_above[i])
+                if t - since > best["longest_s"]:
+                    best = {"longest_s": round(t - since, 3), "at": since, "after_offset": high}
+            if o is not None:
+                high = max(high, o)
+                last_t = t
+        out[p] = best
+    stalled = sorted(p for p, b in out.items() if b["longest_s"] > threshold_s)
+    return out, stalled
+
+
 def anomalies_total(queue_result, divergent):
     return sum(v["count"] for v in queue_result.values()) + len(divergent)
 

@@ -607,6 +607,8 @@ class Run:
                         r = json.loads(line)
                     except ValueError:
                         continue
+                    if "stall" in r:  # the consumer's own account of a stall (librdkafka's statistics)
+                        continue
                     (consumer_errors if "err" in r else seen).append(r)
         except FileNotFoundError:
             pass
@@ -766,6 +768,8 @@ class Run:
         churn, churn_errors = (checker.check_churn(self.churn_calls(), self.churn_views)
                                if self.cfg.churn and self.churn_views is not None else ({}, {}))
         avail = checker.availability(acks, PARTITIONS, self.t0, self.t_end, self.cycles)
+        stalls, stalled = (checker.consumer_stalls(acks, seen, wl.get("stopped") or time.time())
+                           if self.cfg.consumer else ({}, []))
         by_cycle = {c["cycle"]: c for c in avail["per_cycle"]}
         for c in self.cycles:
             a = by_cycle[c["cycle"]]
@@ -788,6 +792,7 @@ class Run:
             "panics": len(panics),
             "producer_fatal": len(fatal),
             "over_max_gap": len(over_gap),
+            "consumer_stalled": len(stalled),
             **{k: v["count"] for k, v in group.items()},
             **{k: v["count"] for k, v in churn.items()},
             **{k: kinds.count(k) for k in ANOMALY_FINDINGS},
@@ -818,6 +823,8 @@ class Run:
                                                                         for t, d in wl.get("producers", {}).items()},
             "consumer_seen": len(seen), "consumer_errors": len(consumer_errors),
             "consumer_drained": wl.get("drained"),
+            "consumer_stalls": {p: {**b, "at": None if b["at"] is None else round(b["at"] - self.t0, 1)}
+                                for p, b in stalls.items()},
             "final_records": sum(len(v) for v in final.values()), "watermarks": self.watermarks,
             "anomalies": sum(anomalies.values()), "by_kind": anomalies,
             "at_corruption": at_flip, "corruptions": self.corruptions,
@@ -859,6 +866,12 @@ class Run:
         drained = {True: "read up to every acknowledged offset", False: "did NOT reach every acknowledged offset "
                    "within 30 s of the stop", None: "no consumer"}[r["consumer_drained"]]
         o(f"live consumer         {r['consumer_seen']} records seen, {r['consumer_errors']} errors, {drained}")
+        if r["consumer_stalls"]:
+            o("  longest stretch behind an acknowledged write without reading it: "
+              + ", ".join(f"p{p} {b['longest_s']:.1f}s" + (f" (at {b['at']:.0f}s, after offset {b['after_offset']})"
+                                                           if b["at"] is not None else "")
+                          for p, b in sorted(r["consumer_stalls"].items()))
+              + f"; over {checker.CONSUMER_STALL_S:.0f}s is an anomaly (consumer stalled)")
         k = r["by_kind"]
         o(f"lost {k['lost']}  duplicated {k['duplicated']}  inconsistent {k['inconsistent']}  "
           f"divergent {k['divergent']}  non-monotonic {k['non_monotonic']}  phantom {k['phantom']}  "
@@ -866,7 +879,7 @@ class Run:
           f"crashed {k['crashed']}  heal failed {k['heal_failed']}  panics {k['panics']}  producer fatal {k['producer_fatal']}"
           + (f"  over --max-gap {k['over_max_gap']}" if self.cfg.max_gap_s > 0 else ""))
         extra = {name: n for name, n in k.items() if name in ("commit_regressed", "group_skipped", "group_rewound",
-                                                              "group_non_monotonic", "churn_missing",
+                                                              "group_non_monotonic", "churn_missing", "consumer_stalled",
                                                               "churn_undeleted") + ANOMALY_FINDINGS}
         if extra:
             o("  ".join(f"{name.replace('_', ' ')} {n}" for name, n in extra.items()))

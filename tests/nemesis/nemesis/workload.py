@@ -9,7 +9,11 @@ loses at most a line:
                             offset, see below), "ts" send time, "ta" ack time}
                            or {"v", "p", "err", "fatal", "ta"} for a failed one
   <dir>/seen.jsonl         {"p", "o", "v", "t"} per record the consumer got,
-                           {"err", "t"} per consumer error
+                           {"err", "t"} per consumer error, {"stall", "t"}
+                           when a partition with acknowledged writes beyond
+                           what it read gave nothing for STALL_REPORT_S:
+                           librdkafka's own view of it (fetch state, leader,
+                           offsets, broker states; at most one per 10 s)
   <dir>/group-<m>.jsonl    a consumer group member (`group` on): {"ev":
                            "assign"/"revoke", "p": [...]}, {"ev": "fetched",
                            "p", "o"} (OffsetFetch right after an assignment;
@@ -122,11 +126,39 @@ class Producing:
         self.out.close()
 
 
+STALL_REPORT_S = 20.0
+
+
+def stall_report(stats_json, topic, parts):
+    """What librdkafka's statistics say about `parts` of `topic` and its
+    brokers: why a partition is not fetching (fetch_state, leader, offsets)."""
+    try:
+        st = json.loads(stats_json)
+    except (TypeError, ValueError):
+        return None
+    keys = ("fetch_state", "leader", "broker", "next_offset", "app_offset", "hi_offset", "ls_offset",
+            "fetchq_cnt", "eof_offset", "query_offset")
+    tp = st.get("topics", {}).get(topic, {}).get("partitions", {})
+    return {
+        "partitions": {p: {k: tp.get(str(p), {}).get(k) for k in keys} for p in parts},
+        "brokers": {b.get("nodeid", name): {"state": b.get("state"), "waitresp": b.get("waitresp_cnt"),
+                                            "outbuf": b.get("outbuf_cnt"), "toppars": sorted(b.get("toppars", {}))}
+                    for name, b in st.get("brokers", {}).items()},
+    }
+
+
 def consume(cfg, stop, stats, drain_s=30.0):
     """Reads until `stop`, then on (at most drain_s) until it has seen the
     highest acknowledged offset of every partition."""
     out = open(os.path.join(cfg["dir"], "seen.jsonl"), "w", buffering=1 << 16)
+    latest_stats = [None]
+
+    def on_stats(js):
+        latest_stats[0] = js
+
     c = Consumer({
+        "statistics.interval.ms": 5000,
+        "stats_cb": on_stats,
         "bootstrap.servers": cfg["bootstrap"],
         "group.id": "skiff-nemesis-live",
         "enable.auto.commit": False,
@@ -138,6 +170,8 @@ def consume(cfg, stop, stats, drain_s=30.0):
     c.assign([TopicPartition(cfg["topic"], p, 0) for p in range(nparts)])
     last_flush = time.monotonic()
     last = {}
+    progress_at = {p: time.monotonic() for p in range(nparts)}
+    last_report = 0.0
     drain_until = None
 
     def drained():
@@ -162,11 +196,25 @@ def consume(cfg, stop, stats, drain_s=30.0):
                     continue
                 stats["seen"] += 1
                 last[m.partition()] = m.offset()
+                progress_at[m.partition()] = time.monotonic()
                 out.write(json.dumps({"p": m.partition(), "o": m.offset(), "v": m.value().decode(errors="replace"),
                                       "t": now}) + "\n")
+            mono = time.monotonic()
+            with ACKED_LOCK:
+                behind = [p for p in range(nparts)
+                          if ACKED_MAX.get(p, -1) > last.get(p, -1) and mono - progress_at[p] > STALL_REPORT_S]
+            if behind and mono - last_report > 10.0:
+                last_report = mono
+                out.write(json.dumps({"stall": stall_report(latest_stats[0], cfg["topic"], behind),
+                                      "behind": {p: [last.get(p, -1), ACKED_MAX.get(p)] for p in behind},
+                                      "t": time.time()}) + "\n")
             if time.monotonic() - last_flush > 0.5:
                 out.flush()
                 last_flush = time.monotonic()
+    except Exception as e:  # recorded, or a dead consumer looks like a stalled one
+        stats["consumer_died"] = repr(e)
+        out.write(json.dumps({"err": f"consumer thread died: {e!r}", "t": time.time()}) + "\n")
+        raise
     finally:
         c.close()
         out.close()
