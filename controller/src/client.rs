@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
+use skiff_security::SharedSecret;
 
 use crate::access::{AclFilterRecord, ScramAlteration};
 use crate::decisions::{
@@ -68,6 +69,8 @@ pub struct ControllerClient {
     /// Voter to try next (index into `quorum`).
     target: Cell<usize>,
     next_id: Cell<u64>,
+    /// Proven on every new connection (`rpc::authenticate_outbound`).
+    secret: Option<SharedSecret>,
 }
 
 /// What one attempt gave.
@@ -90,7 +93,15 @@ impl ControllerClient {
             conn: RefCell::new(None),
             target: Cell::new(0),
             next_id: Cell::new(1),
+            secret: None,
         }
+    }
+
+    /// Proves `secret` on every connection (the quorum's
+    /// `controller.secret.file`).
+    pub fn with_secret(mut self, secret: Option<SharedSecret>) -> Self {
+        self.secret = secret;
+        self
     }
 
     /// Each voter gets at most `timeout` (plus a long poll's wait) to answer
@@ -485,6 +496,10 @@ impl ControllerClient {
                                     ClientError::Io(std::io::Error::other(e.to_string()))
                                 })?;
                         let _ = s.set_nodelay(true);
+                        let mut s = s;
+                        if let Some(secret) = &self.secret {
+                            rpc::authenticate_outbound(&mut s, secret).await?;
+                        }
                         s
                     }
                 };
@@ -527,9 +542,10 @@ fn unexpected(response: Response) -> ClientError {
 /// One Status request over std::net, for threads without a glommio executor.
 pub fn status_blocking(
     addr: SocketAddr,
+    secret: Option<&SharedSecret>,
     timeout: Duration,
 ) -> Result<ControllerStatus, ClientError> {
-    match call_blocking(addr, Request::Status, timeout)? {
+    match call_blocking(addr, secret, Request::Status, timeout)? {
         Response::Status(status) => Ok(status),
         other => Err(unexpected(other)),
     }
@@ -540,6 +556,7 @@ pub fn status_blocking(
 /// until the active one answers. Per user, `None` or the refusal.
 pub fn alter_scram_credentials_blocking(
     controllers: &[SocketAddr],
+    secret: Option<&SharedSecret>,
     alterations: Vec<ScramAlteration>,
     timeout: Duration,
 ) -> Result<Vec<Option<(i16, String)>>, ClientError> {
@@ -548,7 +565,7 @@ pub fn alter_scram_credentials_blocking(
         let request = Request::AlterScramCredentials {
             alterations: alterations.clone(),
         };
-        match call_blocking(*addr, request, timeout) {
+        match call_blocking(*addr, secret, request, timeout) {
             Ok(Response::PerEntry { refusals, .. }) => return Ok(refusals),
             Ok(Response::Refused { code, message }) => {
                 return Err(ClientError::Refused { code, message })
@@ -566,6 +583,7 @@ pub fn alter_scram_credentials_blocking(
 /// One request and its response over std::net.
 fn call_blocking(
     addr: SocketAddr,
+    secret: Option<&SharedSecret>,
     request: Request,
     timeout: Duration,
 ) -> Result<Response, ClientError> {
@@ -574,6 +592,9 @@ fn call_blocking(
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let _ = stream.set_nodelay(true);
+    if let Some(secret) = secret {
+        rpc::authenticate_outbound_blocking(&mut stream, secret)?;
+    }
     rpc::write_frame_blocking(
         &mut stream,
         &RpcMessage::Request {

@@ -18,15 +18,20 @@
 //! on network input.
 //!
 //! Raft messages are protobuf (raft-rs 0.7's codec, protobuf 2.28 with
-//! RUSTSEC-2024-0437, a stack overflow on crafted input): the service decodes
-//! them from any connection to its controller listener, so that listener must
-//! only be reachable by the quorum and the brokers (there is no authentication
-//! yet).
+//! RUSTSEC-2024-0437, a stack overflow on crafted input). With a shared
+//! secret (`controller.secret.file`) every connection starts with
+//! `skiff_security::peer_auth`'s exchange (`authenticate_inbound` /
+//! `authenticate_outbound`: fixed-size messages, nothing decoded) and a peer
+//! that fails it is closed before its first frame is read. Without one the
+//! service decodes frames from anything that reaches its listener, which must
+//! then only be reachable by the quorum and the brokers.
 
 use std::io::{Read, Write};
 
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use rkyv::{Archive, Deserialize, Serialize};
+
+use skiff_security::{peer_auth, PeerAuthError, SharedSecret};
 
 use crate::access::{AclFilterRecord, ScramAlteration};
 use crate::decisions::{
@@ -61,6 +66,8 @@ pub enum RpcError {
     Truncated,
     #[error("unexpected message: {0}")]
     Unexpected(String),
+    #[error("controller peer authentication: {0}")]
+    Auth(#[from] skiff_security::PeerAuthError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -350,6 +357,104 @@ pub fn write_frame_blocking<W: Write>(
     writer.write_all(&encode_frame(message)?)?;
     writer.flush()?;
     Ok(())
+}
+
+/// The connecting end of the peer authentication exchange (see
+/// `skiff_security::peer_auth`): proves we know `secret` and that the
+/// listener does. A listener without a secret reads our hello as a frame
+/// header too large to be one and closes: that is `Truncated` here, named.
+pub async fn authenticate_outbound<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &SharedSecret,
+) -> Result<(), RpcError> {
+    let (initiator, hello) = peer_auth::Initiator::start()?;
+    stream.write_all(&hello).await?;
+    stream.flush().await?;
+    let mut challenge = [0u8; peer_auth::CHALLENGE_BYTES];
+    stream
+        .read_exact(&mut challenge)
+        .await
+        .map_err(no_challenge)?;
+    let proof = initiator.on_challenge(secret, &challenge)?;
+    stream.write_all(&proof).await?;
+    stream.flush().await?;
+    let mut verdict = [0u8; 1];
+    stream.read_exact(&mut verdict).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            RpcError::Auth(PeerAuthError::Refused)
+        } else {
+            RpcError::Io(e)
+        }
+    })?;
+    Ok(peer_auth::Initiator::on_verdict(verdict[0])?)
+}
+
+/// `authenticate_outbound` over a blocking stream.
+pub fn authenticate_outbound_blocking<S: Read + Write>(
+    stream: &mut S,
+    secret: &SharedSecret,
+) -> Result<(), RpcError> {
+    let (initiator, hello) = peer_auth::Initiator::start()?;
+    stream.write_all(&hello)?;
+    stream.flush()?;
+    let mut challenge = [0u8; peer_auth::CHALLENGE_BYTES];
+    stream.read_exact(&mut challenge).map_err(no_challenge)?;
+    let proof = initiator.on_challenge(secret, &challenge)?;
+    stream.write_all(&proof)?;
+    stream.flush()?;
+    let mut verdict = [0u8; 1];
+    match stream.read_exact(&mut verdict) {
+        Ok(()) => Ok(peer_auth::Initiator::on_verdict(verdict[0])?),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Err(PeerAuthError::Refused.into())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The accepting end: reads the hello, answers the challenge, checks the
+/// proof and sends the verdict. An error means: close the connection, having
+/// decoded nothing of it.
+pub async fn authenticate_inbound<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &SharedSecret,
+) -> Result<(), RpcError> {
+    let mut hello = [0u8; peer_auth::HELLO_BYTES];
+    stream
+        .read_exact(&mut hello)
+        .await
+        .map_err(eof_is_truncated)?;
+    let (responder, challenge) = peer_auth::Responder::on_hello(secret, &hello)?;
+    stream.write_all(&challenge).await?;
+    stream.flush().await?;
+    let mut proof = [0u8; peer_auth::PROOF_BYTES];
+    stream
+        .read_exact(&mut proof)
+        .await
+        .map_err(eof_is_truncated)?;
+    let verdict = responder.on_proof(secret, &proof);
+    let byte = if verdict.is_ok() {
+        peer_auth::ACCEPTED
+    } else {
+        peer_auth::REFUSED
+    };
+    stream.write_all(&[byte]).await?;
+    stream.flush().await?;
+    Ok(verdict?)
+}
+
+/// A listener that closed on our hello has no secret configured (it read the
+/// hello as an oversized frame).
+fn no_challenge(e: std::io::Error) -> RpcError {
+    // Closed with our hello partly unread: a reset rather than an EOF.
+    if matches!(
+        e.kind(),
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+    ) {
+        RpcError::Auth(PeerAuthError::NotAChallenge)
+    } else {
+        RpcError::Io(e)
+    }
 }
 
 fn eof_is_truncated(e: std::io::Error) -> RpcError {

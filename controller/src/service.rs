@@ -64,6 +64,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use protobuf::Message as _;
 use raft::prelude::{EntryType, Message, MessageType};
 use raft::{GetEntriesContext, Storage as _};
+use skiff_security::SharedSecret;
 
 use crate::access::{self, AclFilterRecord, ScramAlteration};
 use crate::decisions::{
@@ -89,6 +90,8 @@ pub const FETCH_CHUNK_ENTRIES: u64 = 256;
 pub const DECISION_WAIT_MAX: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a new connection has to finish the peer authentication exchange.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
@@ -113,6 +116,9 @@ pub struct ServiceConfig {
     /// passes its data directory's cluster id); later controllers keep the
     /// committed one.
     pub cluster_id: String,
+    /// The secret every connection to and from this controller proves first
+    /// (`rpc::authenticate_inbound`/`_outbound`); `None`: no authentication.
+    pub secret: Option<SharedSecret>,
 }
 
 impl ServiceConfig {
@@ -133,6 +139,7 @@ impl ServiceConfig {
             tick: Duration::from_millis(100),
             cpu: None,
             cluster_id,
+            secret: None,
         }
     }
 }
@@ -324,6 +331,7 @@ async fn run(
         tasks: RefCell::new(BTreeMap::new()),
         heard: RefCell::new(BTreeMap::new()),
         next_task: std::cell::Cell::new(0),
+        secret: config.secret.clone(),
     });
     for (&to, &addr) in peers.iter().filter(|(p, _)| **p != config.quorum.id) {
         let (tx, rx) = local_channel::new_bounded(PEER_QUEUE_MAX);
@@ -392,6 +400,7 @@ struct Shared {
     /// to us is up, whatever our connection to it went through before.
     heard: RefCell<BTreeMap<u64, Instant>>,
     next_task: std::cell::Cell<u64>,
+    secret: Option<SharedSecret>,
 }
 
 impl Shared {
@@ -1132,6 +1141,22 @@ async fn accept_loop(shared: Rc<Shared>, listener: TcpListener) {
 /// Serves one inbound connection until it closes or sends something bad.
 async fn connection(shared: &Rc<Shared>, mut stream: TcpStream) {
     let peer = stream.peer_addr().ok();
+    if let Some(secret) = &shared.secret {
+        match with_timeout(AUTH_TIMEOUT, rpc::authenticate_inbound(&mut stream, secret)).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::info!(?peer, error = %e, "controller: a connection failed authentication; closed");
+                return;
+            }
+            None => {
+                tracing::info!(
+                    ?peer,
+                    "controller: a connection did not authenticate within {AUTH_TIMEOUT:?}; closed"
+                );
+                return;
+            }
+        }
+    }
     loop {
         let message = match rpc::read_frame(&mut stream).await {
             Ok(Some(m)) => m,
@@ -1290,6 +1315,28 @@ async fn fetch_metadata(
 }
 
 /// Sends frames to one peer over one connection, reconnecting with backoff.
+enum ConnectError {
+    Io(String),
+    Auth(rpc::RpcError),
+}
+
+/// A connection to a controller peer, authenticated when we have a secret.
+async fn connect_peer(shared: &Shared, addr: SocketAddr) -> Result<TcpStream, ConnectError> {
+    let mut s = TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
+        .await
+        .map_err(|e| ConnectError::Io(e.to_string()))?;
+    let _ = s.set_nodelay(true);
+    if let Some(secret) = &shared.secret {
+        match with_timeout(AUTH_TIMEOUT, rpc::authenticate_outbound(&mut s, secret)).await {
+            Some(Ok(())) => {}
+            Some(Err(rpc::RpcError::Io(e))) => return Err(ConnectError::Io(e.to_string())),
+            Some(Err(e)) => return Err(ConnectError::Auth(e)),
+            None => return Err(ConnectError::Io("authentication timed out".into())),
+        }
+    }
+    Ok(s)
+}
+
 async fn peer_sender(shared: Rc<Shared>, to: u64, addr: SocketAddr, rx: LocalReceiver<Outbound>) {
     let mut stream: Option<TcpStream> = None;
     let mut retry_at = Instant::now();
@@ -1308,15 +1355,22 @@ async fn peer_sender(shared: Rc<Shared>, to: u64, addr: SocketAddr, rx: LocalRec
                 shared.unreachable(to, out.snapshot);
                 continue;
             }
-            match TcpStream::connect_timeout(addr, CONNECT_TIMEOUT).await {
+            match connect_peer(&shared, addr).await {
                 Ok(s) => {
-                    let _ = s.set_nodelay(true);
                     tracing::debug!(to, %addr, "connected to controller peer");
                     stream = Some(s);
                     backoff = BACKOFF_MIN;
                 }
                 Err(e) => {
-                    tracing::debug!(to, %addr, error = %e, "controller peer unreachable");
+                    match e {
+                        // Not a network fault: say so at every attempt.
+                        ConnectError::Auth(e) => tracing::warn!(
+                            to, %addr, error = %e, "controller peer refused or failed authentication"
+                        ),
+                        ConnectError::Io(e) => {
+                            tracing::debug!(to, %addr, error = %e, "controller peer unreachable")
+                        }
+                    }
                     failed_at = Instant::now();
                     retry_at = failed_at + backoff;
                     backoff = (backoff * 2).min(BACKOFF_MAX);

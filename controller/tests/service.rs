@@ -248,7 +248,7 @@ fn one_voter_registers_unfences_creates_and_serves_metadata() {
             vec!["PLAINTEXT://127.0.0.1:9001"]
         );
         assert!(status.applied_offset >= altered);
-        let blocking = status_blocking(addr, Duration::from_secs(2)).unwrap();
+        let blocking = status_blocking(addr, None, Duration::from_secs(2)).unwrap();
         assert_eq!(blocking.topics, 1);
         wait_until("the handle's status", Duration::from_secs(2), || {
             handle.status().applied_offset >= altered
@@ -412,7 +412,7 @@ fn garbage_and_oversize_frames_close_the_connection_only() {
     .unwrap();
     expect_closed(addr, &raft);
     // Still serving.
-    let status = status_blocking(addr, Duration::from_secs(2)).unwrap();
+    let status = status_blocking(addr, None, Duration::from_secs(2)).unwrap();
     assert_eq!(status.node_id, 1);
     run(async {
         let client = ControllerClient::new(vec![(1, addr)], REQUEST_TIMEOUT);
@@ -537,7 +537,7 @@ fn three_voters_fail_over_and_a_restarted_voter_catches_up() {
             },
         )
         .await;
-        let status = status_blocking(peers[old_leader].1, Duration::from_secs(2)).unwrap();
+        let status = status_blocking(peers[old_leader].1, None, Duration::from_secs(2)).unwrap();
         assert!(!status.active);
         assert_eq!(status.leader_id, Some(new_leader as u64 + 1));
     });
@@ -646,4 +646,99 @@ fn credentials_and_acls_commit_and_survive_a_restart() {
         assert_eq!(state.acls().len(), 1);
     });
     handle.stop().unwrap();
+}
+
+fn secret(s: &str) -> skiff_security::SharedSecret {
+    skiff_security::SharedSecret::new(s.as_bytes()).unwrap()
+}
+
+/// With `controller.secret.file`, voters prove the secret to each other and
+/// clients prove it to them before any frame is decoded: a voter with
+/// another secret hears nobody, a client without it or with another gets a
+/// named refusal, and a forged Raft frame from a process without it is
+/// closed on unread.
+#[test]
+fn a_shared_secret_keeps_out_whoever_cannot_prove_it() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let listeners: Vec<TcpListener> = (0..3).map(|_| bind()).collect();
+    let peers: Vec<(u64, SocketAddr)> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap()))
+        .collect();
+    let good = secret("the quorum's own secret, 32 bytes");
+    let handles: Vec<ControllerHandle> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut c = config(dirs[i].path(), i as u64 + 1, &peers, l);
+            c.tick = Duration::from_millis(50);
+            c.secret = Some(if i == 2 {
+                secret("a stranger's secret, also long enough")
+            } else {
+                good.clone()
+            });
+            ControllerHandle::start(c).unwrap()
+        })
+        .collect();
+    let addr = peers[0].1;
+    run(async {
+        // Voters 1 and 2 (a majority) elect one of themselves.
+        wait_until("an active controller", Duration::from_secs(20), || {
+            handles[..2].iter().any(|h| h.status().active)
+        })
+        .await;
+        let client =
+            ControllerClient::new(peers.clone(), REQUEST_TIMEOUT).with_secret(Some(good.clone()));
+        join(&client, 1).await;
+        client.create_topic(topic("orders", 1)).await.unwrap();
+        // Voter 3 refuses them and they refuse it: it never hears a leader.
+        glommio::timer::sleep(Duration::from_secs(2)).await;
+        assert_eq!(handles[2].status().leader_id, None);
+        assert!(!handles[2].status().active);
+    });
+    let status = status_blocking(addr, Some(&good), Duration::from_secs(2)).unwrap();
+    assert_eq!(status.topics, 1);
+    // No secret: the voter reads our frame as a too-short hello... and closes.
+    let none = status_blocking(addr, None, Duration::from_secs(2)).unwrap_err();
+    assert!(
+        matches!(none, ClientError::Protocol(_) | ClientError::Io(_)),
+        "{none}"
+    );
+    // Another secret: the voter's proof fails at our end, named.
+    let wrong = status_blocking(
+        addr,
+        Some(&secret("not the quorum's secret!")),
+        Duration::from_secs(2),
+    )
+    .unwrap_err();
+    assert!(
+        wrong
+            .to_string()
+            .contains("does not know the shared secret"),
+        "{wrong}"
+    );
+    // A forged Raft frame where the hello should be: closed unread.
+    let raft = skiff_controller::rpc::encode_frame(&skiff_controller::rpc::RpcMessage::Raft(vec![
+            0xff;
+            64
+        ]))
+    .unwrap();
+    expect_closed(addr, &raft);
+    // A secret-less listener named as such to a client that has one.
+    let (plain, plain_addr, _dir) = single(|_| {});
+    let refused = status_blocking(plain_addr, Some(&good), Duration::from_secs(2)).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("no controller secret configured there"),
+        "{refused}"
+    );
+    // And the authenticated voters still serve.
+    let again = status_blocking(addr, Some(&good), Duration::from_secs(2)).unwrap();
+    assert_eq!(again.topics, 1);
+    plain.stop().unwrap();
+    for h in handles {
+        h.stop().unwrap();
+    }
 }

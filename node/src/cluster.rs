@@ -153,7 +153,10 @@ pub async fn start(
     request_timeout: Duration,
 ) -> Result<(), ClusterError> {
     let config = &core.node.config;
-    let link = || ControllerClient::new(quorum.clone(), request_timeout);
+    let link = || {
+        ControllerClient::new(quorum.clone(), request_timeout)
+            .with_secret(config.controller_secret.clone())
+    };
     let broker = Rc::new(Broker {
         client: link(),
         // A heartbeat must reach the active controller within the lease: a

@@ -141,6 +141,22 @@ pub struct NodeConfig {
     /// `connections.max.reauth.ms` (KIP-368): how long a SASL session lasts
     /// before the client must re-authenticate; 0, the default: for ever.
     pub connections_max_reauth_ms: u64,
+    /// `controller.secret.file`: the secret every connection to, from and
+    /// between controllers proves first (`skiff_security::peer_auth`), read
+    /// when the setting is applied; `None`: the controller port is open.
+    pub controller_secret: Option<skiff_security::SharedSecret>,
+}
+
+/// Reads a shared secret from `path` (`controller.secret.file`,
+/// `SKIFF_CONTROLLER_SECRET_FILE`): the file's bytes without surrounding
+/// whitespace, at least 16 of them.
+pub fn read_secret_file(path: &str) -> Result<skiff_security::SharedSecret, ConfigError> {
+    let fail = |reason: String| ConfigError::File {
+        path: path.to_string(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    skiff_security::SharedSecret::new(&bytes).map_err(|e| fail(e.to_string()))
 }
 
 /// A setting never shown in logs or `Debug` output.
@@ -236,6 +252,7 @@ impl NodeConfig {
             inter_broker_user: None,
             inter_broker_password: None,
             connections_max_reauth_ms: 0,
+            controller_secret: None,
             sasl_mechanisms: vec![
                 skiff_security::Mechanism::Scram(skiff_security::ScramMechanism::Sha256),
                 skiff_security::Mechanism::Scram(skiff_security::ScramMechanism::Sha512),
@@ -342,6 +359,12 @@ impl NodeConfig {
                     .ok_or_else(|| bad("PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"))?
             }
             "connections.max.reauth.ms" => self.connections_max_reauth_ms = num!(),
+            "controller.secret.file" => {
+                self.controller_secret = match value.trim() {
+                    "" => None,
+                    path => Some(read_secret_file(path)?),
+                }
+            }
             "inter.broker.sasl.username" => self.inter_broker_user = Some(value.to_string()),
             "inter.broker.sasl.password" => {
                 self.inter_broker_password = Some(Secret(value.to_string()))
@@ -928,5 +951,39 @@ mod tests {
             matches!(c.check_roles(), Err(ConfigError::Cluster(_))),
             "not enabled"
         );
+    }
+
+    #[test]
+    fn controller_secret_file_is_read_when_set_and_refused_when_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("secret");
+        std::fs::write(&good, "0123456789abcdef-and-more\n").unwrap();
+        let mut c = NodeConfig::defaults().unwrap();
+        assert!(c.controller_secret.is_none());
+        c.apply_set(&format!("controller.secret.file={}", good.display()))
+            .unwrap();
+        assert_eq!(
+            c.controller_secret,
+            Some(skiff_security::SharedSecret::new(b"0123456789abcdef-and-more").unwrap())
+        );
+        assert!(
+            !format!("{c:?}").contains("0123456789"),
+            "no secret in Debug"
+        );
+        let short = dir.path().join("short");
+        std::fs::write(&short, "tiny").unwrap();
+        for (path, says) in [
+            (short.display().to_string(), "at least 16"),
+            (
+                dir.path().join("absent").display().to_string(),
+                "No such file",
+            ),
+        ] {
+            let e = c
+                .apply_set(&format!("controller.secret.file={path}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&path) && e.contains(says), "{e}");
+        }
     }
 }

@@ -1290,9 +1290,11 @@ fn user(command: UserCommand) -> anyhow::Result<()> {
     };
     let controllers = controller_addrs(&controller)?;
     let timeout = std::time::Duration::from_millis(timeout_ms);
+    let secret = controller_secret_from_env()?;
     let alter = |alterations: Vec<ScramAlteration>| {
         skiff_controller::client::alter_scram_credentials_blocking(
             &controllers,
+            secret.as_ref(),
             alterations,
             timeout,
         )
@@ -1358,9 +1360,10 @@ fn cluster(command: ClusterCommand) -> anyhow::Result<()> {
             .with_context(|| format!("{entry:?} is not HOST:PORT or ID@HOST:PORT"))?;
         voters.push((id, addr));
     }
+    let secret = controller_secret_from_env()?;
     let mut last_error = None;
     for (_, addr) in &voters {
-        match skiff_controller::client::status_blocking(*addr, timeout) {
+        match skiff_controller::client::status_blocking(*addr, secret.as_ref(), timeout) {
             Ok(status) => {
                 // The active controller knows each node's metadata lag: ask it
                 // when its address is known.
@@ -1369,7 +1372,7 @@ fn cluster(command: ClusterCommand) -> anyhow::Result<()> {
                     .filter(|l| *l != status.node_id)
                     .and_then(|l| voters.iter().find(|(id, _)| *id == Some(l)))
                     .and_then(|(_, a)| {
-                        skiff_controller::client::status_blocking(*a, timeout)
+                        skiff_controller::client::status_blocking(*a, secret.as_ref(), timeout)
                             .ok()
                             .map(|s| (*a, s))
                     });
@@ -1678,6 +1681,19 @@ fn check(code: i16, message: Option<&str>) -> anyhow::Result<()> {
             "{e} (error code {code}){}",
             message.map(|m| format!(": {m}")).unwrap_or_default()
         ),
+    }
+}
+
+/// The controller quorum's shared secret for commands that talk to the
+/// controller port (`--controller`): read from the file that
+/// `SKIFF_CONTROLLER_SECRET_FILE` names, as the nodes read
+/// `controller.secret.file`.
+fn controller_secret_from_env() -> anyhow::Result<Option<skiff_security::SharedSecret>> {
+    match std::env::var("SKIFF_CONTROLLER_SECRET_FILE") {
+        Ok(path) if !path.trim().is_empty() => {
+            Ok(Some(skiff_node::config::read_secret_file(path.trim())?))
+        }
+        _ => Ok(None),
     }
 }
 

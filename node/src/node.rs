@@ -105,6 +105,16 @@ impl Node {
                 let kafka = listeners::bind(Which::Kafka, config.listen)?;
                 // A port of 0 resolved: the broker registers where it listens.
                 config.listen = kafka.addr();
+                if !config.listen.ip().is_loopback()
+                    && !config.listener_protocol.sasl()
+                    && !config.authorizer
+                {
+                    tracing::warn!(
+                        listener = %config.listen,
+                        "the Kafka listener is reachable beyond this machine with no SASL and no \
+                         authorizer: anyone who reaches it can read, write and delete every topic"
+                    );
+                }
                 Some(kafka)
             }
             false => None,
@@ -375,6 +385,13 @@ fn start_controller(
         return Ok((None, config.controller_quorum.clone()));
     };
     let bound = socket.addr();
+    if !bound.ip().is_loopback() && config.controller_secret.is_none() {
+        tracing::warn!(
+            listener = %bound,
+            "the controller listener is reachable beyond this machine and no controller.secret.file \
+             is set: anything that reaches it can talk Raft to the quorum; set one on every node"
+        );
+    }
     let listener = socket.listen()?;
     let peers = if config.controller_quorum.is_empty() {
         vec![(node_id, bound)]
@@ -398,6 +415,7 @@ fn start_controller(
         tick: CONTROLLER_TICK,
         cpu: config.controller_cpu,
         cluster_id: cluster_id.to_string(),
+        secret: config.controller_secret.clone(),
     })
     .with_context(|| format!("starting the controller in {}", data_dir.display()))?;
     tracing::info!(node_id, addr = %bound, voters = peers.len(), "controller listening");

@@ -18,6 +18,7 @@
 //! controller replicates them); this crate only says what they mean.
 
 pub mod acl;
+pub mod peer_auth;
 pub mod plain;
 pub mod principal;
 pub mod scram;
@@ -26,6 +27,7 @@ pub use acl::{
     AccessControlEntry, AclBinding, AclBindingFilter, AclError, AclOperation, AclPermission, Acls,
     Authorizer, PatternType, ResourcePattern, ResourceType,
 };
+pub use peer_auth::{PeerAuthError, SharedSecret};
 pub use plain::{PlainError, PlainMessage};
 pub use principal::{KafkaPrincipal, PrincipalError};
 pub use scram::{ScramClient, ScramCredential, ScramError, ScramMechanism, ScramServer};

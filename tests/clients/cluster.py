@@ -3,6 +3,7 @@ each node a broker and a controller sharing one quorum (or controllers and
 brokers apart), own ports and data dirs, started together, cleaned up after;
 `skiff cluster status` parsed; waits on metadata (leaders, ISRs)."""
 
+import os
 import re
 import subprocess
 import time
@@ -92,13 +93,19 @@ class Cluster:
             if n in _live_nodes:
                 _live_nodes.remove(n)
 
-    def status(self, check=True):
+    def status(self, check=True, env=None):
         """`skiff cluster status` against the quorum: {'active': id or None,
-        'term': int, 'nodes': {id: state}, 'text': ...}."""
+        'term': int, 'nodes': {id: state}, 'text': ...}. With a
+        `controller.secret.file` setting the CLI proves it too (`env` None)."""
+        if env is None:
+            env = dict(os.environ)
+            if self.settings.get("controller.secret.file"):
+                env["SKIFF_CONTROLLER_SECRET_FILE"] = self.settings["controller.secret.file"]
         p = subprocess.run(
             [SKIFF_BIN, "cluster", "status", "--controller", self.quorum, "--timeout-ms", "2000"],
             capture_output=True,
             timeout=60,
+            env=env,
         )
         text = p.stdout.decode(errors="replace")
         if p.returncode != 0:
