@@ -630,14 +630,14 @@ impl Drop for FlushRunning<'_> {
 /// out on an idle partition leaves nothing behind (a kept waker would also keep
 /// its finished task's memory alive until the partition next changed).
 #[derive(Default)]
-struct Signal {
+pub(crate) struct Signal {
     generation: Cell<u64>,
     next_key: Cell<u64>,
     waiters: RefCell<HashMap<u64, Waker>>,
 }
 
 impl Signal {
-    fn wait(&self) -> SignalWait<'_> {
+    pub(crate) fn wait(&self) -> SignalWait<'_> {
         SignalWait {
             signal: self,
             generation: self.generation.get(),
@@ -645,7 +645,7 @@ impl Signal {
         }
     }
 
-    fn notify_all(&self) {
+    pub(crate) fn notify_all(&self) {
         self.generation.set(self.generation.get() + 1);
         let woken = std::mem::take(&mut *self.waiters.borrow_mut());
         for (_, w) in woken {
@@ -658,7 +658,7 @@ impl Signal {
     }
 }
 
-struct SignalWait<'a> {
+pub(crate) struct SignalWait<'a> {
     signal: &'a Signal,
     generation: u64,
     /// This wait's entry in `waiters` once it has been polled.

@@ -15,7 +15,7 @@
 //! - Background work per shard (periodic flush for `Durability::Interval`, recovery
 //!   point checkpoints) runs in a low-share task queue so it cannot starve appends.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -167,11 +167,29 @@ pub struct Shard {
     cache: BatchCache,
     partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
     peers: Senders<Job>,
+    /// Set when the shard stops: the background loops end at their next
+    /// step instead of being cancelled. (A glommio task cancelled while it
+    /// holds a partition's lock, mid-flush, was sometimes never dropped, and
+    /// the stop's close waited for that lock for ever.)
+    stopping: Cell<bool>,
+    stopped: crate::partition::Signal,
 }
 
 impl Shard {
     pub fn id(&self) -> usize {
         self.id
+    }
+
+    /// Sleeps `d`, less if the shard starts stopping: false once it is (a
+    /// background loop returns then).
+    async fn pause(&self, d: Duration) -> bool {
+        if self.stopping.get() {
+            return false;
+        }
+        let sleep = std::pin::pin!(glommio::timer::sleep(d));
+        let stop = std::pin::pin!(self.stopped.wait());
+        let _ = futures_util::future::select(sleep, stop).await;
+        !self.stopping.get()
     }
     pub fn table(&self) -> ShardTable {
         self.table
@@ -603,6 +621,8 @@ async fn run_shard(
         config,
         partitions: RefCell::new(HashMap::new()),
         peers: senders,
+        stopping: Cell::new(false),
+        stopped: Default::default(),
     });
     if let Err(e) = shard.open_owned().await {
         tracing::error!(shard = id, error = %e, "opening partitions failed");
@@ -624,9 +644,7 @@ async fn run_shard(
         Latency::NotImportant,
         "skiff-background",
     );
-    let bg = glommio::spawn_local_into(background_loop(shard.clone()), background)
-        .map(|t| t.detach())
-        .ok();
+    let bg = glommio::spawn_local_into(background_loop(shard.clone()), background).ok();
     // The cleaner gets its own queue with fewer shares than the background one:
     // under load it runs only in the time produce and fetch leave.
     let cleaner = if shard.config.cleaner.enabled {
@@ -644,8 +662,7 @@ async fn run_shard(
 
     let scrubber = (shard.config.scrub_bytes_per_second > 0)
         .then(|| glommio::spawn_local_into(scrub_loop(shard.clone()), background))
-        .and_then(|t| t.ok())
-        .map(|t| t.detach());
+        .and_then(|t| t.ok());
 
     let (submit_tx, mut submit_rx) = mpsc::unbounded::<Job>();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -661,14 +678,20 @@ async fn run_shard(
     };
     let _ = stop_rx.await;
     submissions.cancel();
-    if let Some(bg) = bg {
-        bg.cancel();
-    }
+    // The flusher and the scrubber take partition locks: they end at their
+    // next step (a flush or scrub step in progress finishes) and are awaited
+    // before the partitions close. The cleaner holds a lock only for its
+    // brief swap and may be mid-way through a long cleaning: cancelled.
+    shard.stopping.set(true);
+    shard.stopped.notify_all();
     if let Some(cleaner) = cleaner {
         cleaner.cancel();
     }
+    if let Some(bg) = bg {
+        bg.await;
+    }
     if let Some(scrubber) = scrubber {
-        scrubber.cancel();
+        scrubber.await;
     }
     let result = shard.close_all().await;
     shard.peers.close();
@@ -687,12 +710,11 @@ async fn scrub_loop(shard: Rc<Shard>) {
     // ones join at the next), and the one being scrubbed.
     let mut round: Vec<TopicPartition> = Vec::new();
     let mut at = 0usize;
-    loop {
-        glommio::timer::sleep(TICK).await;
+    while shard.pause(TICK).await {
         let mut left = budget;
         // Each partition at most once per tick: a tick over idle logs ends.
         let mut visited = 0usize;
-        while left > 0 && visited <= round.len() {
+        while left > 0 && visited <= round.len() && !shard.stopping.get() {
             if at >= round.len() {
                 round = shard.partitions.borrow().keys().cloned().collect();
                 round.sort_unstable();
@@ -742,14 +764,16 @@ async fn background_loop(shard: Rc<Shard>) {
         .max(Duration::from_millis(10));
     let (mut since_checkpoint, mut since_retention) = (Duration::ZERO, Duration::ZERO);
     let stats = crate::stats::local();
-    loop {
-        glommio::timer::sleep(tick).await;
+    while shard.pause(tick).await {
         since_checkpoint += tick;
         since_retention += tick;
         let checkpoint = since_checkpoint >= checkpoint_every;
         let retention = since_retention >= retention_every;
         let now_ms = now_ms();
         for p in shard.snapshot() {
+            if shard.stopping.get() {
+                return; // the stop flushes and checkpoints every partition
+            }
             if matches!(p.offline_reason().await, Ok(Some(_))) {
                 // Logged when it went offline; nothing is written to it now.
                 continue;
