@@ -460,8 +460,13 @@ fn fetch_behind_the_snapshot_returns_the_snapshot() {
     handle.stop().unwrap();
 }
 
-#[test]
-fn three_voters_fail_over_and_a_restarted_voter_catches_up() {
+/// Directories, bound listeners and the peer list of a three-voter quorum.
+#[allow(clippy::type_complexity)]
+fn three_voters() -> (
+    Vec<tempfile::TempDir>,
+    Vec<TcpListener>,
+    Vec<(u64, SocketAddr)>,
+) {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let listeners: Vec<TcpListener> = (0..3).map(|_| bind()).collect();
     let peers: Vec<(u64, SocketAddr)> = listeners
@@ -469,6 +474,12 @@ fn three_voters_fail_over_and_a_restarted_voter_catches_up() {
         .enumerate()
         .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap()))
         .collect();
+    (dirs, listeners, peers)
+}
+
+#[test]
+fn three_voters_fail_over_and_a_restarted_voter_catches_up() {
+    let (dirs, listeners, peers) = three_voters();
     let start = |i: usize, listener: TcpListener| {
         let mut c = config(dirs[i].path(), i as u64 + 1, &peers, listener);
         c.tick = Duration::from_millis(50);
@@ -659,13 +670,7 @@ fn secret(s: &str) -> skiff_security::SharedSecret {
 /// closed on unread.
 #[test]
 fn a_shared_secret_keeps_out_whoever_cannot_prove_it() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let listeners: Vec<TcpListener> = (0..3).map(|_| bind()).collect();
-    let peers: Vec<(u64, SocketAddr)> = listeners
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap()))
-        .collect();
+    let (dirs, listeners, peers) = three_voters();
     let good = secret("the quorum's own secret, 32 bytes");
     let handles: Vec<ControllerHandle> = listeners
         .into_iter()
