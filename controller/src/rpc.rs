@@ -362,7 +362,7 @@ pub fn write_frame_blocking<W: Write>(
 /// The connecting end of the peer authentication exchange (see
 /// `skiff_security::peer_auth`): proves we know `secret` and that the
 /// listener does. A listener without a secret reads our hello as a frame
-/// header too large to be one and closes: that is `Truncated` here, named.
+/// header too large to be one and closes: `PeerAuthError::NotAChallenge`.
 pub async fn authenticate_outbound<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     secret: &SharedSecret,
