@@ -389,27 +389,14 @@ pub async fn authenticate_outbound<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(peer_auth::Initiator::on_verdict(verdict[0])?)
 }
 
-/// `authenticate_outbound` over a blocking stream.
+/// `authenticate_outbound` over a blocking stream (its own timeouts bound
+/// each read and write): the same exchange, driven to completion here.
 pub fn authenticate_outbound_blocking<S: Read + Write>(
     stream: &mut S,
     secret: &SharedSecret,
 ) -> Result<(), RpcError> {
-    let (initiator, hello) = peer_auth::Initiator::start()?;
-    stream.write_all(&hello)?;
-    stream.flush()?;
-    let mut challenge = [0u8; peer_auth::CHALLENGE_BYTES];
-    stream.read_exact(&mut challenge).map_err(no_challenge)?;
-    let proof = initiator.on_challenge(secret, &challenge)?;
-    stream.write_all(&proof)?;
-    stream.flush()?;
-    let mut verdict = [0u8; 1];
-    match stream.read_exact(&mut verdict) {
-        Ok(()) => Ok(peer_auth::Initiator::on_verdict(verdict[0])?),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            Err(PeerAuthError::Refused.into())
-        }
-        Err(e) => Err(e.into()),
-    }
+    let mut stream = futures_lite::io::AssertAsync::new(stream);
+    futures_lite::future::block_on(authenticate_outbound(&mut stream, secret))
 }
 
 /// The accepting end: reads the hello, answers the challenge, checks the
