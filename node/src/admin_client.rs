@@ -5,7 +5,10 @@
 //! On a SASL listener it logs in first when `SKIFF_SASL_USERNAME` and
 //! `SKIFF_SASL_PASSWORD` are set (`SKIFF_SASL_MECHANISM`: PLAIN,
 //! SCRAM-SHA-256 or SCRAM-SHA-512, the default): environment variables, so the
-//! password stays out of `ps`.
+//! password stays out of `ps`. On an SSL or SASL_SSL listener it speaks TLS
+//! when `SKIFF_SSL_TRUSTSTORE_LOCATION` names the PEM authorities to trust
+//! (and `SKIFF_SSL_KEYSTORE_LOCATION` a PEM key and certificate chain, for
+//! listeners that ask for a client certificate).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -21,7 +24,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
 pub struct AdminClient {
-    stream: TcpStream,
+    stream: Stream,
     correlation_id: i32,
 }
 
@@ -49,6 +52,8 @@ impl AdminClient {
                     Ok(stream) => {
                         stream.set_read_timeout(Some(Duration::from_secs(60)))?;
                         stream.set_write_timeout(Some(Duration::from_secs(60)))?;
+                        let stream =
+                            Stream::from_env(stream, server).with_context(|| format!("{addr}"))?;
                         let mut client = AdminClient {
                             stream,
                             correlation_id: 0,
@@ -119,6 +124,7 @@ impl AdminClient {
     /// How long a response may take before `receive` gives up (60 s unless set).
     pub fn set_read_timeout(&mut self, timeout: Duration) -> anyhow::Result<()> {
         self.stream
+            .tcp()
             .set_read_timeout(Some(timeout))
             .context("setting the read timeout")
     }
@@ -226,5 +232,74 @@ impl AdminClient {
         request: &DescribeConfigsRequest,
     ) -> anyhow::Result<DescribeConfigsResponse> {
         self.call(request, 4)
+    }
+}
+
+/// The connection: plaintext, or TLS when the environment names a truststore.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn from_env(tcp: TcpStream, server: &str) -> anyhow::Result<Stream> {
+        let Some(truststore) = std::env::var_os("SKIFF_SSL_TRUSTSTORE_LOCATION") else {
+            return Ok(Stream::Plain(tcp));
+        };
+        let keystore = std::env::var_os("SKIFF_SSL_KEYSTORE_LOCATION");
+        let config = crate::tls::cli_client_config(
+            std::path::Path::new(&truststore),
+            keystore.as_deref().map(std::path::Path::new),
+        )?;
+        // The certificate is checked against the name the server was given by.
+        let host = server
+            .rsplit_once(':')
+            .map_or(server, |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .with_context(|| format!("{host:?} as a TLS server name"))?;
+        let connection = rustls::ClientConnection::new(config, name)?;
+        let mut stream = rustls::StreamOwned::new(connection, tcp);
+        // The handshake now, so a refused certificate is reported as such.
+        while stream.conn.is_handshaking() {
+            stream
+                .conn
+                .complete_io(&mut stream.sock)
+                .context("TLS handshake")?;
+        }
+        Ok(Stream::Tls(Box::new(stream)))
+    }
+
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
     }
 }

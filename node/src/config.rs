@@ -145,6 +145,37 @@ pub struct NodeConfig {
     /// between controllers proves first (`skiff_security::peer_auth`), read
     /// when the setting is applied; `None`: the controller port is open.
     pub controller_secret: Option<skiff_security::SharedSecret>,
+    /// `ssl.keystore.location` (`ssl.keystore.type=PEM`): this node's private
+    /// key and certificate chain, for TLS listeners and as the client
+    /// certificate of its follower links (`crate::tls`).
+    pub ssl_keystore: Option<PathBuf>,
+    /// `ssl.truststore.location` (PEM): the certificate authorities a client
+    /// certificate (`ssl.client.auth`) and a leader's certificate (follower
+    /// links) must chain to.
+    pub ssl_truststore: Option<PathBuf>,
+    /// `ssl.client.auth`: none, requested or required.
+    pub ssl_client_auth: ClientAuth,
+    /// `max.connections`: while the node holds this many, it accepts no
+    /// more (`crate::conn_limits`); `usize::MAX`: no limit (Kafka's
+    /// 2147483647).
+    pub max_connections: usize,
+    /// `max.connections.per.ip`, and `max.connections.per.ip.overrides`
+    /// (`IP:N,IP:N`).
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+/// `ssl.client.auth`: whether a TLS listener asks for a client certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No client certificate: every TLS client is `User:ANONYMOUS` (or its
+    /// SASL user on SASL_SSL).
+    None,
+    /// Asked for; a client without one connects as `User:ANONYMOUS`.
+    Requested,
+    /// A client without a certificate the truststore vouches for is refused
+    /// in the handshake.
+    Required,
 }
 
 /// Reads a shared secret from `path` (`controller.secret.file`,
@@ -157,6 +188,23 @@ pub fn read_secret_file(path: &str) -> Result<skiff_security::SharedSecret, Conf
     };
     let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
     skiff_security::SharedSecret::new(&bytes).map_err(|e| fail(e.to_string()))
+}
+
+/// A connection count; Kafka's 2147483647 (and above) is no limit.
+fn connection_limit(value: &str) -> Option<usize> {
+    let n: u64 = value.trim().parse().ok()?;
+    Some(if n >= i32::MAX as u64 {
+        usize::MAX
+    } else {
+        n as usize
+    })
+}
+
+/// A path setting; empty: unset.
+fn path_or_none(value: &str) -> Option<PathBuf> {
+    Some(value.trim())
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 /// A setting never shown in logs or `Debug` output.
@@ -174,6 +222,8 @@ impl std::fmt::Debug for Secret {
 pub enum SecurityProtocol {
     Plaintext,
     SaslPlaintext,
+    Ssl,
+    SaslSsl,
 }
 
 impl SecurityProtocol {
@@ -181,11 +231,33 @@ impl SecurityProtocol {
         match self {
             SecurityProtocol::Plaintext => "PLAINTEXT",
             SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
         }
     }
 
+    pub fn parse(name: &str) -> Option<SecurityProtocol> {
+        [
+            SecurityProtocol::Plaintext,
+            SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::Ssl,
+            SecurityProtocol::SaslSsl,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
+    }
+
+    /// Connections log in with SASL first.
     pub fn sasl(self) -> bool {
-        self == SecurityProtocol::SaslPlaintext
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    /// Connections run inside TLS.
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
     }
 }
 
@@ -253,6 +325,12 @@ impl NodeConfig {
             inter_broker_password: None,
             connections_max_reauth_ms: 0,
             controller_secret: None,
+            ssl_keystore: None,
+            ssl_truststore: None,
+            ssl_client_auth: ClientAuth::None,
+            max_connections: usize::MAX,
+            max_connections_per_ip: usize::MAX,
+            max_connections_per_ip_overrides: Default::default(),
             sasl_mechanisms: vec![
                 skiff_security::Mechanism::Scram(skiff_security::ScramMechanism::Sha256),
                 skiff_security::Mechanism::Scram(skiff_security::ScramMechanism::Sha512),
@@ -311,13 +389,12 @@ impl NodeConfig {
             "listeners" | "listen" => {
                 let (protocol, addr) = match value.split_once("://") {
                     None => (SecurityProtocol::Plaintext, value),
-                    Some(("PLAINTEXT", addr)) => (SecurityProtocol::Plaintext, addr),
-                    Some(("SASL_PLAINTEXT", addr)) => (SecurityProtocol::SaslPlaintext, addr),
-                    Some(_) => {
-                        return Err(bad(
-                            "[PLAINTEXT:// or SASL_PLAINTEXT://]HOST:PORT (SSL and SASL_SSL are not built yet)",
-                        ))
-                    }
+                    Some((name, addr)) => (
+                        SecurityProtocol::parse(name).ok_or_else(|| {
+                            bad("[PLAINTEXT|SASL_PLAINTEXT|SSL|SASL_SSL://]HOST:PORT")
+                        })?,
+                        addr,
+                    ),
                 };
                 self.listen = addr
                     .parse()
@@ -363,6 +440,50 @@ impl NodeConfig {
                 self.controller_secret = match value.trim() {
                     "" => None,
                     path => Some(read_secret_file(path)?),
+                }
+            }
+            "ssl.keystore.type" | "ssl.truststore.type" => {
+                if !value.eq_ignore_ascii_case("PEM") {
+                    return Err(bad(
+                        "PEM (convert a JKS or PKCS12 store with keytool and openssl)",
+                    ));
+                }
+            }
+            "max.connections" => {
+                self.max_connections = connection_limit(value).ok_or_else(|| bad("a count >= 0"))?
+            }
+            "max.connections.per.ip" => {
+                self.max_connections_per_ip =
+                    connection_limit(value).ok_or_else(|| bad("a count >= 0"))?
+            }
+            "max.connections.per.ip.overrides" => {
+                self.max_connections_per_ip_overrides = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|e| !e.is_empty())
+                    .map(|entry| {
+                        let (ip, n) = entry.rsplit_once(':')?;
+                        Some((ip.trim().parse().ok()?, connection_limit(n)?))
+                    })
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| bad("IP:COUNT[,IP:COUNT...] (IP addresses, not host names)"))?
+            }
+            "ssl.keystore.location" => self.ssl_keystore = path_or_none(value),
+            "ssl.truststore.location" => self.ssl_truststore = path_or_none(value),
+            "ssl.client.auth" => {
+                self.ssl_client_auth = match value.trim() {
+                    "none" | "" => ClientAuth::None,
+                    "requested" => ClientAuth::Requested,
+                    "required" => ClientAuth::Required,
+                    _ => return Err(bad("none, requested or required")),
+                }
+            }
+            "ssl.key.password" | "ssl.keystore.password" | "ssl.truststore.password" => {
+                if !value.is_empty() {
+                    return Err(bad(
+                        "empty: PEM keys are read unencrypted (decrypt one with \
+                         `openssl pkey -in KEY -out PLAIN`) and PEM stores have no password",
+                    ));
                 }
             }
             "inter.broker.sasl.username" => self.inter_broker_user = Some(value.to_string()),
@@ -571,6 +692,24 @@ impl NodeConfig {
                  leaders with inter.broker.sasl.username and inter.broker.sasl.password \
                  (a user of sasl.mechanism.inter.broker.protocol, a super user when \
                  authorization is on); set both",
+                self.listener_protocol.name()
+            )));
+        }
+        if self.listener_protocol.tls() && self.ssl_keystore.is_none() {
+            return Err(bad(format!(
+                "listeners {}:// needs ssl.keystore.location: a PEM file with this node's \
+                 private key and certificate chain",
+                self.listener_protocol.name()
+            )));
+        }
+        if self.listener_protocol.tls()
+            && self.ssl_truststore.is_none()
+            && (self.ssl_client_auth != ClientAuth::None || !own_quorum)
+        {
+            return Err(bad(format!(
+                "listeners {}:// needs ssl.truststore.location (PEM certificate authorities) \
+                 to check client certificates (ssl.client.auth) and, in a cluster of \
+                 several nodes, the leaders its followers fetch from",
                 self.listener_protocol.name()
             )));
         }
@@ -908,8 +1047,11 @@ mod tests {
         c.apply_set("listeners=PLAINTEXT://127.0.0.1:9501").unwrap();
         assert_eq!(c.listener_protocol, SecurityProtocol::Plaintext);
         for bad in [
-            "listeners=SSL://127.0.0.1:9502",
-            "listeners=SASL_SSL://127.0.0.1:9502",
+            "listeners=TLS://127.0.0.1:9502",
+            "listeners=SSL://localhost:9502",
+            "ssl.client.auth=maybe",
+            "ssl.keystore.type=JKS",
+            "ssl.key.password=secret",
             "sasl.enabled.mechanisms=GSSAPI",
             "sasl.enabled.mechanisms=",
             "authorizer.class.name=com.example.MyAuthorizer",
@@ -984,6 +1126,58 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(&path) && e.contains(says), "{e}");
+        }
+    }
+
+    #[test]
+    fn tls_listeners_need_a_keystore_and_to_check_clients_a_truststore() {
+        let mut c = NodeConfig::defaults().unwrap();
+        c.apply_set("listeners=SASL_SSL://127.0.0.1:9503").unwrap();
+        assert!(c.listener_protocol.tls() && c.listener_protocol.sasl());
+        c.apply_set("listeners=SSL://127.0.0.1:9503").unwrap();
+        assert!(c.listener_protocol.tls() && !c.listener_protocol.sasl());
+        let err = c.check_roles().unwrap_err().to_string();
+        assert!(err.contains("ssl.keystore.location"), "{err}");
+        c.apply_set("ssl.keystore.type=pem").unwrap();
+        c.apply_set("ssl.keystore.location=/etc/skiff/node.pem")
+            .unwrap();
+        // A node of its own, no client certificates: no truststore needed.
+        c.check_roles().unwrap();
+        c.apply_set("ssl.client.auth=required").unwrap();
+        let err = c.check_roles().unwrap_err().to_string();
+        assert!(err.contains("ssl.truststore.location"), "{err}");
+        c.apply_set("ssl.truststore.location=/etc/skiff/ca.pem")
+            .unwrap();
+        c.check_roles().unwrap();
+        assert_eq!(c.ssl_client_auth, ClientAuth::Required);
+        c.apply_set("ssl.keystore.location=").unwrap();
+        assert_eq!(c.ssl_keystore, None);
+    }
+
+    #[test]
+    fn connection_limits_take_kafkas_forms() {
+        let mut c = NodeConfig::defaults().unwrap();
+        assert_eq!(c.max_connections, usize::MAX);
+        c.apply_set("max.connections=2147483647").unwrap();
+        assert_eq!(c.max_connections, usize::MAX);
+        c.apply_set("max.connections=500").unwrap();
+        c.apply_set("max.connections.per.ip=10").unwrap();
+        c.apply_set("max.connections.per.ip.overrides=10.0.0.1:100, ::1:5")
+            .unwrap();
+        assert_eq!((c.max_connections, c.max_connections_per_ip), (500, 10));
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(c.max_connections_per_ip_overrides[&ip("10.0.0.1")], 100);
+        assert_eq!(c.max_connections_per_ip_overrides[&ip("::1")], 5);
+        for bad in [
+            "max.connections=-1",
+            "max.connections.per.ip=many",
+            "max.connections.per.ip.overrides=broker1.example.com:10",
+            "max.connections.per.ip.overrides=10.0.0.1",
+        ] {
+            assert!(
+                matches!(c.apply_set(bad), Err(ConfigError::BadValue { .. })),
+                "{bad}"
+            );
         }
     }
 }

@@ -30,12 +30,15 @@
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use glommio::channels::local_channel::LocalReceiver;
 use glommio::net::TcpStream;
 use skiff_engine::shard::Shard;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::conn_limits::{ConnectionLimits, ConnectionPermit, Refusal};
 
 /// How long a bind is retried while its address is in use.
 pub const BIND_RETRY_FOR: Duration = Duration::from_secs(5);
@@ -44,6 +47,8 @@ const BIND_RETRY_SLEEP: Duration = Duration::from_millis(25);
 /// Connections the kernel queues for a listener before it refuses more
 /// (glommio's value; the kernel caps it at `net.core.somaxconn`).
 const BACKLOG: i32 = 1024;
+/// How often a core at `max.connections` looks for room again.
+const FULL_POLL: Duration = Duration::from_millis(10);
 
 /// Which listener, for logs and errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,19 +235,24 @@ pub async fn accept_and_deal(
     listener: &glommio::net::TcpListener,
     shard: &Rc<Shard>,
     stop: &LocalReceiver<()>,
-    adopt: fn(TcpStream),
+    limits: Option<&Arc<ConnectionLimits>>,
+    adopt: fn(TcpStream, Option<ConnectionPermit>),
 ) {
     let (me, cores) = (shard.id(), shard.table().shards().max(1));
     let mut next = me;
     loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            let _ = stop.recv().await;
-            None
-        })
+        let accepted = futures_lite::future::or(
+            async { Some(accept_within_limits(listener, limits).await) },
+            async {
+                let _ = stop.recv().await;
+                None
+            },
+        )
         .await;
-        let stream = match accepted {
+        let (stream, permit) = match accepted {
             None => return,
-            Some(Ok(stream)) => stream,
+            Some(Ok(Some(accepted))) => accepted,
+            Some(Ok(None)) => continue,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "accept failed");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
@@ -252,7 +262,7 @@ pub async fn accept_and_deal(
         let target = next;
         next = (next + 1) % cores;
         if target == me {
-            adopt(stream);
+            adopt(stream, permit);
             continue;
         }
         match sendable(&stream) {
@@ -260,11 +270,42 @@ pub async fn accept_and_deal(
                 // This core's descriptor goes; the duplicate carries the
                 // connection over.
                 drop(stream);
-                glommio::spawn_local(hand_over(shard.clone(), target, sendable, adopt)).detach();
+                glommio::spawn_local(hand_over(shard.clone(), target, sendable, permit, adopt))
+                    .detach();
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot hand a connection to core {target}; serving it here");
-                adopt(stream);
+                adopt(stream, permit);
+            }
+        }
+    }
+}
+
+/// The next connection and its place under the limits; None: one refused
+/// (its address holds `max.connections.per.ip`), closed already.
+///
+/// At `max.connections` no accept is started, and a connection accepted by a
+/// core that was already waiting in accept is held, unread, until there is
+/// room: the count is checked and taken in one step (`admit`), so it is
+/// never passed.
+async fn accept_within_limits(
+    listener: &glommio::net::TcpListener,
+    limits: Option<&Arc<ConnectionLimits>>,
+) -> std::io::Result<Option<(TcpStream, Option<ConnectionPermit>)>> {
+    while limits.is_some_and(|l| l.full()) {
+        glommio::timer::sleep(FULL_POLL).await;
+    }
+    let stream = listener.accept().await?;
+    let (Some(limits), Ok(peer)) = (limits, stream.peer_addr()) else {
+        return Ok(Some((stream, None)));
+    };
+    loop {
+        match limits.admit(peer.ip()) {
+            Ok(permit) => return Ok(Some((stream, Some(permit)))),
+            Err(Refusal::Full) => glommio::timer::sleep(FULL_POLL).await,
+            Err(refused) => {
+                tracing::info!(%peer, "closing a new connection: {refused}");
+                return Ok(None);
             }
         }
     }
@@ -285,11 +326,12 @@ async fn hand_over(
     shard: Rc<Shard>,
     target: usize,
     stream: std::net::TcpStream,
-    adopt: fn(TcpStream),
+    permit: Option<ConnectionPermit>,
+    adopt: fn(TcpStream, Option<ConnectionPermit>),
 ) {
     let handed = shard
         .invoke_on(target, move |_| async move {
-            adopt(TcpStream::from(Socket::from(stream)));
+            adopt(TcpStream::from(Socket::from(stream)), permit);
         })
         .await;
     if let Err(e) = handed {
@@ -359,7 +401,10 @@ mod tests {
         }
         pub static ADOPTED: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
-        pub fn adopt(stream: glommio::net::TcpStream) {
+        pub fn adopt(
+            stream: glommio::net::TcpStream,
+            _: Option<crate::conn_limits::ConnectionPermit>,
+        ) {
             HELD.with(|h| h.borrow_mut().push(stream));
             ADOPTED[CORE.with(Cell::get)].fetch_add(1, Ordering::AcqRel);
         }
@@ -395,7 +440,7 @@ mod tests {
                     let (tx, rx) = glommio::channels::local_channel::new_bounded(1);
                     glommio::spawn_local(async move {
                         let l = into_glommio(own);
-                        accept_and_deal(&l, &shard, &rx, dealt::adopt).await;
+                        accept_and_deal(&l, &shard, &rx, None, dealt::adopt).await;
                         dealt::close_all();
                     })
                     .detach();

@@ -89,6 +89,9 @@ impl Node {
         // before any port is taken: a second process on this directory
         // leaves no trace.
         let lock = data_dir::lock(&data_dir)?;
+        // Certificates and keys are read before any port is taken: a file
+        // that cannot be used fails the start here, naming it.
+        let tls = crate::tls::Tls::load(&config)?;
         // Every listener is bound (its port reserved, nothing answering yet)
         // before anything else starts: a port this node cannot have fails it
         // here, before it registers with the controller or a client or
@@ -105,14 +108,17 @@ impl Node {
                 let kafka = listeners::bind(Which::Kafka, config.listen)?;
                 // A port of 0 resolved: the broker registers where it listens.
                 config.listen = kafka.addr();
-                if !config.listen.ip().is_loopback()
-                    && !config.listener_protocol.sasl()
-                    && !config.authorizer
-                {
+                // Who may connect is checked by a login, a required client
+                // certificate or the ACLs; with none of them, by nobody.
+                let checked = config.listener_protocol.sasl()
+                    || (config.listener_protocol.tls()
+                        && config.ssl_client_auth == crate::config::ClientAuth::Required)
+                    || config.authorizer;
+                if !config.listen.ip().is_loopback() && !checked {
                     tracing::warn!(
                         listener = %config.listen,
-                        "the Kafka listener is reachable beyond this machine with no SASL and no \
-                         authorizer: anyone who reaches it can read, write and delete every topic"
+                        "the Kafka listener is reachable beyond this machine with no SASL, no \
+                         required client certificate and no authorizer: anyone who reaches it can read, write and delete every topic"
                     );
                 }
                 Some(kafka)
@@ -194,6 +200,12 @@ impl Node {
             cluster_id: meta.cluster_id,
             producer_ids: Mutex::new(producer_ids),
             controller: controller.as_ref().map(ControllerHandle::status_reader),
+            tls,
+            conn_limits: crate::conn_limits::ConnectionLimits::new(
+                config.max_connections,
+                config.max_connections_per_ip,
+                config.max_connections_per_ip_overrides.clone(),
+            ),
         });
         for core in 0..runtime.shards() {
             let node = node.clone();

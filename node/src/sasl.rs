@@ -24,8 +24,9 @@ use crate::security::Security;
 
 #[derive(Debug)]
 enum State {
-    /// A PLAINTEXT listener: nobody authenticates; everyone is ANONYMOUS.
-    Open,
+    /// A PLAINTEXT or SSL listener: no SASL. Everyone is ANONYMOUS but an
+    /// SSL client that showed a certificate, who is its subject.
+    Open(KafkaPrincipal),
     AwaitingHandshake,
     Handshaken(Mechanism),
     /// A SCRAM exchange between its first and final message.
@@ -57,12 +58,19 @@ pub enum Next {
 }
 
 impl ConnectionAuth {
-    pub fn new(protocol: SecurityProtocol, reauth_ms: u64) -> Self {
+    /// A connection to a listener of `protocol`; `certified`: the principal
+    /// of the client certificate it showed in the TLS handshake (it is who
+    /// the connection is on an SSL listener; SASL_SSL logs in regardless).
+    pub fn new(
+        protocol: SecurityProtocol,
+        reauth_ms: u64,
+        certified: Option<KafkaPrincipal>,
+    ) -> Self {
         ConnectionAuth {
             state: if protocol.sasl() {
                 State::AwaitingHandshake
             } else {
-                State::Open
+                State::Open(certified.unwrap_or_else(KafkaPrincipal::anonymous))
             },
             reauth_ms,
             expires_at: None,
@@ -111,14 +119,14 @@ impl ConnectionAuth {
     /// Whether a request of `api_key` may be served now (SASL requests are
     /// answered by `handshake` and `authenticate` whatever the state).
     pub fn allows(&self, api_key: ApiKey) -> bool {
-        matches!(self.state, State::Open | State::Authenticated(_))
+        matches!(self.state, State::Open(_) | State::Authenticated(_))
             || api_key == ApiKey::ApiVersions
     }
 
     /// Who the connection is: its SASL user, or ANONYMOUS.
     pub fn principal(&self) -> KafkaPrincipal {
         match &self.state {
-            State::Authenticated(p) => p.clone(),
+            State::Authenticated(p) | State::Open(p) => p.clone(),
             _ => KafkaPrincipal::anonymous(),
         }
     }
@@ -140,7 +148,7 @@ impl ConnectionAuth {
         if !matches!(self.state, State::AwaitingHandshake) {
             // A PLAINTEXT listener, or a second handshake (re-authentication
             // is not built yet): Kafka's ILLEGAL_SASL_STATE.
-            let close = if matches!(self.state, State::Open) {
+            let close = if matches!(self.state, State::Open(_)) {
                 Next::Continue
             } else {
                 Next::Close
@@ -223,11 +231,11 @@ impl ConnectionAuth {
             },
             other => {
                 let message = match &other {
-                    State::Open => "this listener does not use SASL",
+                    State::Open(_) => "this listener does not use SASL",
                     State::Authenticated(_) => "already authenticated",
                     _ => "SaslAuthenticate before SaslHandshake",
                 };
-                let close = matches!(other, State::Open);
+                let close = matches!(other, State::Open(_));
                 self.state = other;
                 let (response, _) = refuse(ResponseError::IllegalSaslState, message.to_string());
                 (response, if close { Next::Continue } else { Next::Close })
@@ -273,7 +281,7 @@ mod tests {
 
     #[test]
     fn plain_with_the_right_password_authenticates_the_user() {
-        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0);
+        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0, None);
         assert!(!a.allows(ApiKey::Metadata));
         assert!(a.allows(ApiKey::ApiVersions));
         assert_eq!(handshake(&mut a, "PLAIN"), (0, Next::Continue));
@@ -285,7 +293,7 @@ mod tests {
     #[test]
     fn wrong_password_unknown_user_and_bad_order_close_the_connection() {
         for bytes in [&b"\0alice\0px"[..], b"\0bob\0pw", b"garbage"] {
-            let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0);
+            let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0, None);
             handshake(&mut a, "PLAIN");
             assert_eq!(
                 auth_bytes(&mut a, bytes),
@@ -294,12 +302,12 @@ mod tests {
             assert!(!a.allows(ApiKey::Metadata));
             assert_eq!(a.principal(), KafkaPrincipal::anonymous());
         }
-        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0);
+        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0, None);
         assert_eq!(
             auth_bytes(&mut a, b"\0alice\0pw"),
             (ResponseError::IllegalSaslState.code(), Next::Close)
         );
-        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0);
+        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0, None);
         assert_eq!(
             handshake(&mut a, "SCRAM-SHA-512"),
             (ResponseError::UnsupportedSaslMechanism.code(), Next::Close),
@@ -313,7 +321,7 @@ mod tests {
 
     #[test]
     fn scram_takes_two_rounds_and_a_plaintext_listener_refuses_sasl() {
-        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0);
+        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0, None);
         handshake(&mut a, "SCRAM-SHA-256");
         let req = SaslAuthenticateRequest::default()
             .with_auth_bytes(Bytes::from_static(b"n,,n=alice,r=abc"));
@@ -334,13 +342,28 @@ mod tests {
             (ResponseError::SaslAuthenticationFailed.code(), Next::Close)
         );
 
-        let mut open = ConnectionAuth::new(SecurityProtocol::Plaintext, 0);
+        let mut open = ConnectionAuth::new(SecurityProtocol::Plaintext, 0, None);
         assert!(open.allows(ApiKey::Produce));
         assert_eq!(
             handshake(&mut open, "PLAIN"),
             (ResponseError::IllegalSaslState.code(), Next::Continue)
         );
         assert_eq!(open.principal(), KafkaPrincipal::anonymous());
+
+        // SSL: who the client certificate says; SASL_SSL: its login, whatever
+        // certificate it showed.
+        let writer = KafkaPrincipal::user("CN=writer,O=example");
+        let mut ssl = ConnectionAuth::new(SecurityProtocol::Ssl, 0, Some(writer.clone()));
+        assert!(ssl.allows(ApiKey::Produce));
+        assert_eq!(ssl.principal(), writer);
+        assert_eq!(
+            handshake(&mut ssl, "PLAIN"),
+            (ResponseError::IllegalSaslState.code(), Next::Continue)
+        );
+        assert_eq!(ssl.principal(), writer);
+        let sasl_ssl = ConnectionAuth::new(SecurityProtocol::SaslSsl, 0, Some(writer));
+        assert!(!sasl_ssl.allows(ApiKey::Produce));
+        assert_eq!(sasl_ssl.principal(), KafkaPrincipal::anonymous());
     }
 
     #[test]
@@ -361,7 +384,7 @@ mod tests {
             let (r, next) = a.authenticate(&sec, &req, 1);
             (r.error_code, r.session_lifetime_ms, next)
         };
-        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 1000);
+        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 1000, None);
         handshake(&mut a, "PLAIN");
         assert_eq!(auth_as(&mut a, b"\0alice\0pw"), (0, 1000, Next::Continue));
         let now = Instant::now();
@@ -380,7 +403,7 @@ mod tests {
             (ResponseError::SaslAuthenticationFailed.code(), Next::Close)
         );
         // Without connections.max.reauth.ms a second handshake is refused.
-        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0);
+        let mut a = ConnectionAuth::new(SecurityProtocol::SaslPlaintext, 0, None);
         handshake(&mut a, "PLAIN");
         assert_eq!(auth_as(&mut a, b"\0alice\0pw"), (0, 0, Next::Continue));
         assert!(!a.expired(Instant::now() + Duration::from_secs(3600)));

@@ -20,7 +20,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_lite::io::{AsyncWriteExt, ReadHalf, WriteHalf};
+use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt, WriteHalf};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::task::JoinHandle;
@@ -29,16 +29,20 @@ use skiff_protocol::response::ResponseFrame;
 
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 
+use crate::conn_limits::ConnectionPermit;
 use crate::handlers::{self, authz, authz::Session};
 use crate::listeners;
 use crate::sasl::{ConnectionAuth, Next};
 use crate::sendmsg;
 use crate::state::CoreState;
+use crate::tls;
 
 /// Requests of one connection being handled at once; the reader waits beyond.
 pub const MAX_INFLIGHT_REQUESTS: usize = 64;
 /// How often an idle connection checks whether the node is stopping.
 const STOP_POLL: Duration = Duration::from_millis(100);
+/// How long a client has to finish its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopping core waits, in all, for its open connections to finish
 /// their in-flight requests.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,7 +64,8 @@ pub async fn serve(
     listener: TcpListener,
     stop: local_channel::LocalReceiver<()>,
 ) {
-    listeners::accept_and_deal(&listener, &core.shard, &stop, adopt).await;
+    let limits = core.node.conn_limits.clone();
+    listeners::accept_and_deal(&listener, &core.shard, &stop, limits.as_ref(), adopt).await;
     // From here connections dealt to this core are closed (`adopt`).
     core.stopping.set(true);
     drop(listener);
@@ -81,7 +86,7 @@ pub async fn serve(
 
 /// Serves a connection dealt to this core, or closes it when this core has
 /// stopped serving (the node is stopping: no new connections).
-fn adopt(stream: TcpStream) {
+fn adopt(stream: TcpStream, permit: Option<ConnectionPermit>) {
     let Some(core) = CoreState::current() else {
         return;
     };
@@ -92,6 +97,8 @@ fn adopt(stream: TcpStream) {
     let flag = done.clone();
     let task = glommio::spawn_local(async move {
         connection(core, stream).await;
+        // The connection's place under max.connections is free again.
+        drop(permit);
         flag.set(true);
     })
     .detach();
@@ -113,32 +120,71 @@ async fn serve_connection(core: &Rc<CoreState>, stream: TcpStream) {
         .peer_addr()
         .map_or_else(|_| "?".to_string(), |a| a.to_string());
     let _ = stream.set_nodelay(true);
-    // The writer gathers parts with sendmsg on the raw fd (see `sendmsg`); the
-    // stream itself outlives both halves.
-    let fd = stream.as_raw_fd();
+    let Some(tls) = core.node.tls.as_ref() else {
+        // The writer gathers parts with sendmsg on the raw fd (see
+        // `sendmsg`); the stream itself outlives both halves.
+        let fd = stream.as_raw_fd();
+        return serve_stream(core, stream, Some(fd), None, peer).await;
+    };
+    // Garbage, a stalled client or a refused certificate ends this
+    // connection alone.
+    let stream = match crate::replica::within(TLS_HANDSHAKE_TIMEOUT, tls.acceptor.accept(stream))
+        .await
+    {
+        Some(Ok(stream)) => stream,
+        Some(Err(error)) => {
+            core.metrics.decode_error();
+            tracing::info!(%peer, %error, "TLS handshake failed; closing connection");
+            return;
+        }
+        None => {
+            tracing::info!(%peer, "no TLS handshake within {TLS_HANDSHAKE_TIMEOUT:?}; closing connection");
+            return;
+        }
+    };
+    let certified = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(tls::principal_of);
+    serve_stream(core, stream, None, certified, peer).await
+}
+
+/// Serves a connection's requests: over TLS (`fd` None: responses are
+/// written through the stream) or plaintext (`fd`: gathered by sendmsg).
+async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin + 'static>(
+    core: &Rc<CoreState>,
+    stream: S,
+    fd: Option<RawFd>,
+    certified: Option<skiff_security::KafkaPrincipal>,
+    peer: String,
+) {
     let (reader, writer) = futures_lite::io::split(stream);
     let (tx, rx) =
         local_channel::new_bounded::<JoinHandle<Option<ResponseFrame>>>(MAX_INFLIGHT_REQUESTS);
     let writer_task = glommio::spawn_local(write_responses(writer, fd, rx, peer.clone())).detach();
     // Kafka's client host: the peer's address as Java prints it ("/127.0.0.1").
     let client_host: Rc<str> = stream_host(&peer).into();
-    if let Err(reason) = read_requests(core, reader, &tx, client_host).await {
+    if let Err(reason) = read_requests(core, reader, &tx, client_host, certified).await {
         tracing::info!(%peer, %reason, "closing connection");
     }
     drop(tx);
     let _ = writer_task.await;
 }
 
-async fn read_requests(
+async fn read_requests<R: AsyncRead + Unpin>(
     core: &Rc<CoreState>,
-    mut reader: ReadHalf<TcpStream>,
+    mut reader: R,
     tx: &local_channel::LocalSender<JoinHandle<Option<ResponseFrame>>>,
     client_host: Rc<str>,
+    certified: Option<skiff_security::KafkaPrincipal>,
 ) -> Result<(), String> {
     let mut frames = FrameReader::new(core.node.config.socket_request_max_bytes);
     let mut auth = ConnectionAuth::new(
         core.node.config.listener_protocol,
         core.node.config.connections_max_reauth_ms,
+        certified,
     );
     let ip = client_host.trim_start_matches('/').to_string();
     let session_of = |auth: &ConnectionAuth| {
@@ -251,9 +297,9 @@ fn stream_host(peer: &str) -> String {
     }
 }
 
-async fn write_responses(
-    mut writer: WriteHalf<TcpStream>,
-    fd: RawFd,
+async fn write_responses<W: AsyncWrite + Unpin>(
+    mut writer: WriteHalf<W>,
+    fd: Option<RawFd>,
     rx: local_channel::LocalReceiver<JoinHandle<Option<ResponseFrame>>>,
     peer: String,
 ) {
@@ -261,7 +307,11 @@ async fn write_responses(
         let Some(Some(frame)) = task.await else {
             continue;
         };
-        if let Err(e) = write_frame(&mut writer, fd, &frame.parts).await {
+        let written = match fd {
+            Some(fd) => write_frame(&mut writer, fd, &frame.parts).await,
+            None => write_frame_tls(&mut writer, &frame.parts).await,
+        };
+        if let Err(e) = written {
             tracing::info!(%peer, error = %e, "write failed; closing connection");
             return;
         }
@@ -272,8 +322,8 @@ async fn write_responses(
 /// Writes the parts in order with gathered `sendmsg` calls (no copy of the
 /// record bytes); when the socket is full, one async write through glommio waits
 /// for room, then gathering resumes.
-async fn write_frame(
-    writer: &mut WriteHalf<TcpStream>,
+async fn write_frame<W: AsyncWrite + Unpin>(
+    writer: &mut WriteHalf<W>,
     fd: RawFd,
     parts: &[Bytes],
 ) -> std::io::Result<()> {
@@ -304,4 +354,16 @@ async fn write_frame(
         }
     }
     Ok(())
+}
+
+/// Writes the parts through a TLS stream: rustls copies them into its
+/// records and encrypts them there (the one copy TLS costs on fetch).
+async fn write_frame_tls<W: AsyncWrite + Unpin>(
+    writer: &mut WriteHalf<W>,
+    parts: &[Bytes],
+) -> std::io::Result<()> {
+    for part in parts {
+        writer.write_all(part).await?;
+    }
+    writer.flush().await
 }

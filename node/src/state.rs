@@ -27,6 +27,10 @@ pub struct NodeContext {
     /// This node's controller's status (None: not a controller), for the
     /// metrics scrape on core 0. Read at scrape time only.
     pub controller: Option<StatusReader>,
+    /// The listener's TLS (SSL, SASL_SSL) and the followers' side of it.
+    pub tls: Option<crate::tls::Tls>,
+    /// `max.connections`, `max.connections.per.ip` (None: no limits).
+    pub conn_limits: Option<std::sync::Arc<crate::conn_limits::ConnectionLimits>>,
 }
 
 /// Hands out producer ids in blocks whose end is persisted before use, so ids

@@ -43,9 +43,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::tls::LinkStream;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::TcpStream;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
@@ -159,7 +159,7 @@ pub fn remove(tp: &TopicPartition) {
 
 /// A fetcher's life: until it follows nothing (then it removes itself).
 async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
-    let mut conn: Option<TcpStream> = None;
+    let mut conn: Option<LinkStream> = None;
     let mut correlation = 0i32;
     // KIP-227: after the first full fetch, each names only what changed.
     let mut session = SessionBuilder::new();
@@ -176,22 +176,24 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
         }
         if conn.is_none() {
             // The leader's address is looked up only to (re)connect.
-            let Some(addr) = leader_addr(&core, leader) else {
+            let Some((host, addr)) = leader_addr(&core, leader) else {
                 glommio::timer::sleep(CONNECT_BACKOFF).await;
                 continue;
             };
-            let connected = super::within(silence_limit(&core), TcpStream::connect(addr))
-                .await
-                .unwrap_or_else(|| {
-                    Err(
-                        std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
-                            .into(),
-                    )
-                })
-                .map_err(std::io::Error::from);
+            // The connection and, on TLS listeners, its handshake.
+            let connected = super::within(
+                silence_limit(&core),
+                LinkStream::connect(addr, &host, core.node.tls.as_ref()),
+            )
+            .await
+            .unwrap_or_else(|| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                ))
+            });
             match connected {
                 Ok(mut s) => {
-                    let _ = s.set_nodelay(true);
                     // On SASL listeners a follower logs in first.
                     if core.node.config.listener_protocol.sasl() {
                         if let Err(e) = login(&core, &mut s, &mut correlation).await {
@@ -203,6 +205,13 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
                     conn = Some(s);
                     // A new connection: close the old session, make a new one.
                     session.on_failure();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    // A TLS handshake that failed: certificates or settings,
+                    // not the network; say so where an operator looks.
+                    tracing::warn!(leader, %addr, error = %e, "TLS handshake with the leader");
+                    glommio::timer::sleep(CONNECT_BACKOFF).await;
+                    continue;
                 }
                 Err(e) => {
                     tracing::debug!(leader, %addr, error = %e, "connecting to the leader");
@@ -313,7 +322,7 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
 /// signature checked.
 async fn login(
     core: &CoreState,
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     correlation: &mut i32,
 ) -> std::io::Result<()> {
     use kafka_protocol::messages::SaslHandshakeRequest;
@@ -357,7 +366,7 @@ async fn login(
 
 /// One SaslAuthenticate round: the server's bytes, or its refusal.
 async fn sasl_round(
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     correlation: &mut i32,
     bytes: Vec<u8>,
     silence: Duration,
@@ -393,10 +402,13 @@ fn follower_throttled(core: &CoreState, tp: &TopicPartition) -> bool {
     })
 }
 
-fn leader_addr(core: &CoreState, leader: i32) -> Option<SocketAddr> {
+/// Where `leader` registered its listener: the name it gave (a TLS link
+/// checks the leader's certificate against it) and the address it resolves to.
+fn leader_addr(core: &CoreState, leader: i32) -> Option<(String, SocketAddr)> {
     let table = core.topics();
     let b = table.broker(leader).filter(|b| !b.fenced)?;
-    (b.host.as_str(), b.port).to_socket_addrs().ok()?.next()
+    let addr = (b.host.as_str(), b.port).to_socket_addrs().ok()?.next()?;
+    Some((b.host.to_string(), addr))
 }
 
 fn pause(partitions: &Partitions, tp: &TopicPartition) {
@@ -554,7 +566,7 @@ async fn prepare_fetch(
 /// One request to the leader at `version` and its response, on the fetcher's
 /// connection (one request in flight).
 async fn call<R: Request>(
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     request: &R,
     version: i16,
     correlation: i32,
@@ -799,7 +811,7 @@ enum OutOfRangeError {
 async fn handle_out_of_range(
     core: &Rc<CoreState>,
     partitions: &Partitions,
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     correlation: &mut i32,
     tp: &TopicPartition,
     leader_start: i64,
@@ -865,7 +877,7 @@ fn reset_fetch_state(partitions: &Partitions, tp: &TopicPartition) {
 /// The leader's offset for `timestamp` (LATEST: its log end, as answered to a
 /// replica id; EARLIEST: its log start).
 async fn list_offset(
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     correlation: &mut i32,
     me: i32,
     tp: &TopicPartition,
