@@ -471,7 +471,11 @@ pub fn heartbeat(
     let id = request.node_id;
     if node.fenced {
         let caught_up = request.metadata_offset >= node.registered_offset;
-        if request.want_fence || request.want_shutdown || !caught_up {
+        // A node fenced at the end of its controlled shutdown stays fenced
+        // until it registers again (a new incarnation), whatever a late
+        // heartbeat of the stopping process says.
+        if request.want_fence || request.want_shutdown || !caught_up || node.in_controlled_shutdown
+        {
             return Ok(Vec::new());
         }
         tracing::info!(
@@ -490,18 +494,49 @@ pub fn heartbeat(
     if request.want_fence {
         return Ok(fence_node(state, id, config));
     }
+    if request.want_shutdown && node.in_controlled_shutdown && state.leader_count(id) == 0 {
+        // Done: fenced now, as Kafka's controller does, so Metadata stops
+        // naming a node that is about to stop (clients would connect to it
+        // until its session expired).
+        tracing::info!(node = id, "controlled shutdown done: fencing the node");
+        return Ok(fence_node(state, id, config));
+    }
     let mut out = move_offline_replicas(state, id, &request.offline_partitions, config);
     if request.want_shutdown && !node.in_controlled_shutdown {
         tracing::info!(node = id, "controlled shutdown: moving leaderships away");
         // Every partition moves away: the offline ones are among them.
         out = move_away_from(state, id, config);
+        let done = !leads_after(state, id, &out);
         out.push(registration_change(
             id,
             node.broker_epoch,
             RegistrationChange::ControlledShutdown,
         ));
+        if done {
+            // Every leadership moved in this batch: the node will not
+            // heartbeat again (the reply lets it stop), so it is fenced here.
+            tracing::info!(node = id, "controlled shutdown done: fencing the node");
+            out.push(registration_change(
+                id,
+                node.broker_epoch,
+                RegistrationChange::Fenced,
+            ));
+        }
     }
     Ok(out)
+}
+
+/// Whether `node` still leads a partition once `changes` are applied.
+fn leads_after(state: &ClusterState, node: NodeId, changes: &[MetadataRecord]) -> bool {
+    state
+        .partitions()
+        .filter(|(_, _, p)| p.leader == node)
+        .any(|(t, i, _)| {
+            !changes.iter().any(|r| {
+                matches!(r, MetadataRecord::PartitionChange(c)
+                    if c.topic_id == t && c.index == i && c.leader.is_some_and(|l| l != node))
+            })
+        })
 }
 
 /// Leaderships and ISR places of `node` for the partitions it reports

@@ -362,6 +362,8 @@ fn controlled_shutdown_moves_leaderships_first() {
     assert!(reply.in_controlled_shutdown);
     assert!(reply.should_shut_down);
     assert_eq!(h.state.leader_count(1), 0);
+    // Every leadership moved: fenced at once (Metadata no longer names it).
+    assert!(reply.is_fenced && h.state.node(1).unwrap().fenced);
     for (_, _, p) in h.state.partitions() {
         assert!(!p.isr.contains(&1) || p.isr == vec![1]);
     }
@@ -374,6 +376,27 @@ fn controlled_shutdown_moves_leaderships_first() {
         .partitions
         .values()
         .all(|p| !p.replicas.contains(&1)));
+}
+
+#[test]
+fn a_controlled_shutdown_fences_the_node_and_its_return_brings_its_partitions_back() {
+    let mut h = Harness::cluster(2, None);
+    // Partition 0 of "solo" lives on one node alone: nobody can take it over.
+    h.create("solo", 1, 1, 1).unwrap();
+    let node = h.part(1, 0).leader;
+    h.create("t", 2, 4, 2).unwrap();
+    let reply = h.heartbeat(node, 10, true).unwrap();
+    assert!(reply.is_fenced && reply.should_shut_down);
+    // Offline while its only replica is away (Kafka's way), its ISR kept.
+    assert_eq!(h.part(1, 0).leader, NO_LEADER);
+    assert_eq!(h.part(1, 0).isr, vec![node]);
+    assert_eq!(h.state.leader_count(node), 0);
+    // A late ordinary heartbeat of the stopping process does not unfence it.
+    assert!(h.heartbeat(node, 20, false).unwrap().is_fenced);
+    // The node comes back (a new incarnation): leader of its partition again.
+    h.register(node, None, 77);
+    assert!(!h.heartbeat(node, 40, false).unwrap().is_fenced);
+    assert_eq!(h.part(1, 0).leader, node);
 }
 
 #[test]

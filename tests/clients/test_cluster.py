@@ -254,3 +254,26 @@ def test_a_controller_secret_secures_the_quorum(cluster_factory, topic_name, tmp
     assert c.status()["active"] is not None
     produce_keys(c.bootstrap, topic_name, 3, 10, "s")
     ck.consume_all(c.bootstrap, topic_name, 3, 60)
+
+
+def test_a_node_stopped_cleanly_leaves_metadata_at_once(cluster_factory, topic_name):
+    """Kafka's controller fences a broker whose controlled shutdown finished:
+    Metadata stops naming it as soon as it stops, not when its session ends
+    (20 s here), so clients do not connect to a node that is gone."""
+    c = cluster_factory(size=3, settings={"broker.session.timeout.ms": "20000"})
+    ck.create_topic(c.node(1).bootstrap, topic_name, 6)
+    survivors = ",".join(n.bootstrap for n in c.nodes[:2])
+    assert sorted(ck.admin(survivors).list_topics(timeout=10).brokers) == [1, 2, 3]
+    assert c.node(3).stop() == 0
+    deadline = time.monotonic() + 5
+    while sorted(brokers := ck.admin(survivors).list_topics(timeout=10).brokers) != [1, 2]:
+        assert time.monotonic() < deadline, f"node 3 still in Metadata 5 s after it stopped: {brokers}"
+        time.sleep(0.1)
+    log = open(c.node(3).log_path, errors="replace").read()
+    assert "controlled shutdown done" in log
+    # It comes back as a new incarnation, unfenced.
+    c.node(3).start()
+    deadline = time.monotonic() + WAIT_S
+    while sorted(brokers := ck.admin(survivors).list_topics(timeout=10).brokers) != [1, 2, 3]:
+        assert time.monotonic() < deadline, f"node 3 not back: {brokers}"
+        time.sleep(0.2)
