@@ -8,8 +8,8 @@
 //! Kafka consumer does, so a long poll on a quiet partition never holds back the
 //! answer for a busy one.
 
+use crate::kafka::Stream;
 use std::collections::VecDeque;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -320,7 +320,7 @@ struct PartState {
 }
 
 struct Consumer {
-    stream: TcpStream,
+    stream: Stream,
     topic: TopicName,
     version: i16,
     parts: Vec<PartState>,

@@ -13,6 +13,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+pub use crate::tls::Stream;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -203,8 +205,9 @@ pub fn error_name(code: i16) -> String {
         .map_or_else(|| format!("error code {code}"), |e| format!("{e:?}"))
 }
 
-/// Opens a TCP connection to `addr` with the load generator's socket settings.
-pub fn connect_stream(addr: &str) -> anyhow::Result<TcpStream> {
+/// Opens a connection to `addr` with the load generator's socket settings
+/// (TLS when the run turned it on: `tls::enable`).
+pub fn connect_stream(addr: &str) -> anyhow::Result<Stream> {
     let mut last_error = None;
     for a in addr
         .to_socket_addrs()
@@ -215,7 +218,7 @@ pub fn connect_stream(addr: &str) -> anyhow::Result<TcpStream> {
                 stream.set_nodelay(true)?;
                 stream.set_read_timeout(Some(SOCKET_TIMEOUT))?;
                 stream.set_write_timeout(Some(SOCKET_TIMEOUT))?;
-                return Ok(stream);
+                return Stream::over(stream, addr);
             }
             Err(e) => last_error = Some(anyhow::anyhow!("{a}: {e}")),
         }
@@ -226,7 +229,7 @@ pub fn connect_stream(addr: &str) -> anyhow::Result<TcpStream> {
 
 /// One blocking request/response connection for control requests.
 pub struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     correlation_id: i32,
 }
 
@@ -239,7 +242,7 @@ impl Connection {
     }
 
     /// The socket, for a connection kept open and idle.
-    pub fn into_stream(self) -> TcpStream {
+    pub fn into_stream(self) -> Stream {
         self.stream
     }
 

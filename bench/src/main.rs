@@ -29,6 +29,7 @@ mod report;
 mod scale;
 mod stats;
 mod suite;
+mod tls;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    tls: tls::TlsArgs,
 }
 
 #[derive(Subcommand)]
@@ -70,7 +73,9 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    tls::enable(&cli.tls)?;
+    match cli.command {
         Command::Baseline(args) => baseline::run(args),
         Command::Engine(args) => engine::run(args),
         Command::Cleaner(args) => cleaner::run(args),

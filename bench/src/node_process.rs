@@ -55,18 +55,39 @@ impl NodeProcess {
     /// Starts `skiff node` with its data in `data_dir` and its log in `log`, and
     /// waits until it answers ApiVersions.
     pub fn start(skiff: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<NodeProcess> {
+        Self::start_with(skiff, data_dir, log, None)
+    }
+
+    /// `start`, on an SSL listener when `tls` names the node's PEM keystore
+    /// and the authorities that signed it (the load generator's connections
+    /// to it then use TLS).
+    pub fn start_with(
+        skiff: &Path,
+        data_dir: &Path,
+        log: &Path,
+        tls: Option<(&Path, &Path)>,
+    ) -> anyhow::Result<NodeProcess> {
         let port = free_port()?;
         let bootstrap = format!("127.0.0.1:{port}");
         let log_file = std::fs::File::create(log)
             .with_context(|| format!("creating the node log {}", log.display()))?;
-        let child = Command::new(skiff)
+        let mut command = Command::new(skiff);
+        command
             .arg("node")
             .args(["--listen", &bootstrap, "--data-dir"])
             .arg(data_dir)
             // Metrics on an ephemeral port: the node's metrics are on (what is
             // measured includes them) without clashing with a node on 9644.
             .args(["--metrics-listen", "127.0.0.1:0"])
-            .args(["--controller-listen", "127.0.0.1:0"])
+            .args(["--controller-listen", "127.0.0.1:0"]);
+        if let Some((keystore, ca)) = tls {
+            crate::tls::enable_for(&bootstrap, ca)?;
+            command
+                .args(["--set", &format!("listeners=SSL://{bootstrap}")])
+                .arg("--set")
+                .arg(format!("ssl.keystore.location={}", keystore.display()));
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)

@@ -344,7 +344,7 @@ pub fn produce(
 #[allow(clippy::too_many_arguments)]
 fn connection(
     mut templates: Vec<Template>,
-    stream: std::net::TcpStream,
+    stream: kafka::Stream,
     shared: Arc<RunShared>,
     counters: Arc<Counters>,
     acks: i16,
@@ -440,7 +440,7 @@ fn connection(
     drop(inflight_tx);
     if result.is_err() {
         // Unblock the reader: the answers to a half-written request never come.
-        let _ = writer.shutdown(std::net::Shutdown::Both);
+        let _ = writer.tcp().shutdown(std::net::Shutdown::Both);
     }
     let histogram = match reader {
         Some(r) => r
@@ -453,7 +453,7 @@ fn connection(
 }
 
 fn read_responses(
-    mut stream: std::net::TcpStream,
+    mut stream: kafka::Stream,
     inflight: Receiver<InFlight>,
     tokens: Sender<()>,
     counters: &Counters,

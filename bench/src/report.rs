@@ -136,7 +136,15 @@ pub fn markdown(r: &Value) -> String {
                 mb_s / limit,
                 target_mark(mb_s / limit, 0.6)
             ),
+            "produce" if name.ends_with("over TLS") => format!(
+                "{:.2}x the same produce in plaintext",
+                f(r, "tls.produce_vs_plaintext")
+            ),
             "produce" => format!("{:.2}x min(disk write, loopback)", mb_s / limit),
+            "consume" if name.ends_with("over TLS") => format!(
+                "{:.2}x the same read in plaintext",
+                f(r, "tls.consume_vs_plaintext")
+            ),
             "consume" if name.starts_with("consume hot") => format!(
                 "{:.2}x loopback (target 0.7: {})",
                 mb_s / lo,

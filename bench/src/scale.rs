@@ -12,7 +12,6 @@
 //! Results: `results.json`, `results.md` and `scale.svg` (each cost against
 //! partitions) in `--out`.
 
-use std::net::TcpStream;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -239,7 +238,7 @@ fn connection_step(
     let without = crate::produce::produce(&view, &w, None)?.report;
     let before: u64 = cluster.pids().iter().map(|p| rss(*p)).sum();
     let brokers: Vec<String> = view.brokers.values().cloned().collect();
-    let mut open: Vec<TcpStream> = Vec::with_capacity(idle);
+    let mut open: Vec<crate::kafka::Stream> = Vec::with_capacity(idle);
     for i in 0..idle {
         // Each asks ApiVersions once, as a client does first, then stays idle.
         let mut conn = Connection::connect(&brokers[i % brokers.len()])?;

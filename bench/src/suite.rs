@@ -106,7 +106,7 @@ impl Plan {
     }
 
     /// Estimated seconds per step, for the progress bar.
-    fn estimates(&self) -> [u64; 8] {
+    fn estimates(&self) -> [u64; 9] {
         // Write and read of every sweep point (6 quick, 18 full).
         let points = if self.quick { 6 } else { 18 };
         let disk = (points * self.disk_mib_per_stream * self.disk_streams as u64 / 500).max(1);
@@ -120,6 +120,8 @@ impl Plan {
             2 * self.e2e_s as u64 + 1,
             // Cluster start (quorum election), topic creation, produce, stop.
             self.replicated_s as u64 + 10,
+            // TLS: certificates, a node, produce, catch-up read.
+            self.produce_s as u64 + self.consume_s as u64 + 4,
         ]
     }
 }
@@ -409,6 +411,34 @@ fn run_steps(
         tracing::warn!(dir = %data_dir.display(), error = %e, "removing the single node's data");
     }
 
+    // TLS: the headline produce and its catch-up read again, against a node
+    // on an SSL listener, so the cost of encryption shows beside them.
+    let tls = over_tls(args, plan, skiff, scratch, stop, &step)?;
+    progress.inc(est[8]);
+    let tls_json = match &tls {
+        Some((produce, consume)) => {
+            workloads.push(WorkloadResult {
+                name: "produce acks=1 none over TLS".into(),
+                kind: "produce",
+                mb_s: produce.report.mb_s,
+                records_s: produce.report.records_s,
+                latency: Some(produce.report.latency),
+                latency_curve: stats::percentile_curve(&produce.histogram),
+                timeline: produce.report.timeline.clone(),
+                report: serde_json::to_value(&produce.report)?,
+            });
+            workloads.push(consume_result("consume catch-up over TLS", consume)?);
+            serde_json::json!({
+                "produce_mb_s": produce.report.mb_s,
+                "produce_p99_ms": produce.report.latency.p99_ms,
+                "consume_mb_s": consume.mb_s,
+                "produce_vs_plaintext": produce.report.mb_s / headline.mb_s.max(1e-9),
+                "consume_vs_plaintext": consume.mb_s / catchup.mb_s.max(1e-9),
+            })
+        }
+        None => serde_json::Value::Null,
+    };
+
     // Replicated: the same acks=all produce against three nodes, RF=3. The
     // single node is stopped first so the cluster has the machine to itself.
     let mut w = base("produce-replicated-acksall-none");
@@ -499,6 +529,8 @@ fn run_steps(
             "p999_ms": e2e1.p999_ms,
             "max_ms": e2e1.max_ms,
         },
+        // Null when openssl is not installed.
+        "tls": tls_json,
         "ratios": {
             "engine_vs_disk": engine.append_mb_s / disk.write_mb_s,
             "engine_read_vs_disk": engine.read_cold_mb_s / disk.read_mb_s,
@@ -590,6 +622,133 @@ fn replicated(
     step("stopping the cluster");
     cluster.stop()?;
     Ok(Replicated { outcome, leaders })
+}
+
+/// The TLS steps: a node on an SSL listener with a certificate made here by
+/// openssl, the headline produce (acks=1, no compression) and a catch-up
+/// read of it. None when openssl is not installed (logged; results.json
+/// says null).
+fn over_tls(
+    args: &Args,
+    plan: &Plan,
+    skiff: &Path,
+    scratch: &Path,
+    stop: &StopFlag,
+    step: &dyn Fn(&str),
+) -> anyhow::Result<Option<(produce::ProduceOutcome, consume::ConsumeReport)>> {
+    let Some(openssl) = crosscheck::find_tool("openssl") else {
+        tracing::warn!("openssl is not installed: the TLS steps are left out");
+        return Ok(None);
+    };
+    step("TLS: a node on an SSL listener");
+    let pki = scratch.join("tls");
+    let (keystore, ca) = make_certificate(&openssl, &pki)?;
+    let data_dir = scratch.join("tls-node-data");
+    let node = NodeProcess::start_with(
+        skiff,
+        &data_dir,
+        &args.out.join("node-tls.log"),
+        Some((&keystore, &ca)),
+    )?;
+    let mut w = WorkloadArgs::new(&node.bootstrap, "produce-tls");
+    w.partitions = plan.partitions;
+    w.record_size = plan.record_size;
+    w.batch_bytes = plan.batch_bytes;
+    w.connections = plan.connections;
+    w.max_in_flight = plan.max_in_flight;
+    w.duration = plan.produce_s;
+    w.num_records = disk_budget(scratch, 1, plan.record_size);
+    step("produce acks=1 none over TLS");
+    let cluster = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, true)?;
+    let produced = produce::produce(&cluster, &w, Some(stop.clone()))?;
+    check_stop(stop)?;
+    anyhow::ensure!(
+        produced.report.errors == 0,
+        "produce over TLS: {} errors",
+        produced.report.errors
+    );
+    step("consume catch-up over TLS");
+    w.duration = plan.consume_s;
+    let consumed = consume::consume_topic(&cluster, &w, false, Some(stop.clone()))?.report;
+    check_stop(stop)?;
+    node.stop()?;
+    if let Err(e) = std::fs::remove_dir_all(&data_dir) {
+        tracing::warn!(dir = %data_dir.display(), error = %e, "removing the TLS node's data");
+    }
+    Ok(Some((produced, consumed)))
+}
+
+/// A certificate authority and a node certificate for 127.0.0.1 signed by
+/// it, in `dir`: (the node's PEM keystore, the authority's PEM).
+fn make_certificate(openssl: &Path, dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )?;
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let steps: [Vec<&str>; 3] = [
+        [
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2"],
+            &[
+                "-subj",
+                "/CN=skiff-bench CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+            ],
+        ]
+        .concat(),
+        [
+            &["req"][..],
+            &ec,
+            &["-keyout", "node.key", "-out", "node.csr"],
+            &["-subj", "/CN=skiff-bench node"],
+        ]
+        .concat(),
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            "node.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "node.pem",
+            "-extfile",
+            "ext.cnf",
+        ],
+    ];
+    for args in steps {
+        let out = std::process::Command::new(openssl)
+            .args(&args)
+            .current_dir(dir)
+            .output()
+            .with_context(|| format!("running {}", openssl.display()))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "openssl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let keystore = dir.join("node.keystore.pem");
+    let mut pem = std::fs::read(dir.join("node.key"))?;
+    pem.extend(std::fs::read(dir.join("node.pem"))?);
+    std::fs::write(&keystore, pem)?;
+    Ok((keystore, dir.join("ca.pem")))
 }
 
 /// At most this share of the scratch disk's free space goes to one produce step.
