@@ -237,15 +237,24 @@ async fn register(
     deadline: Instant,
 ) -> Result<u64, ClusterError> {
     let config = &core.node.config;
-    let (host, port) = config.advertised();
+    // One endpoint per listener, where clients of that listener reach it.
+    let endpoints = core
+        .node
+        .listeners
+        .iter()
+        .map(|l| {
+            let (host, port) = config.advertised(l);
+            Endpoint {
+                name: l.name.clone(),
+                host,
+                port,
+            }
+        })
+        .collect();
     let registration = Registration {
         node_id: broker.node_id,
         incarnation_id: broker.incarnation,
-        endpoints: vec![Endpoint {
-            name: "PLAINTEXT".into(),
-            host,
-            port,
-        }],
+        endpoints,
         rack: config.broker_rack.clone(),
     };
     loop {
@@ -560,6 +569,11 @@ fn derive_table(broker: &Broker) -> TopicTable {
                 id: n.node_id,
                 host: endpoint.map(|e| e.host.clone()).unwrap_or_default(),
                 port: endpoint.map_or(0, |e| e.port),
+                endpoints: n
+                    .endpoints
+                    .iter()
+                    .map(|e| (e.name.clone(), e.host.clone(), e.port))
+                    .collect(),
                 rack: n.rack.clone(),
                 // A node that stepped down counts itself out.
                 fenced: n.fenced || (n.node_id == broker.node_id && stepped_down),

@@ -43,10 +43,21 @@ pub enum Cores {
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: i32,
-    pub listen: SocketAddr,
+    /// `listeners`: `NAME://HOST:PORT,...` (never empty); the first is the
+    /// one `--listen` sets. A name's security protocol comes from
+    /// `listener.security.protocol.map` (`NodeConfig::kafka_listeners`).
+    pub listeners: Vec<ListenerConfig>,
+    /// `listener.security.protocol.map`: `NAME:PROTOCOL,...`; the four
+    /// protocols' own names map to themselves unless set.
+    pub protocol_map: Vec<(String, SecurityProtocol)>,
+    /// `inter.broker.listener.name`: the listener followers fetch over
+    /// (None: the first).
+    pub inter_broker_listener: Option<String>,
     /// Where `/metrics` and `/health` are served; None: not at all.
     pub metrics_listen: Option<SocketAddr>,
-    pub advertised: Option<(String, u16)>,
+    /// `advertised.listeners`: (listener name, host, port); an entry without
+    /// a name (`HOST:PORT`) is the first listener's.
+    pub advertised: Vec<(Option<String>, String, u16)>,
     pub data_dir: Option<PathBuf>,
     pub cores: Cores,
     pub auto_create_topics: bool,
@@ -121,9 +132,6 @@ pub struct NodeConfig {
     pub auto_leader_rebalance: bool,
     pub leader_imbalance_check_interval_s: u64,
     pub leader_imbalance_percentage: u32,
-    /// The Kafka listener's security protocol: the scheme of `listeners`
-    /// (`SASL_PLAINTEXT://127.0.0.1:9092`), PLAINTEXT when none is given.
-    pub listener_protocol: SecurityProtocol,
     /// `sasl.enabled.mechanisms`: what SaslHandshake accepts.
     pub sasl_mechanisms: Vec<skiff_security::Mechanism>,
     /// `authorizer.class.name` set: every request is checked against the ACLs.
@@ -163,6 +171,21 @@ pub struct NodeConfig {
     /// (`IP:N,IP:N`).
     pub max_connections_per_ip: usize,
     pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+/// One Kafka listener as configured (`listeners`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub addr: SocketAddr,
+}
+
+/// A Kafka listener with its security protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub protocol: SecurityProtocol,
 }
 
 /// `ssl.client.auth`: whether a TLS listener asks for a client certificate.
@@ -266,9 +289,14 @@ impl NodeConfig {
     pub fn defaults() -> Result<NodeConfig, ConfigError> {
         let mut config = NodeConfig {
             node_id: 1,
-            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            listeners: vec![ListenerConfig {
+                name: "PLAINTEXT".into(),
+                addr: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            }],
+            protocol_map: Vec::new(),
+            inter_broker_listener: None,
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9644))),
-            advertised: None,
+            advertised: Vec::new(),
             data_dir: None,
             cores: Cores::Count(std::thread::available_parallelism().map_or(1, |n| n.get())),
             auto_create_topics: true,
@@ -314,7 +342,6 @@ impl NodeConfig {
                 controller: true,
             },
             controller_listen: None,
-            listener_protocol: SecurityProtocol::Plaintext,
             authorizer: false,
             super_users: Vec::new(),
             allow_everyone_if_no_acl_found: false,
@@ -387,19 +414,42 @@ impl NodeConfig {
         match key {
             "node.id" => self.node_id = num!(),
             "listeners" | "listen" => {
-                let (protocol, addr) = match value.split_once("://") {
-                    None => (SecurityProtocol::Plaintext, value),
-                    Some((name, addr)) => (
-                        SecurityProtocol::parse(name).ok_or_else(|| {
-                            bad("[PLAINTEXT|SASL_PLAINTEXT|SSL|SASL_SSL://]HOST:PORT")
-                        })?,
-                        addr,
-                    ),
-                };
-                self.listen = addr
-                    .parse()
-                    .map_err(|_| bad("[PROTOCOL://]HOST:PORT (an IP address and port)"))?;
-                self.listener_protocol = protocol;
+                self.listeners = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(|l| {
+                        let (name, addr) = l.split_once("://").unwrap_or(("PLAINTEXT", l));
+                        let addr = addr.parse().ok()?;
+                        let name = name.trim();
+                        (!name.is_empty()).then(|| ListenerConfig {
+                            name: name.to_string(),
+                            addr,
+                        })
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .filter(|l| !l.is_empty())
+                    .ok_or_else(|| {
+                        bad("[NAME://]HOST:PORT[,NAME://HOST:PORT...] (IP addresses and ports)")
+                    })?;
+            }
+            "listener.security.protocol.map" => {
+                self.protocol_map = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|e| !e.is_empty())
+                    .map(|e| {
+                        let (name, protocol) = e.split_once(':')?;
+                        Some((name.trim().to_string(), SecurityProtocol::parse(protocol.trim())?))
+                    })
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| {
+                        bad("NAME:PROTOCOL[,NAME:PROTOCOL...] (PLAINTEXT, SASL_PLAINTEXT, SSL or SASL_SSL)")
+                    })?;
+            }
+            "inter.broker.listener.name" => {
+                self.inter_broker_listener =
+                    Some(value.trim().to_string()).filter(|v| !v.is_empty())
             }
             "authorizer.class.name" => {
                 self.authorizer = match value.trim() {
@@ -510,11 +560,20 @@ impl NodeConfig {
                 }
             }
             "advertised.listeners" | "advertised.listener" => {
-                let (host, port) = value.rsplit_once(':').ok_or_else(|| bad("HOST:PORT"))?;
-                self.advertised = Some((
-                    host.to_string(),
-                    port.parse().map_err(|_| bad("HOST:PORT"))?,
-                ));
+                self.advertised = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|e| !e.is_empty())
+                    .map(|e| {
+                        let (name, hostport) = match e.split_once("://") {
+                            Some((name, rest)) => (Some(name.trim().to_string()), rest),
+                            None => (None, e),
+                        };
+                        let (host, port) = hostport.rsplit_once(':')?;
+                        Some((name, host.to_string(), port.parse().ok()?))
+                    })
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| bad("[NAME://]HOST:PORT[,NAME://HOST:PORT...]"))?;
             }
             "log.dirs" | "log.dir" | "data.dir" => self.data_dir = Some(PathBuf::from(value)),
             "cores" => {
@@ -677,50 +736,8 @@ impl NodeConfig {
         if self.node_id < 1 {
             return Err(bad(format!("node.id {} must be >= 1", self.node_id)));
         }
-        // Followers fetch over the Kafka listener: in a cluster of several
-        // nodes they log in to it as the inter-broker user.
-        let own_quorum = self
-            .controller_quorum
-            .iter()
-            .all(|(id, _)| *id == self.node_id as u64);
-        if self.listener_protocol.sasl()
-            && !own_quorum
-            && (self.inter_broker_user.is_none() || self.inter_broker_password.is_none())
-        {
-            return Err(bad(format!(
-                "listeners {}:// in a cluster of several nodes: followers log in to their \
-                 leaders with inter.broker.sasl.username and inter.broker.sasl.password \
-                 (a user of sasl.mechanism.inter.broker.protocol, a super user when \
-                 authorization is on); set both",
-                self.listener_protocol.name()
-            )));
-        }
-        if self.listener_protocol.tls() && self.ssl_keystore.is_none() {
-            return Err(bad(format!(
-                "listeners {}:// needs ssl.keystore.location: a PEM file with this node's \
-                 private key and certificate chain",
-                self.listener_protocol.name()
-            )));
-        }
-        if self.listener_protocol.tls()
-            && self.ssl_truststore.is_none()
-            && (self.ssl_client_auth != ClientAuth::None || !own_quorum)
-        {
-            return Err(bad(format!(
-                "listeners {}:// needs ssl.truststore.location (PEM certificate authorities) \
-                 to check client certificates (ssl.client.auth) and, in a cluster of \
-                 several nodes, the leaders its followers fetch from",
-                self.listener_protocol.name()
-            )));
-        }
-        if self.listener_protocol.sasl()
-            && self.inter_broker_user.is_some()
-            && !self.sasl_mechanisms.contains(&self.inter_broker_mechanism)
-        {
-            return Err(bad(format!(
-                "sasl.mechanism.inter.broker.protocol {} is not in sasl.enabled.mechanisms",
-                self.inter_broker_mechanism
-            )));
+        if self.roles.broker {
+            self.check_listeners()?;
         }
         if self.roles.controller
             && !self.controller_quorum.is_empty()
@@ -737,10 +754,146 @@ impl NodeConfig {
         Ok(())
     }
 
-    pub fn advertised(&self) -> (String, u16) {
+    /// The Kafka listeners make sense together, with the security settings
+    /// they need (a broker's).
+    fn check_listeners(&self) -> Result<(), ConfigError> {
+        let bad = |reason: String| ConfigError::Cluster(reason);
+        let listeners = self.kafka_listeners()?;
+        for (i, l) in listeners.iter().enumerate() {
+            if listeners[..i].iter().any(|o| o.name == l.name) {
+                return Err(bad(format!("listeners: {} named twice", l.name)));
+            }
+        }
+        for (name, _, _) in &self.advertised {
+            if let Some(name) = name
+                .as_deref()
+                .filter(|n| !listeners.iter().any(|l| &l.name == n))
+            {
+                return Err(bad(format!(
+                    "advertised.listeners names {name}, which is not in listeners"
+                )));
+            }
+        }
+        let inter = self.inter_broker()?;
+        // Followers fetch over the inter-broker listener: in a cluster of
+        // several nodes they log in to it as the inter-broker user.
+        let own_quorum = self
+            .controller_quorum
+            .iter()
+            .all(|(id, _)| *id == self.node_id as u64);
+        if inter.protocol.sasl()
+            && !own_quorum
+            && (self.inter_broker_user.is_none() || self.inter_broker_password.is_none())
+        {
+            return Err(bad(format!(
+                "the inter-broker listener {} is {} in a cluster of several nodes: \
+                 followers log in to their leaders with inter.broker.sasl.username and \
+                 inter.broker.sasl.password (a user of sasl.mechanism.inter.broker.protocol, \
+                 a super user when authorization is on); set both",
+                inter.name,
+                inter.protocol.name()
+            )));
+        }
+        if let Some(l) = listeners.iter().find(|l| l.protocol.tls()) {
+            if self.ssl_keystore.is_none() {
+                return Err(bad(format!(
+                    "listener {} ({}) needs ssl.keystore.location: a PEM file with this \
+                     node's private key and certificate chain",
+                    l.name,
+                    l.protocol.name()
+                )));
+            }
+            if self.ssl_truststore.is_none()
+                && (self.ssl_client_auth != ClientAuth::None
+                    || (inter.protocol.tls() && !own_quorum))
+            {
+                return Err(bad(format!(
+                    "listener {} ({}) needs ssl.truststore.location (PEM certificate \
+                     authorities) to check client certificates (ssl.client.auth) and, in a \
+                     cluster of several nodes, the leaders its followers fetch from",
+                    l.name,
+                    l.protocol.name()
+                )));
+            }
+        }
+        if inter.protocol.sasl()
+            && self.inter_broker_user.is_some()
+            && !self.sasl_mechanisms.contains(&self.inter_broker_mechanism)
+        {
+            return Err(bad(format!(
+                "sasl.mechanism.inter.broker.protocol {} is not in sasl.enabled.mechanisms",
+                self.inter_broker_mechanism
+            )));
+        }
+        Ok(())
+    }
+
+    /// The first listener's address (`--listen`).
+    pub fn listen(&self) -> SocketAddr {
+        self.listeners[0].addr
+    }
+
+    /// The security protocol of the listener named `name`:
+    /// `listener.security.protocol.map`, else the protocol of that name.
+    pub fn protocol_of(&self, name: &str) -> Option<SecurityProtocol> {
+        match self.protocol_map.iter().find(|(n, _)| n == name) {
+            Some((_, p)) => Some(*p),
+            None if self.protocol_map.is_empty() => SecurityProtocol::parse(name),
+            None => None,
+        }
+    }
+
+    /// Every Kafka listener with its protocol, first the one `--listen` sets.
+    pub fn kafka_listeners(&self) -> Result<Vec<Listener>, ConfigError> {
+        self.listeners
+            .iter()
+            .map(|l| {
+                let protocol = self.protocol_of(&l.name).ok_or_else(|| {
+                    ConfigError::Cluster(format!(
+                        "listener {} has no security protocol: name one in \
+                         listener.security.protocol.map ({}:PLAINTEXT, or SSL, \
+                         SASL_PLAINTEXT, SASL_SSL)",
+                        l.name, l.name
+                    ))
+                })?;
+                Ok(Listener {
+                    name: l.name.clone(),
+                    addr: l.addr,
+                    protocol,
+                })
+            })
+            .collect()
+    }
+
+    /// The listener followers fetch over: `inter.broker.listener.name`, or
+    /// the first.
+    pub fn inter_broker(&self) -> Result<Listener, ConfigError> {
+        let listeners = self.kafka_listeners()?;
+        match &self.inter_broker_listener {
+            None => Ok(listeners[0].clone()),
+            Some(name) => listeners
+                .into_iter()
+                .find(|l| &l.name == name)
+                .ok_or_else(|| {
+                    ConfigError::Cluster(format!(
+                        "inter.broker.listener.name {name} is not one of listeners"
+                    ))
+                }),
+        }
+    }
+
+    /// Where clients reach `listener`: its `advertised.listeners` entry, or
+    /// its own address.
+    pub fn advertised(&self, listener: &Listener) -> (String, u16) {
+        let first = self.listeners.first().map(|l| l.name.as_str());
         self.advertised
-            .clone()
-            .unwrap_or_else(|| (self.listen.ip().to_string(), self.listen.port()))
+            .iter()
+            .find(|(name, _, _)| match name {
+                Some(name) => *name == listener.name,
+                None => Some(listener.name.as_str()) == first,
+            })
+            .map(|(_, host, port)| (host.clone(), *port))
+            .unwrap_or_else(|| (listener.addr.ip().to_string(), listener.addr.port()))
     }
 
     pub fn cpus(&self) -> Vec<Option<usize>> {
@@ -975,10 +1128,15 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
 mod tests {
     use super::*;
 
+    /// The first listener's protocol.
+    fn proto(c: &NodeConfig) -> SecurityProtocol {
+        c.kafka_listeners().unwrap()[0].protocol
+    }
+
     #[test]
     fn embedded_defaults_parse_and_overrides_apply() {
         let mut c = NodeConfig::defaults().unwrap();
-        assert_eq!(c.listen.port(), 9092);
+        assert_eq!(c.listen().port(), 9092);
         c.apply_toml(
             "x",
             "log.segment.bytes = 1024\n\"num.partitions\" = 3\ncores = \"0,1\"\n",
@@ -1036,18 +1194,18 @@ mod tests {
     fn security_settings_parse_and_refuse_what_is_not_built() {
         use skiff_security::{Mechanism, ScramMechanism};
         let mut c = NodeConfig::defaults().unwrap();
-        assert_eq!(c.listener_protocol, SecurityProtocol::Plaintext);
+        assert_eq!(proto(&c), SecurityProtocol::Plaintext);
         assert!(!c.authorizer);
         c.apply_set("listeners=SASL_PLAINTEXT://127.0.0.1:9500")
             .unwrap();
         assert_eq!(
-            (c.listener_protocol, c.listen.port()),
+            (proto(&c), c.listen().port()),
             (SecurityProtocol::SaslPlaintext, 9500)
         );
         c.apply_set("listeners=PLAINTEXT://127.0.0.1:9501").unwrap();
-        assert_eq!(c.listener_protocol, SecurityProtocol::Plaintext);
+        assert_eq!(proto(&c), SecurityProtocol::Plaintext);
         for bad in [
-            "listeners=TLS://127.0.0.1:9502",
+            "listeners=SSL://127.0.0.1",
             "listeners=SSL://localhost:9502",
             "ssl.client.auth=maybe",
             "ssl.keystore.type=JKS",
@@ -1133,9 +1291,9 @@ mod tests {
     fn tls_listeners_need_a_keystore_and_to_check_clients_a_truststore() {
         let mut c = NodeConfig::defaults().unwrap();
         c.apply_set("listeners=SASL_SSL://127.0.0.1:9503").unwrap();
-        assert!(c.listener_protocol.tls() && c.listener_protocol.sasl());
+        assert!(proto(&c).tls() && proto(&c).sasl());
         c.apply_set("listeners=SSL://127.0.0.1:9503").unwrap();
-        assert!(c.listener_protocol.tls() && !c.listener_protocol.sasl());
+        assert!(proto(&c).tls() && !proto(&c).sasl());
         let err = c.check_roles().unwrap_err().to_string();
         assert!(err.contains("ssl.keystore.location"), "{err}");
         c.apply_set("ssl.keystore.type=pem").unwrap();
@@ -1173,6 +1331,71 @@ mod tests {
             "max.connections.per.ip=many",
             "max.connections.per.ip.overrides=broker1.example.com:10",
             "max.connections.per.ip.overrides=10.0.0.1",
+        ] {
+            assert!(
+                matches!(c.apply_set(bad), Err(ConfigError::BadValue { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn named_listeners_map_to_protocols_and_advertise_by_name() {
+        let mut c = NodeConfig::defaults().unwrap();
+        c.apply_set("listeners=CLIENT://0.0.0.0:9092, INTERNAL://127.0.0.1:9094")
+            .unwrap();
+        // A name that is not a protocol needs the map.
+        let err = c.check_roles().unwrap_err().to_string();
+        assert!(
+            err.contains("listener CLIENT has no security protocol"),
+            "{err}"
+        );
+        c.apply_set("listener.security.protocol.map=CLIENT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT")
+            .unwrap();
+        c.apply_set("inter.broker.listener.name=INTERNAL").unwrap();
+        c.check_roles().unwrap();
+        let listeners = c.kafka_listeners().unwrap();
+        assert_eq!(
+            listeners
+                .iter()
+                .map(|l| (l.name.as_str(), l.protocol, l.addr.port()))
+                .collect::<Vec<_>>(),
+            vec![
+                ("CLIENT", SecurityProtocol::SaslPlaintext, 9092),
+                ("INTERNAL", SecurityProtocol::Plaintext, 9094)
+            ]
+        );
+        assert_eq!(c.inter_broker().unwrap().name, "INTERNAL");
+        // In a cluster, SASL on the client listener needs no inter-broker
+        // credentials when followers use the plaintext one.
+        c.apply_set("controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9193")
+            .unwrap();
+        c.check_roles().unwrap();
+        c.apply_set("inter.broker.listener.name=CLIENT").unwrap();
+        assert!(
+            c.check_roles().is_err(),
+            "SASL inter-broker without credentials"
+        );
+        c.apply_set("inter.broker.listener.name=NOPE").unwrap();
+        assert!(c.check_roles().unwrap_err().to_string().contains("NOPE"));
+        c.apply_set("inter.broker.listener.name=INTERNAL").unwrap();
+        // Advertised by name; a plain HOST:PORT is the first listener's.
+        c.apply_set("advertised.listeners=CLIENT://kafka.example.com:19092")
+            .unwrap();
+        assert_eq!(
+            c.advertised(&listeners[0]),
+            ("kafka.example.com".into(), 19092)
+        );
+        assert_eq!(c.advertised(&listeners[1]), ("127.0.0.1".into(), 9094));
+        c.apply_set("advertised.listeners=broker1:9999").unwrap();
+        assert_eq!(c.advertised(&listeners[0]), ("broker1".into(), 9999));
+        c.apply_set("advertised.listeners=OTHER://h:1").unwrap();
+        assert!(c.check_roles().unwrap_err().to_string().contains("OTHER"));
+        for bad in [
+            "listeners=",
+            "listeners=CLIENT://127.0.0.1:9092,://127.0.0.1:9093",
+            "listener.security.protocol.map=CLIENT",
+            "listener.security.protocol.map=CLIENT:TLS",
         ] {
             assert!(
                 matches!(c.apply_set(bad), Err(ConfigError::BadValue { .. })),

@@ -236,7 +236,8 @@ pub async fn accept_and_deal(
     shard: &Rc<Shard>,
     stop: &LocalReceiver<()>,
     limits: Option<&Arc<ConnectionLimits>>,
-    adopt: fn(TcpStream, Option<ConnectionPermit>),
+    index: usize,
+    adopt: fn(TcpStream, Option<ConnectionPermit>, usize),
 ) {
     let (me, cores) = (shard.id(), shard.table().shards().max(1));
     let mut next = me;
@@ -262,7 +263,7 @@ pub async fn accept_and_deal(
         let target = next;
         next = (next + 1) % cores;
         if target == me {
-            adopt(stream, permit);
+            adopt(stream, permit, index);
             continue;
         }
         match sendable(&stream) {
@@ -270,12 +271,18 @@ pub async fn accept_and_deal(
                 // This core's descriptor goes; the duplicate carries the
                 // connection over.
                 drop(stream);
-                glommio::spawn_local(hand_over(shard.clone(), target, sendable, permit, adopt))
-                    .detach();
+                glommio::spawn_local(hand_over(
+                    shard.clone(),
+                    target,
+                    sendable,
+                    (permit, index),
+                    adopt,
+                ))
+                .detach();
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot hand a connection to core {target}; serving it here");
-                adopt(stream, permit);
+                adopt(stream, permit, index);
             }
         }
     }
@@ -326,12 +333,12 @@ async fn hand_over(
     shard: Rc<Shard>,
     target: usize,
     stream: std::net::TcpStream,
-    permit: Option<ConnectionPermit>,
-    adopt: fn(TcpStream, Option<ConnectionPermit>),
+    (permit, index): (Option<ConnectionPermit>, usize),
+    adopt: fn(TcpStream, Option<ConnectionPermit>, usize),
 ) {
     let handed = shard
         .invoke_on(target, move |_| async move {
-            adopt(TcpStream::from(Socket::from(stream)), permit);
+            adopt(TcpStream::from(Socket::from(stream)), permit, index);
         })
         .await;
     if let Err(e) = handed {
@@ -404,6 +411,7 @@ mod tests {
         pub fn adopt(
             stream: glommio::net::TcpStream,
             _: Option<crate::conn_limits::ConnectionPermit>,
+            _: usize,
         ) {
             HELD.with(|h| h.borrow_mut().push(stream));
             ADOPTED[CORE.with(Cell::get)].fetch_add(1, Ordering::AcqRel);
@@ -440,7 +448,7 @@ mod tests {
                     let (tx, rx) = glommio::channels::local_channel::new_bounded(1);
                     glommio::spawn_local(async move {
                         let l = into_glommio(own);
-                        accept_and_deal(&l, &shard, &rx, None, dealt::adopt).await;
+                        accept_and_deal(&l, &shard, &rx, None, 0, dealt::adopt).await;
                         dealt::close_all();
                     })
                     .detach();

@@ -31,7 +31,7 @@ use skiff_controller::service::{ControllerHandle, ServiceConfig};
 
 thread_local! {
     /// The stop channel and serve task of this core's listener.
-    static LISTENER: RefCell<Option<(local_channel::LocalSender<()>, JoinHandle<()>)>> = const { RefCell::new(None) };
+    static LISTENER: RefCell<Vec<(local_channel::LocalSender<()>, JoinHandle<()>)>> = const { RefCell::new(Vec::new()) };
     /// The same for the metrics listener (core 0 only).
     static METRICS_LISTENER: RefCell<Option<(local_channel::LocalSender<()>, JoinHandle<()>)>> = const { RefCell::new(None) };
 }
@@ -103,27 +103,33 @@ impl Node {
             )?),
             false => None,
         };
-        let kafka_socket = match config.roles.broker {
+        let kafka_sockets = match config.roles.broker {
             true => {
-                let kafka = listeners::bind(Which::Kafka, config.listen)?;
-                // A port of 0 resolved: the broker registers where it listens.
-                config.listen = kafka.addr();
-                // Who may connect is checked by a login, a required client
-                // certificate or the ACLs; with none of them, by nobody.
-                let checked = config.listener_protocol.sasl()
-                    || (config.listener_protocol.tls()
-                        && config.ssl_client_auth == crate::config::ClientAuth::Required)
-                    || config.authorizer;
-                if !config.listen.ip().is_loopback() && !checked {
-                    tracing::warn!(
-                        listener = %config.listen,
-                        "the Kafka listener is reachable beyond this machine with no SASL, no \
-                         required client certificate and no authorizer: anyone who reaches it can read, write and delete every topic"
-                    );
+                let mut sockets = Vec::new();
+                for (i, listener) in config.kafka_listeners()?.into_iter().enumerate() {
+                    let kafka = listeners::bind(Which::Kafka, listener.addr)?;
+                    // A port of 0 resolved: the broker registers where it listens.
+                    config.listeners[i].addr = kafka.addr();
+                    // Who may connect is checked by a login, a required client
+                    // certificate or the ACLs; with none of them, by nobody.
+                    let checked = listener.protocol.sasl()
+                        || (listener.protocol.tls()
+                            && config.ssl_client_auth == crate::config::ClientAuth::Required)
+                        || config.authorizer;
+                    if !kafka.addr().ip().is_loopback() && !checked {
+                        tracing::warn!(
+                            listener = %listener.name,
+                            addr = %kafka.addr(),
+                            "the Kafka listener is reachable beyond this machine with no SASL, no \
+                             required client certificate and no authorizer: anyone who reaches it \
+                             can read, write and delete every topic"
+                        );
+                    }
+                    sockets.push(kafka);
                 }
-                Some(kafka)
+                sockets
             }
-            false => None,
+            false => Vec::new(),
         };
         // Every node serves /metrics and /health, a controller-only one too.
         let metrics_socket = match config.metrics_listen {
@@ -142,7 +148,7 @@ impl Node {
             &meta.cluster_id,
         )?;
         let controller_addr = controller.as_ref().map(ControllerHandle::listen_addr);
-        let Some(kafka_socket) = kafka_socket else {
+        if kafka_sockets.is_empty() {
             let mut metrics_addr = None;
             let mut metrics_thread = None;
             if let (Some(socket), Some(c)) = (metrics_socket, controller.as_ref()) {
@@ -169,7 +175,7 @@ impl Node {
                 _temp_dir: temp_dir,
                 _lock: lock,
             });
-        };
+        }
         let mut shard_config = ShardConfig::unpinned(&data_dir, 1);
         shard_config.node_id = config.node_id;
         shard_config.cpus = config.cpus();
@@ -200,6 +206,7 @@ impl Node {
             cluster_id: meta.cluster_id,
             producer_ids: Mutex::new(producer_ids),
             controller: controller.as_ref().map(ControllerHandle::status_reader),
+            listeners: config.kafka_listeners()?,
             tls,
             conn_limits: crate::conn_limits::ConnectionLimits::new(
                 config.max_connections,
@@ -258,20 +265,23 @@ impl Node {
         }
         tracing::info!(groups, "loaded consumer groups");
 
-        // One listening socket; every core accepts on its own duplicate of
-        // it (see `listeners`).
-        let addr = kafka_socket.addr();
-        let listener = kafka_socket.listen()?;
-        for core in 0..runtime.shards() {
-            let own = listener
-                .try_clone()
-                .with_context(|| format!("duplicating the Kafka listener {addr}"))?;
-            runtime.block_on(core, move |_| async move { listen(own) })??;
+        // One listening socket per listener; every core accepts on its own
+        // duplicate of each (see `listeners`).
+        let addr = kafka_sockets[0].addr();
+        for (index, socket) in kafka_sockets.into_iter().enumerate() {
+            let bound = socket.addr();
+            let listener = socket.listen()?;
+            for core in 0..runtime.shards() {
+                let own = listener
+                    .try_clone()
+                    .with_context(|| format!("duplicating the Kafka listener {bound}"))?;
+                runtime.block_on(core, move |_| async move { listen(own, index) })??;
+            }
+            // Not kept: once the cores close theirs at a stop, a descriptor
+            // left here would keep the port listening, queueing connections
+            // nobody accepts instead of refusing them.
+            drop(listener);
         }
-        // Not kept: once the cores close theirs at a stop, a descriptor left
-        // here would keep the port listening, queueing connections nobody
-        // accepts instead of refusing them.
-        drop(listener);
         set_phase(&runtime, Phase::Serving)?;
         Ok(Node {
             runtime: Some(runtime),
@@ -328,7 +338,7 @@ fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
     for core in 0..runtime.shards() {
         runtime.block_on(core, |_| async move {
             LISTENER.with(|l| {
-                if let Some((stop, _)) = l.borrow().as_ref() {
+                for (stop, _) in l.borrow().iter() {
                     let _ = stop.try_send(());
                 }
             });
@@ -336,10 +346,9 @@ fn stop_broker(runtime: Runtime) -> anyhow::Result<()> {
     }
     for core in 0..runtime.shards() {
         runtime.block_on(core, |_| async move {
-            let Some((_, serve)) = LISTENER.with(|l| l.borrow_mut().take()) else {
-                return;
-            };
-            let _ = serve.await;
+            for (_, serve) in LISTENER.with(|l| std::mem::take(&mut *l.borrow_mut())) {
+                let _ = serve.await;
+            }
         })?;
     }
     snapshot_producers(&runtime)?;
@@ -444,13 +453,14 @@ pub const DEFAULT_CONTROLLER_LISTEN: SocketAddr =
 /// The controller's Raft tick: elections after 1-2 s of silence.
 const CONTROLLER_TICK: Duration = Duration::from_millis(100);
 
-/// Serves Kafka on this core from its own descriptor of the listening socket.
-fn listen(listener: std::net::TcpListener) -> anyhow::Result<()> {
+/// Serves Kafka listener `index` (of `NodeContext::listeners`) on this core
+/// from its own descriptor of the listening socket.
+fn listen(listener: std::net::TcpListener, index: usize) -> anyhow::Result<()> {
     let listener = listeners::into_glommio(listener);
     let core = CoreState::current().ok_or_else(|| anyhow::anyhow!("core state missing"))?;
     let (tx, rx) = local_channel::new_bounded(1);
-    let serve = glommio::spawn_local(server::serve(core, listener, rx)).detach();
-    LISTENER.with(|l| *l.borrow_mut() = Some((tx, serve)));
+    let serve = glommio::spawn_local(server::serve(core, listener, index, rx)).detach();
+    LISTENER.with(|l| l.borrow_mut().push((tx, serve)));
     Ok(())
 }
 

@@ -29,6 +29,7 @@ use skiff_protocol::response::ResponseFrame;
 
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 
+use crate::config::Listener;
 use crate::conn_limits::ConnectionPermit;
 use crate::handlers::{self, authz, authz::Session};
 use crate::listeners;
@@ -62,10 +63,11 @@ thread_local! {
 pub async fn serve(
     core: Rc<CoreState>,
     listener: TcpListener,
+    index: usize,
     stop: local_channel::LocalReceiver<()>,
 ) {
     let limits = core.node.conn_limits.clone();
-    listeners::accept_and_deal(&listener, &core.shard, &stop, limits.as_ref(), adopt).await;
+    listeners::accept_and_deal(&listener, &core.shard, &stop, limits.as_ref(), index, adopt).await;
     // From here connections dealt to this core are closed (`adopt`).
     core.stopping.set(true);
     drop(listener);
@@ -86,7 +88,7 @@ pub async fn serve(
 
 /// Serves a connection dealt to this core, or closes it when this core has
 /// stopped serving (the node is stopping: no new connections).
-fn adopt(stream: TcpStream, permit: Option<ConnectionPermit>) {
+fn adopt(stream: TcpStream, permit: Option<ConnectionPermit>, listener: usize) {
     let Some(core) = CoreState::current() else {
         return;
     };
@@ -96,7 +98,7 @@ fn adopt(stream: TcpStream, permit: Option<ConnectionPermit>) {
     let done = Rc::new(Cell::new(false));
     let flag = done.clone();
     let task = glommio::spawn_local(async move {
-        connection(core, stream).await;
+        connection(core, stream, listener).await;
         // The connection's place under max.connections is free again.
         drop(permit);
         flag.set(true);
@@ -109,22 +111,28 @@ fn adopt(stream: TcpStream, permit: Option<ConnectionPermit>) {
     });
 }
 
-async fn connection(core: Rc<CoreState>, stream: TcpStream) {
+async fn connection(core: Rc<CoreState>, stream: TcpStream, listener: usize) {
+    let Some(listener) = core.node.listeners.get(listener).cloned() else {
+        return;
+    };
     core.metrics.connection_opened();
-    serve_connection(&core, stream).await;
+    serve_connection(&core, stream, &listener).await;
     core.metrics.connection_closed();
 }
 
-async fn serve_connection(core: &Rc<CoreState>, stream: TcpStream) {
+async fn serve_connection(core: &Rc<CoreState>, stream: TcpStream, listener: &Listener) {
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "?".to_string(), |a| a.to_string());
     let _ = stream.set_nodelay(true);
-    let Some(tls) = core.node.tls.as_ref() else {
-        // The writer gathers parts with sendmsg on the raw fd (see
-        // `sendmsg`); the stream itself outlives both halves.
-        let fd = stream.as_raw_fd();
-        return serve_stream(core, stream, Some(fd), None, peer).await;
+    let tls = match core.node.tls.as_ref() {
+        Some(tls) if listener.protocol.tls() => tls,
+        _ => {
+            // The writer gathers parts with sendmsg on the raw fd (see
+            // `sendmsg`); the stream itself outlives both halves.
+            let fd = stream.as_raw_fd();
+            return serve_stream(core, stream, Some(fd), None, listener, peer).await;
+        }
     };
     // Garbage, a stalled client or a refused certificate ends this
     // connection alone.
@@ -148,7 +156,7 @@ async fn serve_connection(core: &Rc<CoreState>, stream: TcpStream) {
         .peer_certificates()
         .and_then(|chain| chain.first())
         .and_then(tls::principal_of);
-    serve_stream(core, stream, None, certified, peer).await
+    serve_stream(core, stream, None, certified, listener, peer).await
 }
 
 /// Serves a connection's requests: over TLS (`fd` None: responses are
@@ -158,6 +166,7 @@ async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     stream: S,
     fd: Option<RawFd>,
     certified: Option<skiff_security::KafkaPrincipal>,
+    listener: &Listener,
     peer: String,
 ) {
     let (reader, writer) = futures_lite::io::split(stream);
@@ -166,7 +175,7 @@ async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     let writer_task = glommio::spawn_local(write_responses(writer, fd, rx, peer.clone())).detach();
     // Kafka's client host: the peer's address as Java prints it ("/127.0.0.1").
     let client_host: Rc<str> = stream_host(&peer).into();
-    if let Err(reason) = read_requests(core, reader, &tx, client_host, certified).await {
+    if let Err(reason) = read_requests(core, reader, &tx, client_host, certified, listener).await {
         tracing::info!(%peer, %reason, "closing connection");
     }
     drop(tx);
@@ -179,19 +188,22 @@ async fn read_requests<R: AsyncRead + Unpin>(
     tx: &local_channel::LocalSender<JoinHandle<Option<ResponseFrame>>>,
     client_host: Rc<str>,
     certified: Option<skiff_security::KafkaPrincipal>,
+    listener: &Listener,
 ) -> Result<(), String> {
     let mut frames = FrameReader::new(core.node.config.socket_request_max_bytes);
     let mut auth = ConnectionAuth::new(
-        core.node.config.listener_protocol,
+        listener.protocol,
         core.node.config.connections_max_reauth_ms,
         certified,
     );
+    let listener_name: Rc<str> = listener.name.as_str().into();
     let ip = client_host.trim_start_matches('/').to_string();
     let session_of = |auth: &ConnectionAuth| {
         Rc::new(Session {
             principal: auth.principal(),
             ip: ip.clone(),
             client_host: client_host.clone(),
+            listener: listener_name.clone(),
         })
     };
     let mut session = session_of(&auth);

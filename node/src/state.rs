@@ -27,6 +27,8 @@ pub struct NodeContext {
     /// This node's controller's status (None: not a controller), for the
     /// metrics scrape on core 0. Read at scrape time only.
     pub controller: Option<StatusReader>,
+    /// The Kafka listeners, with the ports they were bound to.
+    pub listeners: Vec<crate::config::Listener>,
     /// The listener's TLS (SSL, SASL_SSL) and the followers' side of it.
     pub tls: Option<crate::tls::Tls>,
     /// `max.connections`, `max.connections.per.ip` (None: no limits).

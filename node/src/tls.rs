@@ -60,9 +60,13 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Tls {
-    /// The node's TLS when its listener is SSL or SASL_SSL (None otherwise).
+    /// The node's TLS when a listener is SSL or SASL_SSL (None otherwise).
     pub fn load(config: &NodeConfig) -> Result<Option<Tls>, TlsError> {
-        if !config.listener_protocol.tls() {
+        let any_tls = config
+            .listeners
+            .iter()
+            .any(|l| config.protocol_of(&l.name).is_some_and(|p| p.tls()));
+        if !any_tls {
             return Ok(None);
         }
         let keystore = config

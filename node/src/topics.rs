@@ -61,11 +61,28 @@ impl TopicInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerInfo {
     pub id: i32,
+    /// The first listener's endpoint.
     pub host: String,
     pub port: u16,
+    /// Every listener's endpoint: (listener name, host, port).
+    pub endpoints: Vec<(String, String, u16)>,
     pub rack: Option<String>,
     pub fenced: bool,
     pub in_controlled_shutdown: bool,
+}
+
+impl BrokerInfo {
+    /// Where a client of `listener` reaches this broker: that listener's
+    /// endpoint (Kafka answers each listener's clients with its own), or
+    /// the first one when the broker has no listener of that name.
+    pub fn endpoint(&self, listener: &str) -> (&str, u16) {
+        self.endpoints
+            .iter()
+            .find(|(name, _, _)| name == listener)
+            .map_or((self.host.as_str(), self.port), |(_, host, port)| {
+                (host.as_str(), *port)
+            })
+    }
 }
 
 /// Who serves a partition, from one node's point of view.

@@ -97,3 +97,45 @@ def test_a_follower_with_a_wrong_password_cannot_replicate(topic_name):
             assert "logging in to the leader" in log, "broker 4 never said why it cannot follow"
     finally:
         c.cleanup()
+
+
+def test_named_listeners_sasl_for_clients_plaintext_between_brokers(topic_name):
+    """Kafka's named listeners: clients log in on CLIENT (SASL_PLAINTEXT),
+    followers fetch over INTERNAL (PLAINTEXT, inter.broker.listener.name)
+    without inter-broker credentials; each listener's clients get that
+    listener's addresses in Metadata."""
+    from conftest import free_port
+    c = Cluster(controllers=1, brokers=3, settings={
+        "min.insync.replicas": "2",
+        "default.replication.factor": "3",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.security.protocol.map": "CLIENT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+    })
+    internal = {}
+    for n in c.brokers:
+        internal[n.node_id] = f"127.0.0.1:{free_port()}"
+        n.settings["listeners"] = f"CLIENT://{n.bootstrap},INTERNAL://{internal[n.node_id]}"
+    try:
+        c.start()
+        create_users(c)
+        from confluent_kafka.admin import AdminClient, NewTopic
+        a = AdminClient(conf(c))
+        a.create_topics([NewTopic(topic_name, 2, 3)], request_timeout=T)[topic_name].result(timeout=T)
+        p = Producer(dict(conf(c), **{"acks": "all", "message.timeout.ms": 30000}))
+        results = []
+        for i in range(20):
+            p.produce(topic_name, b"v%d" % i, partition=i % 2, on_delivery=lambda e, m: results.append(e))
+        p.flush(60)
+        assert results == [None] * 20, results
+        md = a.list_topics(topic=topic_name, timeout=T)
+        for pid, part in md.topics[topic_name].partitions.items():
+            assert sorted(part.isrs) == sorted(part.replicas) and len(part.replicas) == 3, (pid, part)
+        # SASL clients see the CLIENT addresses.
+        assert {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()} == \
+            {n.node_id: n.bootstrap for n in c.brokers}
+        # A plaintext client of INTERNAL sees the INTERNAL ones, without logging in.
+        md = ck.admin(",".join(internal.values())).list_topics(timeout=T)
+        assert {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()} == internal
+    finally:
+        c.cleanup()

@@ -44,6 +44,9 @@ pub struct Session {
     pub ip: String,
     /// Kafka's client host string ("/127.0.0.1"), for group membership.
     pub client_host: Rc<str>,
+    /// The listener the connection came in on: Metadata and FindCoordinator
+    /// answer with that listener's endpoints.
+    pub listener: Rc<str>,
 }
 
 /// The APIs whose rules are written here (or that need none).

@@ -51,10 +51,12 @@ const METADATA_TOPIC: &str = "__cluster_metadata";
 /// DescribeCluster's endpoint type for brokers (2 is controllers).
 const ENDPOINT_BROKERS: i8 = 1;
 
+/// `listener`: the connection's; brokers are answered with its endpoints.
 pub fn describe_cluster(
     core: &CoreState,
     request: &DescribeClusterRequest,
     version: i16,
+    listener: &str,
 ) -> DescribeClusterResponse {
     let table = core.topics();
     let mut response = DescribeClusterResponse::default()
@@ -84,10 +86,11 @@ pub fn describe_cluster(
         .iter()
         .filter(|b| include_fenced || !b.fenced)
         .map(|b| {
+            let (host, port) = b.endpoint(listener);
             let broker = DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(b.id))
-                .with_host(str_bytes(b.host.clone()))
-                .with_port(i32::from(b.port))
+                .with_host(str_bytes(host.to_string()))
+                .with_port(i32::from(port))
                 .with_rack(b.rack.clone().map(str_bytes));
             if version >= 2 {
                 broker.with_is_fenced(b.fenced)

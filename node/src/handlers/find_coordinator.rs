@@ -29,6 +29,7 @@ fn find(
     core: &CoreState,
     key_type: i8,
     key: &str,
+    listener: &str,
 ) -> (
     Option<ResponseError>,
     Option<&'static str>,
@@ -49,7 +50,10 @@ fn find(
                 .and_then(|leader| table.broker(leader))
                 .filter(|b| !b.fenced);
             match leader {
-                Some(b) => (None, None, b.id, b.host.clone(), i32::from(b.port)),
+                Some(b) => {
+                    let (host, port) = b.endpoint(listener);
+                    (None, None, b.id, host.to_string(), i32::from(port))
+                }
                 None => (
                     Some(ResponseError::CoordinatorNotAvailable),
                     Some("the group's offsets partition has no leader"),
@@ -76,10 +80,13 @@ fn find(
     }
 }
 
+/// `listener`: the connection's; the coordinator is answered with its
+/// endpoint on that listener.
 pub async fn handle(
     core: &CoreState,
     request: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     if request.key_type == KEY_TYPE_GROUP && core.topics().get(group::OFFSETS_TOPIC).is_none() {
         // A failure leaves the keys unanswerable below: COORDINATOR_NOT_AVAILABLE.
@@ -99,7 +106,7 @@ pub async fn handle(
                 .into_iter()
                 .map(|key: StrBytes| {
                     let (error, message, node_id, host, port) =
-                        find(core, request.key_type, key.as_str());
+                        find(core, request.key_type, key.as_str(), listener);
                     Coordinator::default()
                         .with_key(key)
                         .with_node_id(BrokerId(node_id))
@@ -111,7 +118,8 @@ pub async fn handle(
                 .collect(),
         );
     }
-    let (error, message, node_id, host, port) = find(core, request.key_type, request.key.as_str());
+    let (error, message, node_id, host, port) =
+        find(core, request.key_type, request.key.as_str(), listener);
     let response = response
         .with_error_code(error.map_or(0, |e| e.code()))
         .with_node_id(BrokerId(node_id))

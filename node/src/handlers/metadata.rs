@@ -26,7 +26,13 @@ use crate::group;
 use crate::state::CoreState;
 use crate::topics::{self, Assignment, CreateTopic, TopicError, TopicInfo, TopicTable, NO_LEADER};
 
-pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) -> MetadataResponse {
+/// `listener`: the connection's; brokers are answered with its endpoints.
+pub async fn handle(
+    core: &CoreState,
+    request: MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
     let node_id = BrokerId(core.node.config.node_id);
     let table = core.topics();
     // kafka-protocol refuses to encode a field its version lacks, so fields are
@@ -35,10 +41,11 @@ pub async fn handle(core: &CoreState, request: MetadataRequest, version: i16) ->
         table
             .live_brokers()
             .map(|b| {
+                let (host, port) = b.endpoint(listener);
                 let broker = MetadataResponseBroker::default()
                     .with_node_id(BrokerId(b.id))
-                    .with_host(str_bytes(b.host.clone()))
-                    .with_port(i32::from(b.port));
+                    .with_host(str_bytes(host.to_string()))
+                    .with_port(i32::from(port));
                 if version >= 1 {
                     broker.with_rack(b.rack.clone().map(str_bytes))
                 } else {

@@ -176,7 +176,7 @@ async fn handle(
         Some(RequestKind::Metadata(mut r)) => {
             let listed_all = r.topics.is_none();
             let denied = authz::metadata(&access, &mut r);
-            let mut response = metadata::handle(&core, r, version).await;
+            let mut response = metadata::handle(&core, r, version, &session.listener).await;
             authz::metadata_denied(&access, &mut response, denied, listed_all);
             ResponseKind::Metadata(response)
         }
@@ -272,9 +272,9 @@ async fn handle(
                     .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
             )
         }
-        Some(RequestKind::DescribeCluster(r)) => {
-            ResponseKind::DescribeCluster(describe::describe_cluster(&core, &r, version))
-        }
+        Some(RequestKind::DescribeCluster(r)) => ResponseKind::DescribeCluster(
+            describe::describe_cluster(&core, &r, version, &session.listener),
+        ),
         Some(RequestKind::DescribeQuorum(_)) if !access.cluster(Op::Describe) => {
             ResponseKind::DescribeQuorum(
                 kafka_protocol::messages::DescribeQuorumResponse::default()
@@ -325,7 +325,7 @@ async fn handle(
             let mut response = if nothing_left {
                 kafka_protocol::messages::FindCoordinatorResponse::default()
             } else {
-                find_coordinator::handle(&core, r, version).await
+                find_coordinator::handle(&core, r, version, &session.listener).await
             };
             authz::find_coordinator_denied(&mut response, denied, version);
             ResponseKind::FindCoordinator(response)

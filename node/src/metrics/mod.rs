@@ -708,6 +708,7 @@ mod tests {
 
     fn broker(id: i32, fenced: bool) -> BrokerInfo {
         BrokerInfo {
+            endpoints: Vec::new(),
             id,
             host: "localhost".into(),
             port: 9092,

@@ -183,7 +183,14 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             // The connection and, on TLS listeners, its handshake.
             let connected = super::within(
                 silence_limit(&core),
-                LinkStream::connect(addr, &host, core.node.tls.as_ref()),
+                LinkStream::connect(
+                    addr,
+                    &host,
+                    core.node
+                        .tls
+                        .as_ref()
+                        .filter(|_| inter_broker_protocol(&core).tls()),
+                ),
             )
             .await
             .unwrap_or_else(|| {
@@ -195,7 +202,7 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             match connected {
                 Ok(mut s) => {
                     // On SASL listeners a follower logs in first.
-                    if core.node.config.listener_protocol.sasl() {
+                    if inter_broker_protocol(&core).sasl() {
                         if let Err(e) = login(&core, &mut s, &mut correlation).await {
                             tracing::warn!(leader, %addr, error = %e, "logging in to the leader");
                             glommio::timer::sleep(CONNECT_BACKOFF).await;
@@ -402,14 +409,39 @@ fn follower_throttled(core: &CoreState, tp: &TopicPartition) -> bool {
     })
 }
 
-/// Where `leader` registered its listener: the name it gave (a TLS link
-/// checks the leader's certificate against it) and the address it resolves to.
+/// Where `leader` registered its inter-broker listener: the name it gave (a
+/// TLS link checks the leader's certificate against it) and the address it
+/// resolves to.
 fn leader_addr(core: &CoreState, leader: i32) -> Option<(String, SocketAddr)> {
     let table = core.topics();
     let b = table.broker(leader).filter(|b| !b.fenced)?;
-    let addr = (b.host.as_str(), b.port).to_socket_addrs().ok()?.next()?;
-    Some((b.host.to_string(), addr))
+    let (host, port) = b.endpoint(&inter_broker(core).name);
+    let addr = (host, port).to_socket_addrs().ok()?.next()?;
+    Some((host.to_string(), addr))
 }
+
+/// The listener followers fetch over (`inter.broker.listener.name`).
+fn inter_broker(core: &CoreState) -> &crate::config::Listener {
+    let name = core.node.config.inter_broker_listener.as_deref();
+    let listeners = &core.node.listeners;
+    listeners
+        .iter()
+        .find(|l| Some(l.name.as_str()) == name)
+        .or(listeners.first())
+        .unwrap_or(&PLAINTEXT)
+}
+
+fn inter_broker_protocol(core: &CoreState) -> crate::config::SecurityProtocol {
+    inter_broker(core).protocol
+}
+
+/// A broker without listeners never follows; a placeholder for the types.
+static PLAINTEXT: std::sync::LazyLock<crate::config::Listener> =
+    std::sync::LazyLock::new(|| crate::config::Listener {
+        name: "PLAINTEXT".into(),
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        protocol: crate::config::SecurityProtocol::Plaintext,
+    });
 
 fn pause(partitions: &Partitions, tp: &TopicPartition) {
     if let Some(f) = partitions.borrow_mut().get_mut(tp) {
