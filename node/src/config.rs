@@ -153,6 +153,9 @@ pub struct NodeConfig {
     /// between controllers proves first (`skiff_security::peer_auth`), read
     /// when the setting is applied; `None`: the controller port is open.
     pub controller_secret: Option<skiff_security::SharedSecret>,
+    /// `metrics.bearer.token.file`: `/metrics` answers only a request with
+    /// `Authorization: Bearer <the file's token>` (`/health` stays open).
+    pub metrics_token: Option<skiff_security::SharedSecret>,
     /// `ssl.keystore.location` (`ssl.keystore.type=PEM`): this node's private
     /// key and certificate chain, for TLS listeners and as the client
     /// certificate of its follower links (`crate::tls`).
@@ -352,6 +355,7 @@ impl NodeConfig {
             inter_broker_password: None,
             connections_max_reauth_ms: 0,
             controller_secret: None,
+            metrics_token: None,
             ssl_keystore: None,
             ssl_truststore: None,
             ssl_client_auth: ClientAuth::None,
@@ -534,6 +538,12 @@ impl NodeConfig {
                         "empty: PEM keys are read unencrypted (decrypt one with \
                          `openssl pkey -in KEY -out PLAIN`) and PEM stores have no password",
                     ));
+                }
+            }
+            "metrics.bearer.token.file" => {
+                self.metrics_token = match value.trim() {
+                    "" => None,
+                    path => Some(read_secret_file(path)?),
                 }
             }
             "inter.broker.sasl.username" => self.inter_broker_user = Some(value.to_string()),

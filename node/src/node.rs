@@ -157,6 +157,7 @@ impl Node {
                 let thread = metrics::http::serve_controller(
                     socket.listen()?,
                     c.status_reader(),
+                    config.metrics_token.clone(),
                     stop.clone(),
                 )
                 .context("starting the metrics thread")?;

@@ -86,6 +86,13 @@ impl SharedSecret {
         Ok(SharedSecret(trimmed.to_vec()))
     }
 
+    /// Whether `presented` is this secret (a bearer token), compared in
+    /// constant time.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.len() == presented.len() && bool::from(self.0.as_slice().ct_eq(presented))
+    }
+
     fn mac(
         &self,
         label: &[u8],

@@ -77,3 +77,32 @@ def test_health_and_refusals(node):
     assert node.http_get("/no-such-path")[0] == 404
     # The node still answers Kafka clients afterwards.
     assert ck.admin(node.bootstrap).list_topics(timeout=10) is not None
+
+
+def test_a_bearer_token_guards_metrics(node_factory, tmp_path):
+    """metrics.bearer.token.file: /metrics answers 401 without the token (or
+    with another), the scrape with it; /health stays open for probes."""
+    import urllib.error
+    import urllib.request
+
+    token = "a token only the scraper knows"
+    path = tmp_path / "metrics.token"
+    path.write_text(token + "\n")
+    n = node_factory({"metrics.bearer.token.file": str(path)})
+
+    def get(auth=None):
+        req = urllib.request.Request(f"http://127.0.0.1:{n.metrics_port}/metrics")
+        if auth:
+            req.add_header("Authorization", auth)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read().decode(), r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), e.headers
+
+    status, body, headers = get()
+    assert status == 401 and "skiff_" not in body and headers.get("WWW-Authenticate") == "Bearer"
+    assert get("Bearer some other token, long enough")[0] == 401
+    status, body, _ = get(f"Bearer {token}")
+    assert status == 200 and "skiff_" in body
+    assert n.http_get("/health") == (200, "ok\n")

@@ -87,10 +87,16 @@ enum Refusal {
     BadRequest(&'static str),
     NotFound,
     MethodNotAllowed,
+    /// `/metrics` without the bearer token `metrics.bearer.token.file` names.
+    Unauthorized,
 }
 
-/// Parses `METHOD SP target SP HTTP/1.x` and checks the header lines' shape.
-fn parse_head(head: &[u8]) -> Result<Parsed, Refusal> {
+/// Parses `METHOD SP target SP HTTP/1.x` and checks the header lines' shape;
+/// with a `token`, `/metrics` needs `Authorization: Bearer <token>`.
+fn parse_head(
+    head: &[u8],
+    token: Option<&skiff_security::SharedSecret>,
+) -> Result<Parsed, Refusal> {
     let text = std::str::from_utf8(head).map_err(|_| Refusal::BadRequest("not UTF-8"))?;
     let mut lines = text.split("\r\n");
     let request_line = lines.next().unwrap_or_default();
@@ -109,9 +115,14 @@ fn parse_head(head: &[u8]) -> Result<Parsed, Refusal> {
     if !target.starts_with('/') {
         return Err(Refusal::BadRequest("malformed target"));
     }
+    let mut bearer = None;
     for line in lines.filter(|l| !l.is_empty()) {
         match line.split_once(':') {
-            Some((name, _)) if !name.is_empty() && !name.contains([' ', '\t']) => {}
+            Some((name, value)) if !name.is_empty() && !name.contains([' ', '\t']) => {
+                if name.eq_ignore_ascii_case("authorization") {
+                    bearer = value.trim().strip_prefix("Bearer ").map(str::trim);
+                }
+            }
             _ => return Err(Refusal::BadRequest("malformed header line")),
         }
     }
@@ -121,6 +132,11 @@ fn parse_head(head: &[u8]) -> Result<Parsed, Refusal> {
         "/health" => Route::Health,
         _ => return Err(Refusal::NotFound),
     };
+    if let (Route::Metrics, Some(token)) = (route, token) {
+        if !bearer.is_some_and(|b| token.matches(b.as_bytes())) {
+            return Err(Refusal::Unauthorized);
+        }
+    }
     match method {
         "GET" => Ok(Parsed {
             route,
@@ -169,7 +185,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 async fn connection(core: &CoreState, mut stream: TcpStream) {
     let (status, content_type, body, head_only) = match read_head(&mut stream).await {
         Ok(None) => return,
-        Ok(Some(head)) => match parse_head(&head) {
+        Ok(Some(head)) => match parse_head(&head, core.node.config.metrics_token.as_ref()) {
             Ok(parsed) => {
                 let (status, content_type, body) = answer(core, parsed.route).await;
                 (status, content_type, body, parsed.head_only)
@@ -184,6 +200,9 @@ async fn connection(core: &CoreState, mut stream: TcpStream) {
     );
     if status.starts_with("405") {
         response.push_str("Allow: GET, HEAD\r\n");
+    }
+    if status.starts_with("401") {
+        response.push_str("WWW-Authenticate: Bearer\r\n");
     }
     response.push_str("\r\n");
     let mut bytes = response.into_bytes();
@@ -235,6 +254,13 @@ fn refuse(refusal: Refusal) -> (&'static str, &'static str, String, bool) {
             "method not allowed: GET only\n".into(),
             false,
         ),
+        Refusal::Unauthorized => (
+            "401 Unauthorized",
+            TEXT,
+            "unauthorized: /metrics needs Authorization: Bearer <metrics.bearer.token.file>\n"
+                .into(),
+            false,
+        ),
     }
 }
 
@@ -266,6 +292,7 @@ async fn answer(core: &CoreState, route: Route) -> (&'static str, &'static str, 
 pub fn serve_controller(
     listener: std::net::TcpListener,
     status: skiff_controller::service::StatusReader,
+    token: Option<skiff_security::SharedSecret>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     use std::io::{Read, Write};
@@ -295,7 +322,7 @@ pub fn serve_controller(
                         Ok(n) => len += n,
                     }
                 };
-                let (status_line, content_type, body, head_only) = match head.and_then(|h| parse_head(&h)) {
+                let (status_line, content_type, body, head_only) = match head.and_then(|h| parse_head(&h, token.as_ref())) {
                     Ok(parsed) => {
                         let (s, t, b) = match parsed.route {
                             Route::Health => ("200 OK", TEXT, "ok: controller\n".to_string()),
@@ -310,8 +337,13 @@ pub fn serve_controller(
                     Err(Refusal::BadRequest("")) => continue,
                     Err(refusal) => refuse(refusal),
                 };
+                let challenge = if status_line.starts_with("401") {
+                    "WWW-Authenticate: Bearer\r\n"
+                } else {
+                    ""
+                };
                 let mut response = format!(
-                    "HTTP/1.1 {status_line}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    "HTTP/1.1 {status_line}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n{challenge}\r\n",
                     body.len()
                 )
                 .into_bytes();
@@ -325,6 +357,7 @@ pub fn serve_controller(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -332,20 +365,23 @@ mod tests {
     fn routes_and_refusals() {
         let ok = |route, head_only| Ok(Parsed { route, head_only });
         assert_eq!(
-            parse_head(b"GET /metrics HTTP/1.1\r\nHost: x"),
+            parse_head(b"GET /metrics HTTP/1.1\r\nHost: x", None),
             ok(Route::Metrics, false)
         );
         assert_eq!(
-            parse_head(b"GET /health?x=1 HTTP/1.0"),
+            parse_head(b"GET /health?x=1 HTTP/1.0", None),
             ok(Route::Health, false)
         );
         assert_eq!(
-            parse_head(b"HEAD /health HTTP/1.1"),
+            parse_head(b"HEAD /health HTTP/1.1", None),
             ok(Route::Health, true)
         );
-        assert_eq!(parse_head(b"GET /nope HTTP/1.1"), Err(Refusal::NotFound));
         assert_eq!(
-            parse_head(b"POST /metrics HTTP/1.1\r\nContent-Length: 3"),
+            parse_head(b"GET /nope HTTP/1.1", None),
+            Err(Refusal::NotFound)
+        );
+        assert_eq!(
+            parse_head(b"POST /metrics HTTP/1.1\r\nContent-Length: 3", None),
             Err(Refusal::MethodNotAllowed)
         );
         for bad in [
@@ -359,9 +395,42 @@ mod tests {
             b"",
         ] {
             assert!(
-                matches!(parse_head(bad), Err(Refusal::BadRequest(_))),
+                matches!(parse_head(bad, None), Err(Refusal::BadRequest(_))),
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_bearer_token_guards_metrics_not_health() {
+        let token = skiff_security::SharedSecret::new(b"a metrics token, 16+ bytes").unwrap();
+        let t = Some(&token);
+        let metrics = |auth: &str| {
+            let head = format!("GET /metrics HTTP/1.1\r\nHost: x{auth}");
+            parse_head(head.as_bytes(), t)
+        };
+        assert_eq!(metrics(""), Err(Refusal::Unauthorized));
+        assert_eq!(
+            metrics("\r\nAuthorization: Bearer another token, 16+ bytes"),
+            Err(Refusal::Unauthorized)
+        );
+        assert_eq!(
+            metrics("\r\nAuthorization: Basic YTpi"),
+            Err(Refusal::Unauthorized)
+        );
+        assert_eq!(
+            metrics("\r\nauthorization:  Bearer a metrics token, 16+ bytes "),
+            Ok(Parsed {
+                route: Route::Metrics,
+                head_only: false
+            })
+        );
+        assert_eq!(
+            parse_head(b"GET /health HTTP/1.1", t),
+            Ok(Parsed {
+                route: Route::Health,
+                head_only: false
+            })
+        );
     }
 }
