@@ -21,6 +21,7 @@ pub mod acl;
 pub mod peer_auth;
 pub mod plain;
 pub mod principal;
+pub mod quota;
 pub mod scram;
 
 pub use acl::{
