@@ -415,33 +415,25 @@ fn follower_throttled(core: &CoreState, tp: &TopicPartition) -> bool {
 fn leader_addr(core: &CoreState, leader: i32) -> Option<(String, SocketAddr)> {
     let table = core.topics();
     let b = table.broker(leader).filter(|b| !b.fenced)?;
-    let (host, port) = b.endpoint(&inter_broker(core).name);
+    let (host, port) = b.endpoint(&inter_broker(core)?.name);
     let addr = (host, port).to_socket_addrs().ok()?.next()?;
     Some((host.to_string(), addr))
 }
 
-/// The listener followers fetch over (`inter.broker.listener.name`).
-fn inter_broker(core: &CoreState) -> &crate::config::Listener {
+/// The listener followers fetch over (`inter.broker.listener.name`, else
+/// the first; None only on a node without listeners, which follows nothing).
+fn inter_broker(core: &CoreState) -> Option<&crate::config::Listener> {
     let name = core.node.config.inter_broker_listener.as_deref();
     let listeners = &core.node.listeners;
     listeners
         .iter()
         .find(|l| Some(l.name.as_str()) == name)
         .or(listeners.first())
-        .unwrap_or(&PLAINTEXT)
 }
 
 fn inter_broker_protocol(core: &CoreState) -> crate::config::SecurityProtocol {
-    inter_broker(core).protocol
+    inter_broker(core).map_or(crate::config::SecurityProtocol::Plaintext, |l| l.protocol)
 }
-
-/// A broker without listeners never follows; a placeholder for the types.
-static PLAINTEXT: std::sync::LazyLock<crate::config::Listener> =
-    std::sync::LazyLock::new(|| crate::config::Listener {
-        name: "PLAINTEXT".into(),
-        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        protocol: crate::config::SecurityProtocol::Plaintext,
-    });
 
 fn pause(partitions: &Partitions, tp: &TopicPartition) {
     if let Some(f) = partitions.borrow_mut().get_mut(tp) {
