@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Default)]
@@ -30,6 +31,8 @@ pub struct ConnectionLimits {
     per_ip: usize,
     overrides: HashMap<IpAddr, usize>,
     open: Mutex<Counts>,
+    /// Connections closed for `max.connections.per.ip` (a metric).
+    refused: AtomicU64,
 }
 
 /// Why a connection is not admitted.
@@ -65,6 +68,7 @@ impl ConnectionLimits {
             per_ip,
             overrides,
             open: Mutex::new(Counts::default()),
+            refused: AtomicU64::new(0),
         }))
     }
 
@@ -86,6 +90,7 @@ impl ConnectionLimits {
         let mut counts = self.counts();
         let held = counts.by_ip.get(&ip).copied().unwrap_or(0);
         if held >= limit {
+            self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(Refusal::PerIp { ip, limit });
         }
         if counts.total >= self.max {
@@ -97,6 +102,11 @@ impl ConnectionLimits {
             limits: self.clone(),
             ip,
         })
+    }
+
+    /// Connections closed so far for `max.connections.per.ip`.
+    pub fn refused_total(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Open connections: all, and from `ip`.
@@ -145,6 +155,7 @@ mod tests {
         let _b = limits.admit(ip(2)).unwrap();
         let held: Vec<_> = (0..3).map(|_| limits.admit(ip(9)).unwrap()).collect();
         assert!(limits.admit(ip(9)).is_err());
+        assert_eq!(limits.refused_total(), 2);
         assert_eq!(limits.open(ip(1)), (6, 2));
         drop(a1);
         assert_eq!(limits.open(ip(1)), (5, 1));

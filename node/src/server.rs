@@ -141,11 +141,12 @@ async fn serve_connection(core: &Rc<CoreState>, stream: TcpStream, listener: &Li
     {
         Some(Ok(stream)) => stream,
         Some(Err(error)) => {
-            core.metrics.decode_error();
+            core.metrics.tls_handshake_failed();
             tracing::info!(%peer, %error, "TLS handshake failed; closing connection");
             return;
         }
         None => {
+            core.metrics.tls_handshake_failed();
             tracing::info!(%peer, "no TLS handshake within {TLS_HANDSHAKE_TIMEOUT:?}; closing connection");
             return;
         }

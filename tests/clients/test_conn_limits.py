@@ -50,6 +50,11 @@ def test_an_address_at_its_limit_gets_no_more_connections():
             c.close()
         log = open(n.log_path, errors="replace").read()
         assert "max.connections.per.ip" in log
+        status, text = n.http_get("/metrics")
+        refused = [line for line in text.splitlines() if line.startswith("skiff_connections_refused_total ")]
+        # The 4th connection, and any retry above that came before the
+        # closed one was given back.
+        assert status == 200 and refused and float(refused[0].split()[1]) >= 1, refused
     finally:
         _finish_node(n)
 

@@ -269,6 +269,9 @@ def test_garbage_and_stalled_handshakes_harm_no_one(pki, topic_name):
         for s in (stalled, garbage, partial, plain):
             s.close()
         assert n.alive()
+        status, text = n.http_get("/metrics")
+        failed = [line for line in text.splitlines() if line.startswith("skiff_tls_handshake_failures_total ")]
+        assert status == 200 and failed and float(failed[0].split()[1]) >= 2, failed
     finally:
         _finish_node(n)
 

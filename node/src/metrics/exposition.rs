@@ -198,6 +198,18 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         s.api.decode_errors,
     );
     w.single(
+        "skiff_tls_handshake_failures_total",
+        Kind::Counter,
+        "TLS handshakes on SSL and SASL_SSL listeners that failed; each closed its connection.",
+        s.api.tls_handshake_failures,
+    );
+    w.single(
+        "skiff_connections_refused_total",
+        Kind::Counter,
+        "New connections closed at once because their address held max.connections.per.ip.",
+        s.api.connections_refused,
+    );
+    w.single(
         "skiff_connections_accepted_total",
         Kind::Counter,
         "Kafka client connections accepted.",

@@ -85,6 +85,9 @@ pub struct CoreMetrics {
     errors: RefCell<HashMap<(i16, i16), u64>>,
     /// Frames that did not decode (the connection was closed).
     decode_errors: Cell<u64>,
+    /// TLS handshakes that failed (garbage, a refused certificate, a
+    /// plaintext client on a TLS listener, a timeout).
+    tls_handshake_failures: Cell<u64>,
     connections_accepted: Cell<u64>,
     connections_open: Cell<u64>,
     produce_latency_acks_1: Histogram,
@@ -99,6 +102,7 @@ impl Default for CoreMetrics {
             requests: std::array::from_fn(|_| Cell::new(0)),
             errors: RefCell::default(),
             decode_errors: Cell::new(0),
+            tls_handshake_failures: Cell::new(0),
             connections_accepted: Cell::new(0),
             connections_open: Cell::new(0),
             produce_latency_acks_1: Histogram::default(),
@@ -162,6 +166,10 @@ impl CoreMetrics {
         add(&self.decode_errors, 1);
     }
 
+    pub fn tls_handshake_failed(&self) {
+        add(&self.tls_handshake_failures, 1);
+    }
+
     pub fn connection_opened(&self) {
         add(&self.connections_accepted, 1);
         add(&self.connections_open, 1);
@@ -206,7 +214,9 @@ impl CoreMetrics {
                 .collect(),
             errors: self.errors.borrow().iter().map(|(k, v)| (*k, *v)).collect(),
             decode_errors: self.decode_errors.get(),
+            tls_handshake_failures: self.tls_handshake_failures.get(),
             connections_accepted: self.connections_accepted.get(),
+            connections_refused: 0,
             connections_open: self.connections_open.get(),
             produce_latency_acks_1: self.produce_latency_acks_1.snapshot(),
             produce_latency_acks_all: self.produce_latency_acks_all.snapshot(),
@@ -340,7 +350,11 @@ pub struct ApiSnapshot {
     pub requests: BTreeMap<i16, u64>,
     pub errors: BTreeMap<(i16, i16), u64>,
     pub decode_errors: u64,
+    pub tls_handshake_failures: u64,
     pub connections_accepted: u64,
+    /// New connections closed at once for `max.connections.per.ip`
+    /// (node-wide, taken once per scrape, not merged).
+    pub connections_refused: u64,
     pub connections_open: u64,
     pub produce_latency_acks_1: HistogramSnapshot,
     pub produce_latency_acks_all: HistogramSnapshot,
@@ -359,6 +373,7 @@ impl ApiSnapshot {
             *self.errors.entry(*key).or_default() += n;
         }
         self.decode_errors += other.decode_errors;
+        self.tls_handshake_failures += other.tls_handshake_failures;
         self.connections_accepted += other.connections_accepted;
         self.connections_open += other.connections_open;
         self.produce_latency_acks_1
@@ -615,6 +630,11 @@ pub async fn gather(core: &CoreState) -> Result<Snapshot, GatherError> {
     total.partitions.sort_by(|a, b| a.tp.cmp(&b.tp));
     total.offline.sort();
     total.cluster = cluster_snapshot(core);
+    total.api.connections_refused = core
+        .node
+        .conn_limits
+        .as_ref()
+        .map_or(0, |l| l.refused_total());
     Ok(total)
 }
 
