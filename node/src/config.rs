@@ -166,6 +166,9 @@ pub struct NodeConfig {
     pub ssl_truststore: Option<PathBuf>,
     /// `ssl.client.auth`: none, requested or required.
     pub ssl_client_auth: ClientAuth,
+    /// `ssl.principal.mapping.rules`: how a client certificate's subject
+    /// becomes a principal (default `DEFAULT`: the subject itself).
+    pub ssl_principal_mapping: crate::tls::PrincipalMapper,
     /// `max.connections`: while the node holds this many, it accepts no
     /// more (`crate::conn_limits`); `usize::MAX`: no limit (Kafka's
     /// 2147483647).
@@ -359,6 +362,7 @@ impl NodeConfig {
             ssl_keystore: None,
             ssl_truststore: None,
             ssl_client_auth: ClientAuth::None,
+            ssl_principal_mapping: crate::tls::PrincipalMapper::default(),
             max_connections: usize::MAX,
             max_connections_per_ip: usize::MAX,
             max_connections_per_ip_overrides: Default::default(),
@@ -521,6 +525,15 @@ impl NodeConfig {
                     })
                     .collect::<Option<_>>()
                     .ok_or_else(|| bad("IP:COUNT[,IP:COUNT...] (IP addresses, not host names)"))?
+            }
+            "ssl.principal.mapping.rules" => {
+                self.ssl_principal_mapping =
+                    crate::tls::PrincipalMapper::parse(value).map_err(|_| {
+                        bad(
+                            "DEFAULT or RULE:pattern/replacement/[L|U] rules, comma-separated, \
+                             each pattern a valid regular expression",
+                        )
+                    })?
             }
             "ssl.keystore.location" => self.ssl_keystore = path_or_none(value),
             "ssl.truststore.location" => self.ssl_truststore = path_or_none(value),

@@ -151,12 +151,21 @@ async fn serve_connection(core: &Rc<CoreState>, stream: TcpStream, listener: &Li
             return;
         }
     };
-    let certified = stream
+    let leaf = stream
         .get_ref()
         .1
         .peer_certificates()
-        .and_then(|chain| chain.first())
-        .and_then(tls::principal_of);
+        .and_then(|chain| chain.first());
+    let certified = match leaf {
+        None => None,
+        Some(leaf) => match tls::principal_of(leaf, &core.node.config.ssl_principal_mapping) {
+            Ok(principal) => principal,
+            Err(reason) => {
+                tracing::info!(%peer, %reason, "closing connection");
+                return;
+            }
+        },
+    };
     serve_stream(core, stream, None, certified, listener, peer).await
 }
 

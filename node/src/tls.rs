@@ -229,16 +229,26 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The principal of a client that showed `leaf` (already verified against
-/// the truststore): `User:` and its subject, RFC 4514. None when the
-/// certificate's subject cannot be decoded (the handshake accepted it, so
-/// this is not expected; the connection is then ANONYMOUS).
-pub fn principal_of(leaf: &CertificateDer<'_>) -> Option<KafkaPrincipal> {
+/// Who a client that showed `leaf` (already verified against the
+/// truststore) is: `User:` and the name `mapper` gives its subject (RFC
+/// 4514). `Ok(None)`: the subject cannot be decoded (the handshake accepted
+/// it, so this is not expected; the connection is then ANONYMOUS).
+/// `Err`: no mapping rule matches the subject (the connection is refused).
+pub fn principal_of(
+    leaf: &CertificateDer<'_>,
+    mapper: &PrincipalMapper,
+) -> Result<Option<KafkaPrincipal>, String> {
     use x509_cert::der::Decode;
-    let cert = x509_cert::Certificate::from_der(leaf.as_ref()).ok()?;
-    Some(KafkaPrincipal::user(
-        cert.tbs_certificate.subject.to_string(),
-    ))
+    let Ok(cert) = x509_cert::Certificate::from_der(leaf.as_ref()) else {
+        return Ok(None);
+    };
+    let subject = cert.tbs_certificate.subject.to_string();
+    match mapper.name(&subject) {
+        Some(name) => Ok(Some(KafkaPrincipal::user(name))),
+        None => Err(format!(
+            "no ssl.principal.mapping.rules rule matches the client certificate's subject {subject:?}"
+        )),
+    }
 }
 
 /// A follower's connection to its leader: plaintext, or TLS when the
@@ -317,6 +327,171 @@ impl futures_lite::AsyncWrite for LinkStream {
         match self.get_mut() {
             LinkStream::Plain(s) => std::pin::Pin::new(s).poll_close(cx),
             LinkStream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_close(cx),
+        }
+    }
+}
+
+/// `ssl.principal.mapping.rules` (KIP-371): how a client certificate's
+/// subject becomes a principal's name. Rules are tried in order; the first
+/// whose pattern matches the whole subject gives the name (`$1`... from its
+/// groups, lower- or upper-cased with `/L` or `/U`); `DEFAULT` gives the
+/// subject itself. A subject no rule matches is refused, as Kafka refuses it.
+#[derive(Debug, Clone)]
+pub struct PrincipalMapper {
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone)]
+enum Rule {
+    Default,
+    Replace {
+        pattern: regex::Regex,
+        replacement: String,
+        case: Option<char>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MappingError {
+    #[error(
+        "ssl.principal.mapping.rules {0:?}: expected DEFAULT or RULE:pattern/replacement/[L|U]"
+    )]
+    Syntax(String),
+    #[error("ssl.principal.mapping.rules: pattern {pattern:?}: {reason}")]
+    Pattern { pattern: String, reason: String },
+}
+
+impl PrincipalMapper {
+    /// Parses Kafka's rule list (`RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT`);
+    /// a `/` inside a pattern or replacement is written `\/`.
+    pub fn parse(rules: &str) -> Result<PrincipalMapper, MappingError> {
+        let mut out = Vec::new();
+        let mut rest = rules.trim_start_matches([',', ' ', '\t']);
+        while !rest.is_empty() {
+            if let Some(after) = rest.strip_prefix("DEFAULT") {
+                out.push(Rule::Default);
+                rest = after;
+            } else if let Some(after) = rest.strip_prefix("RULE:") {
+                let (pattern, after) =
+                    until_slash(after).ok_or_else(|| MappingError::Syntax(rest.to_string()))?;
+                let (replacement, after) =
+                    until_slash(after).ok_or_else(|| MappingError::Syntax(rest.to_string()))?;
+                let (case, after) = match after.chars().next() {
+                    Some(c @ ('L' | 'U')) => (Some(c), &after[1..]),
+                    _ => (None, after),
+                };
+                let pattern = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+                    MappingError::Pattern {
+                        pattern: pattern.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                out.push(Rule::Replace {
+                    pattern,
+                    replacement,
+                    case,
+                });
+                rest = after;
+            } else {
+                return Err(MappingError::Syntax(rest.to_string()));
+            }
+            let trimmed = rest.trim_start_matches([' ', '\t']);
+            rest = match trimmed.strip_prefix(',') {
+                Some(next) => next.trim_start_matches([' ', '\t']),
+                None if trimmed.is_empty() => trimmed,
+                None => return Err(MappingError::Syntax(trimmed.to_string())),
+            };
+        }
+        if out.is_empty() {
+            out.push(Rule::Default);
+        }
+        Ok(PrincipalMapper { rules: out })
+    }
+
+    /// The principal name of a certificate `subject`, or None when no rule
+    /// matches it.
+    pub fn name(&self, subject: &str) -> Option<String> {
+        self.rules.iter().find_map(|rule| match rule {
+            Rule::Default => Some(subject.to_string()),
+            Rule::Replace {
+                pattern,
+                replacement,
+                case,
+            } => {
+                let captures = pattern.captures(subject)?;
+                let mut name = String::new();
+                captures.expand(replacement, &mut name);
+                Some(match case {
+                    Some('L') => name.to_lowercase(),
+                    Some('U') => name.to_uppercase(),
+                    _ => name,
+                })
+            }
+        })
+    }
+}
+
+impl Default for PrincipalMapper {
+    fn default() -> Self {
+        PrincipalMapper {
+            rules: vec![Rule::Default],
+        }
+    }
+}
+
+/// The text up to the next unescaped `/` (with `\/` unescaped), and what
+/// follows that slash.
+fn until_slash(s: &str) -> Option<(String, &str)> {
+    let mut out = String::new();
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' if s[i + 1..].starts_with('/') => {
+                out.push('/');
+                chars.next();
+            }
+            '/' => return Some((out, &s[i + 1..])),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapping_rules_as_kafka_documents_them() {
+        let m = PrincipalMapper::parse(
+            "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/, RULE:^CN=(.*?),OU=(.*?),O=(.*?)$/$1@$2/L,\
+             RULE:^.*[Cc]=([a-zA-Z0-9.]*).*$/$1/U, DEFAULT",
+        )
+        .unwrap();
+        assert_eq!(
+            m.name("CN=kafka-writer,OU=ServiceUsers,O=Org").as_deref(),
+            Some("kafka-writer")
+        );
+        assert_eq!(
+            m.name("CN=Duke,OU=JavaSoft,O=Sun").as_deref(),
+            Some("duke@javasoft")
+        );
+        assert_eq!(m.name("C=us,L=x").as_deref(), Some("US"));
+        assert_eq!(m.name("O=nothing else").as_deref(), Some("O=nothing else"));
+        // Without DEFAULT an unmatched subject has no principal.
+        let strict = PrincipalMapper::parse("RULE:^CN=([^,]*),O=skiff$/$1/").unwrap();
+        assert_eq!(strict.name("CN=admin,O=skiff").as_deref(), Some("admin"));
+        assert_eq!(strict.name("CN=admin,O=other"), None);
+        // An escaped slash is part of the pattern.
+        let slash = PrincipalMapper::parse(r"RULE:^CN=a\/b$/ab/").unwrap();
+        assert_eq!(slash.name("CN=a/b").as_deref(), Some("ab"));
+        assert_eq!(
+            PrincipalMapper::parse("").unwrap().name("CN=x").as_deref(),
+            Some("CN=x")
+        );
+        for bad in ["RULE:^CN=(.*$/x/", "RULE:nope", "DEFAULT,junk", "DEFAULTS"] {
+            assert!(PrincipalMapper::parse(bad).is_err(), "{bad}");
         }
     }
 }

@@ -408,3 +408,21 @@ def test_the_load_generator_speaks_tls(pki):
         assert r.returncode != 0
     finally:
         _finish_node(n)
+
+
+def test_principal_mapping_rules_name_mtls_clients(pki, topic_name):
+    """ssl.principal.mapping.rules (KIP-371): a rule maps a certificate's
+    subject to a short name that ACLs and super.users use; a subject no rule
+    matches (no DEFAULT) is refused."""
+    n = tls_node(pki, **{"ssl.client.auth": "required", "authorizer.class.name": "skiff",
+                         "super.users": "User:ADMIN",
+                         "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),O=skiff$/$1/U"})
+    try:
+        acked, errors = produce(ssl_conf(n, pki, pki["admin"]), topic_name, [b"by admin"])
+        assert acked == [None], (acked, errors)
+        # "CN=writer,OU=eng,O=skiff" matches no rule: no principal, no service.
+        assert refused(ssl_conf(n, pki, pki["writer"]))
+        log = open(n.log_path, errors="replace").read()
+        assert "no ssl.principal.mapping.rules rule matches" in log
+    finally:
+        _finish_node(n)
