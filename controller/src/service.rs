@@ -326,6 +326,7 @@ async fn run(
             status_key: None,
             next_rebalance_ms: None,
             unclean_elections: 0,
+            leader_contact: None,
         }),
         kick,
         tasks: RefCell::new(BTreeMap::new()),
@@ -497,6 +498,10 @@ struct Core {
     next_rebalance_ms: Option<u64>,
     /// Unclean leader elections proposed while active (`ControllerStatus`).
     unclean_elections: u64,
+    /// The last Raft leader other than this member and when (`now_ms`) this
+    /// member last heard from it: where that node's broker session starts if
+    /// this member becomes the active controller (see `track_leadership`).
+    leader_contact: Option<(u64, u64)>,
 }
 
 /// One frame for a peer.
@@ -542,6 +547,9 @@ impl Core {
     /// One pass of the driver: inbox, tick, poll, decisions, until quiet.
     fn turn(&mut self, ticked: bool) -> Result<(), NodeError> {
         for message in std::mem::take(&mut self.inbox) {
+            if message.from != self.id && self.node.leader_id() == Some(message.from) {
+                self.leader_contact = Some((message.from, self.now_ms()));
+            }
             if let Err(e) = self.node.step(message) {
                 tracing::debug!(error = %e, "raft message not stepped");
             }
@@ -600,6 +608,28 @@ impl Core {
                 // raft-rs appended the term's empty entry on becoming leader.
                 self.leader_term = Some((term, self.node.last_index()));
                 self.sessions = Sessions::new();
+                // Every node gets a fresh session (as in Kafka), except the
+                // one whose controller this member replaces: its broker has
+                // most likely gone silent with it (paused, cut off, killed),
+                // so its session runs from the last word its controller sent,
+                // not from this election. Otherwise a leader that was also
+                // the active controller keeps its partitions for an election
+                // timeout longer than any other node would. A live one
+                // heartbeats here within the session and nothing changes.
+                // A contact older than a session is from some earlier term
+                // (this member was cut off meanwhile): ignored.
+                let now = self.now_ms();
+                if let Some((previous, heard_ms)) = self.leader_contact.take() {
+                    let recent = now.saturating_sub(heard_ms) < self.config.session_timeout_ms;
+                    if let (true, Ok(node)) = (recent, NodeId::try_from(previous)) {
+                        tracing::info!(
+                            node,
+                            silent_ms = now.saturating_sub(heard_ms),
+                            "the replaced controller's node: its session runs from its last message"
+                        );
+                        self.sessions.touch(node, heard_ms);
+                    }
+                }
                 tracing::info!(
                     id = self.id,
                     term,

@@ -557,6 +557,104 @@ fn three_voters_fail_over_and_a_restarted_voter_catches_up() {
     }
 }
 
+/// A node that was the active controller and goes silent with it (a pause,
+/// a cut, a crash) is fenced one session after its last Raft message, not
+/// one session after the election that replaced it: its partitions must not
+/// wait an election timeout longer than any other node's. The other nodes,
+/// heartbeating throughout, get a fresh session and stay unfenced.
+#[test]
+fn the_replaced_controllers_node_is_fenced_one_session_after_it_went_silent() {
+    const SESSION_MS: u64 = 4000;
+    let (dirs, listeners, peers) = three_voters();
+    let mut handles: Vec<Option<ControllerHandle>> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut c = config(dirs[i].path(), i as u64 + 1, &peers, l);
+            // Elections after 2-3 s of silence: without the rule the node
+            // would be fenced 6-7 s after it went silent.
+            c.tick = Duration::from_millis(50);
+            c.quorum.election_tick_min = 40;
+            c.quorum.election_tick_max = 60;
+            c.controller = ControllerConfig {
+                heartbeat_interval_ms: 200,
+                session_timeout_ms: SESSION_MS,
+                ..ControllerConfig::default()
+            };
+            Some(ControllerHandle::start(c).unwrap())
+        })
+        .collect();
+    let active = |handles: &[Option<ControllerHandle>]| -> Option<usize> {
+        handles
+            .iter()
+            .position(|h| h.as_ref().is_some_and(|h| h.status().active))
+    };
+    run(async {
+        wait_until("a leader", Duration::from_secs(20), || {
+            active(&handles).is_some()
+        })
+        .await;
+        let leader = active(&handles).unwrap();
+        let silent = leader as i32 + 1;
+        let client = ControllerClient::new(peers.clone(), REQUEST_TIMEOUT);
+        let stop = std::rc::Rc::new(std::cell::Cell::new(false));
+        let mut beaters = Vec::new();
+        for node in 1..=3 {
+            let (epoch, offset) = client.register(registration(node)).await.unwrap();
+            let client = ControllerClient::new(peers.clone(), REQUEST_TIMEOUT);
+            let stop = stop.clone();
+            beaters.push(glommio::spawn_local(async move {
+                // The silent node's broker stops with its controller.
+                while !(node == silent && stop.get()) {
+                    let _ = client.heartbeat(heartbeat(node, epoch, offset)).await;
+                    glommio::timer::sleep(Duration::from_millis(200)).await;
+                }
+            }));
+        }
+        let unfenced = |handles: &[Option<ControllerHandle>], node: i32| {
+            active(handles).is_some_and(|a| {
+                let s = handles[a].as_ref().unwrap().status();
+                s.nodes.iter().any(|n| n.id == node && !n.fenced)
+            })
+        };
+        wait_until("every node unfenced", Duration::from_secs(10), || {
+            (1..=3).all(|n| unfenced(&handles, n))
+        })
+        .await;
+
+        stop.set(true);
+        handles[leader].take().unwrap().stop().unwrap();
+        let silent_at = Instant::now();
+        wait_until("the silent node fenced", Duration::from_secs(20), || {
+            active(&handles).is_some_and(|a| {
+                let s = handles[a].as_ref().unwrap().status();
+                s.nodes.iter().any(|n| n.id == silent && n.fenced)
+            })
+        })
+        .await;
+        let took = silent_at.elapsed();
+        assert!(
+            took >= Duration::from_millis(SESSION_MS - 400),
+            "fenced {took:?} after it went silent: before its session ran out"
+        );
+        assert!(
+            took < Duration::from_millis(SESSION_MS + 1200),
+            "fenced {took:?} after it went silent: its session ran from the election"
+        );
+        glommio::timer::sleep(Duration::from_secs(1)).await;
+        for n in (1..=3).filter(|n| *n != silent) {
+            assert!(
+                unfenced(&handles, n),
+                "node {n} fenced though it heartbeats"
+            );
+        }
+        drop(beaters);
+    });
+    for h in handles.into_iter().flatten() {
+        h.stop().unwrap();
+    }
+}
+
 /// SCRAM credentials and ACLs go through the quorum into every follower's
 /// state, and outlive a controller restart (its log and snapshot on disk).
 #[test]

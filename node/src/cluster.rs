@@ -157,15 +157,19 @@ pub async fn start(
         ControllerClient::new(quorum.clone(), request_timeout)
             .with_secret(config.controller_secret.clone())
     };
+    // A voter that does not answer (paused, cut off: its TCP connection may
+    // well stay up) gets a third of the session before the next is tried.
+    let attempt =
+        Duration::from_millis(config.broker_session_timeout_ms / 3).max(Duration::from_millis(200));
     let broker = Rc::new(Broker {
         client: link(),
-        // A heartbeat must reach the active controller within the lease: a
-        // voter that does not answer (paused, cut off) gets a third of it.
-        heartbeats: link().with_attempt_timeout(
-            Duration::from_millis(config.broker_session_timeout_ms / 3)
-                .max(Duration::from_millis(200)),
-        ),
-        metadata: link(),
+        // A heartbeat must reach the active controller within the lease.
+        heartbeats: link().with_attempt_timeout(attempt),
+        // A long poll parked at a controller that stopped answering would
+        // otherwise wait out the whole request timeout, and this node would
+        // learn of the new leaders (its own leaderships among them) seconds
+        // after the controller that replaced it committed them.
+        metadata: link().with_attempt_timeout(attempt),
         node_id: config.node_id,
         incarnation: skiff_engine::data_dir::random_id_bytes(),
         broker_epoch: Cell::new(-1),
