@@ -1,19 +1,24 @@
 //! The controller's decisions on who may connect and what they may do: SCRAM
 //! credentials (AlterUserScramCredentials) and ACLs (CreateAcls, DeleteAcls),
 //! checked as Kafka's `ScramControlManager` and `AclControlManager` check
-//! them, and turned into metadata records. Pure functions of the state, like
+//! them, and client quotas (AlterClientQuotas, as `ClientQuotaControlManager`),
+//! turned into metadata records. Pure functions of the state, like
 //! `decisions`; `skiff_security` says what the codes mean.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use rkyv::{Archive, Deserialize, Serialize};
+use skiff_security::quota::{check_value, EntityName, QuotaEntity, QuotaError, QuotaKey, Quotas};
 use skiff_security::{
     AccessControlEntry, AclBinding, AclBindingFilter, AclError, AclOperation, AclPermission,
     PatternType, ResourcePattern, ResourceType, ScramCredential, ScramMechanism,
 };
 
 use crate::decisions::ControllerError;
-use crate::records::{AclRecord, MetadataRecord, RemoveUserScramCredential, UserScramCredential};
+use crate::records::{
+    AclRecord, ClientQuotaRecord, MetadataRecord, QuotaEntityPart, RemoveUserScramCredential,
+    UserScramCredential, QUOTA_CLIENT_ID, QUOTA_USER,
+};
 use crate::state::ClusterState;
 
 /// One entry of AlterUserScramCredentials.
@@ -328,6 +333,114 @@ pub fn delete_acls(
     (results, records)
 }
 
+/// One entry of AlterClientQuotas: an entity and the quotas to set (`Some`)
+/// or remove (`None`) on it.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct QuotaAlteration {
+    /// As the client sent it: any order, possibly bad types or duplicates.
+    pub entity: Vec<QuotaEntityPart>,
+    /// (key, `f64::to_bits` of the value or `None` to remove).
+    pub ops: Vec<(String, Option<u64>)>,
+}
+
+/// AlterClientQuotas, as Kafka's `ClientQuotaControlManager` checks it: one
+/// result per entry, and the records of the entries that are acceptable
+/// (none when `validate_only`). An entry with one bad op gets none applied.
+pub fn alter_client_quotas(
+    entries: &[QuotaAlteration],
+    validate_only: bool,
+) -> (Vec<Result<(), ControllerError>>, Vec<MetadataRecord>) {
+    let mut records = Vec::new();
+    let results = entries
+        .iter()
+        .map(|e| {
+            let planned = check_quota_alteration(e)?;
+            if !validate_only {
+                records.extend(planned);
+            }
+            Ok(())
+        })
+        .collect();
+    (results, records)
+}
+
+fn check_quota_alteration(e: &QuotaAlteration) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let bad = |m: String| ControllerError::InvalidRequest(m);
+    if e.entity.is_empty() {
+        return Err(bad(
+            "a quota entity names a user, a client id or both".into()
+        ));
+    }
+    let mut entity = e.entity.clone();
+    entity.sort();
+    for (i, part) in entity.iter().enumerate() {
+        match part.entity_type.as_str() {
+            QUOTA_USER | QUOTA_CLIENT_ID => {}
+            "ip" => {
+                return Err(bad(
+                    "ip quotas (connection_creation_rate) are not supported: use max.connections.per.ip.overrides".into(),
+                ))
+            }
+            other => return Err(bad(format!("Unhandled client quota entity type: {other}"))),
+        }
+        if entity[..i]
+            .iter()
+            .any(|p| p.entity_type == part.entity_type)
+        {
+            return Err(bad(format!(
+                "Duplicate {} entity in the request",
+                part.entity_type
+            )));
+        }
+        if part.name.as_deref() == Some("") && part.entity_type == QUOTA_USER {
+            return Err(bad("a user entity's name must not be empty".into()));
+        }
+    }
+    let mut keys = BTreeSet::new();
+    let mut records = Vec::new();
+    for (key, value) in &e.ops {
+        let k = QuotaKey::parse(key)
+            .ok_or_else(|| bad(QuotaError::UnknownKey(key.clone()).to_string()))?;
+        if !keys.insert(key.as_str()) {
+            return Err(bad(format!("Duplicate quota key {key} for one entity")));
+        }
+        if let Some(bits) = value {
+            check_value(k, f64::from_bits(*bits)).map_err(|e| bad(e.to_string()))?;
+        }
+        records.push(MetadataRecord::ClientQuota(ClientQuotaRecord {
+            entity: entity.clone(),
+            key: key.clone(),
+            value_bits: *value,
+        }));
+    }
+    Ok(records)
+}
+
+/// The state's client quotas in `skiff_security`'s terms (for enforcement):
+/// entities of user and client-id parts, which is every entity the
+/// controller accepts.
+pub fn quotas(state: &ClusterState) -> Quotas {
+    let mut out = Quotas::default();
+    for (entity, key, value) in state.client_quotas() {
+        let name = |t: &str| {
+            entity
+                .iter()
+                .find(|p| p.entity_type == t)
+                .map(|p| match &p.name {
+                    Some(n) => EntityName::Named(n.clone()),
+                    None => EntityName::Default,
+                })
+        };
+        if let (Ok(entity), Some(key)) = (
+            QuotaEntity::new(name(QUOTA_USER), name(QUOTA_CLIENT_ID)),
+            QuotaKey::parse(key),
+        ) {
+            out.set(entity, key, Some(value));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -538,5 +651,140 @@ mod tests {
             state.scram_credential("alice", 2)
         );
         assert_eq!(back.acls().len(), 1);
+    }
+
+    fn quota_entry(parts: &[(&str, Option<&str>)], ops: &[(&str, Option<f64>)]) -> QuotaAlteration {
+        QuotaAlteration {
+            entity: parts
+                .iter()
+                .map(|(t, n)| QuotaEntityPart {
+                    entity_type: t.to_string(),
+                    name: n.map(Into::into),
+                })
+                .collect(),
+            ops: ops
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.map(f64::to_bits)))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn client_quotas_are_set_removed_and_resolved() {
+        let set = [
+            quota_entry(
+                &[("client-id", Some("etl")), ("user", Some("alice"))],
+                &[
+                    ("producer_byte_rate", Some(1024.0)),
+                    ("consumer_byte_rate", Some(2048.0)),
+                ],
+            ),
+            quota_entry(&[("user", None)], &[("producer_byte_rate", Some(100.0))]),
+        ];
+        let (results, records) = alter_client_quotas(&set, false);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        let mut state = applied(&records);
+        // The entity is stored with its parts sorted, whatever the order sent.
+        let alice_etl = [
+            QuotaEntityPart {
+                entity_type: "client-id".into(),
+                name: Some("etl".into()),
+            },
+            QuotaEntityPart {
+                entity_type: "user".into(),
+                name: Some("alice".into()),
+            },
+        ];
+        assert_eq!(
+            state.client_quota(&alice_etl, "producer_byte_rate"),
+            Some(1024.0)
+        );
+        let q = quotas(&state);
+        let r = q
+            .resolve("alice", "etl", QuotaKey::ProducerByteRate)
+            .unwrap();
+        assert_eq!(r.limit, 1024.0);
+        let r = q.resolve("bob", "etl", QuotaKey::ProducerByteRate).unwrap();
+        assert_eq!(
+            (r.limit, r.budget),
+            (100.0, ("bob".to_string(), String::new()))
+        );
+        assert!(q
+            .resolve("bob", "etl", QuotaKey::ConsumerByteRate)
+            .is_none());
+
+        // Removing one key keeps the other; removing a missing one is no error.
+        let remove = [quota_entry(
+            &[("user", Some("alice")), ("client-id", Some("etl"))],
+            &[("producer_byte_rate", None), ("request_percentage", None)],
+        )];
+        let (results, records) = alter_client_quotas(&remove, false);
+        assert!(results.iter().all(Result::is_ok));
+        assert!(state.apply_batch(2, &records).is_empty());
+        assert_eq!(state.client_quota(&alice_etl, "producer_byte_rate"), None);
+        assert_eq!(
+            state.client_quota(&alice_etl, "consumer_byte_rate"),
+            Some(2048.0)
+        );
+        assert_eq!(state.client_quotas().count(), 2);
+
+        // validate_only checks and writes nothing.
+        let (results, records) = alter_client_quotas(&set, true);
+        assert!(results.iter().all(Result::is_ok) && records.is_empty());
+    }
+
+    #[test]
+    fn bad_quota_entries_are_refused_alone_with_invalid_request() {
+        let entries = [
+            quota_entry(&[], &[("producer_byte_rate", Some(1.0))]),
+            quota_entry(
+                &[("group", Some("g"))],
+                &[("producer_byte_rate", Some(1.0))],
+            ),
+            quota_entry(
+                &[("ip", Some("10.0.0.1"))],
+                &[("connection_creation_rate", Some(1.0))],
+            ),
+            quota_entry(
+                &[("user", Some("a")), ("user", Some("b"))],
+                &[("producer_byte_rate", Some(1.0))],
+            ),
+            quota_entry(&[("user", Some("a"))], &[("produce_byte_rate", Some(1.0))]),
+            quota_entry(
+                &[("user", Some("a"))],
+                &[
+                    ("producer_byte_rate", Some(1.0)),
+                    ("producer_byte_rate", Some(2.0)),
+                ],
+            ),
+            quota_entry(&[("user", Some("a"))], &[("producer_byte_rate", Some(0.0))]),
+            quota_entry(
+                &[("user", Some("a"))],
+                &[("consumer_byte_rate", Some(f64::NAN))],
+            ),
+            // One bad op spoils its entry only.
+            quota_entry(
+                &[("user", Some("a"))],
+                &[
+                    ("consumer_byte_rate", Some(10.0)),
+                    ("producer_byte_rate", Some(-1.0)),
+                ],
+            ),
+            quota_entry(
+                &[("client-id", None)],
+                &[("request_percentage", Some(25.0))],
+            ),
+        ];
+        let (results, records) = alter_client_quotas(&entries, false);
+        for (i, r) in results.iter().enumerate().take(entries.len() - 1) {
+            let e = r.as_ref().expect_err("refused");
+            assert_eq!(e.kafka_code(), 42, "entry {i}: {e}");
+        }
+        assert!(results.last().unwrap().is_ok());
+        assert_eq!(
+            records.len(),
+            1,
+            "only the good entry's record: {records:?}"
+        );
     }
 }

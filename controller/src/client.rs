@@ -24,7 +24,7 @@ use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 use skiff_security::SharedSecret;
 
-use crate::access::{AclFilterRecord, ScramAlteration};
+use crate::access::{AclFilterRecord, QuotaAlteration, ScramAlteration};
 use crate::decisions::{
     AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Reassignment, Registration,
 };
@@ -318,6 +318,20 @@ impl ControllerClient {
         bindings: Vec<AclRecord>,
     ) -> Result<(u64, Vec<Option<(i16, String)>>), ClientError> {
         self.per_entry(Request::CreateAcls { bindings }).await
+    }
+
+    /// AlterClientQuotas: per entry, `None` if applied (or, with
+    /// `validate_only`, acceptable), else the refusal.
+    pub async fn alter_client_quotas(
+        &self,
+        entries: Vec<QuotaAlteration>,
+        validate_only: bool,
+    ) -> Result<(u64, Vec<Option<(i16, String)>>), ClientError> {
+        self.per_entry(Request::AlterClientQuotas {
+            entries,
+            validate_only,
+        })
+        .await
     }
 
     /// DeleteAcls: per filter, the bindings it removed or its refusal.

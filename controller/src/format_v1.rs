@@ -135,6 +135,7 @@ impl From<StateImageV1> for StateImage {
             cluster_id: image.cluster_id,
             scram_credentials: Vec::new(),
             acls: Vec::new(),
+            client_quotas: Vec::new(),
         }
     }
 }

@@ -72,6 +72,7 @@ impl From<StateImageV2> for StateImage {
             cluster_id: image.cluster_id,
             scram_credentials: Vec::new(),
             acls: Vec::new(),
+            client_quotas: Vec::new(),
         }
     }
 }

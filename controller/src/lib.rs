@@ -22,6 +22,7 @@ pub mod client;
 pub mod decisions;
 mod format_v1;
 mod format_v2;
+mod format_v3;
 pub mod node;
 pub mod records;
 pub mod rpc;

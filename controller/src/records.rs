@@ -33,8 +33,9 @@ pub const NO_LEADER: NodeId = -1;
 /// replicas (reassignments), `UnregisterNode`.
 /// 3: SCRAM credentials and ACLs (`UserScramCredential`, `Acl` and their
 /// removals) and the state's sets of them.
-/// Formats 1 and 2 are read too (`format_v1`, `format_v2`).
-pub const FORMAT_VERSION: u8 = 3;
+/// 4: client quotas (`ClientQuota`) and the state's set of them.
+/// Formats 1 to 3 are read too (`format_v1`, `format_v2`, `format_v3`).
+pub const FORMAT_VERSION: u8 = 4;
 
 /// A batch larger than this is refused before decoding (a metadata batch is a
 /// handful of records; the biggest is a topic creation with its partitions).
@@ -195,6 +196,37 @@ pub enum MetadataRecord {
     RemoveUserScramCredential(RemoveUserScramCredential),
     Acl(AclRecord),
     RemoveAcl(AclRecord),
+    ClientQuota(ClientQuotaRecord),
+}
+
+/// One component of a client quota entity (Kafka's `EntityData`): its type
+/// (`user`, `client-id`) and its name, `None` for the type's `<default>`.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QuotaEntityPart {
+    pub entity_type: String,
+    pub name: Option<String>,
+}
+
+/// Entity types of client quotas (Kafka's `ClientQuotaEntity`).
+pub const QUOTA_USER: &str = "user";
+pub const QUOTA_CLIENT_ID: &str = "client-id";
+
+/// One quota of one entity set or removed (Kafka's `ClientQuotaRecord`).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ClientQuotaRecord {
+    /// Its components, sorted by type, each type at most once.
+    pub entity: Vec<QuotaEntityPart>,
+    /// `producer_byte_rate`, `consumer_byte_rate`, `request_percentage`.
+    pub key: String,
+    /// The value's `f64::to_bits` (kept as bits so records compare exactly);
+    /// `None` removes the quota.
+    pub value_bits: Option<u64>,
+}
+
+impl ClientQuotaRecord {
+    pub fn value(&self) -> Option<f64> {
+        self.value_bits.map(f64::from_bits)
+    }
 }
 
 /// A user's SCRAM credential for one mechanism (AlterUserScramCredentials'
@@ -272,7 +304,12 @@ pub fn encode_batch(records: &[MetadataRecord]) -> Vec<u8> {
 
 /// Decodes what `encode_batch` wrote.
 pub fn decode_batch(bytes: &[u8]) -> Result<Vec<MetadataRecord>, RecordError> {
-    decode_versioned::<Vec<MetadataRecord>, crate::format_v1::Batch, crate::format_v2::Batch>(bytes)
+    decode_versioned::<
+        Vec<MetadataRecord>,
+        crate::format_v1::Batch,
+        crate::format_v2::Batch,
+        crate::format_v3::Batch,
+    >(bytes)
 }
 
 /// Version byte + rkyv archive of any archivable value (batches, state snapshots).
@@ -300,8 +337,8 @@ where
 }
 
 /// Decodes what `encode_versioned` wrote: a `T` in the current format, or a
-/// `V1` (`V2`) in format 1 (2) converted into a `T`.
-pub(crate) fn decode_versioned<T, V1, V2>(bytes: &[u8]) -> Result<T, RecordError>
+/// `V1` (`V2`, `V3`) in format 1 (2, 3) converted into a `T`.
+pub(crate) fn decode_versioned<T, V1, V2, V3>(bytes: &[u8]) -> Result<T, RecordError>
 where
     T: Archive,
     T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
@@ -312,6 +349,9 @@ where
     V2: Archive + Into<T>,
     V2::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
         + Deserialize<V2, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
+    V3: Archive + Into<T>,
+    V3::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
+        + Deserialize<V3, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
 {
     let (&version, rest) = bytes.split_first().ok_or(RecordError::Empty)?;
     if !(1..=FORMAT_VERSION).contains(&version) {
@@ -340,6 +380,11 @@ where
         }
         2 => {
             return rkyv::from_bytes::<V2, rkyv::rancor::Error>(&aligned)
+                .map(Into::into)
+                .map_err(malformed)
+        }
+        3 => {
+            return rkyv::from_bytes::<V3, rkyv::rancor::Error>(&aligned)
                 .map(Into::into)
                 .map_err(malformed)
         }
@@ -471,8 +516,8 @@ pub(crate) mod tests {
 /// `tests::sample_records()`, and `ClusterState::to_snapshot` after applying
 /// that batch. The metadata log and its snapshots outlive the binary that
 /// wrote them, so a change to any record's or the state's layout must fail
-/// here first (the format-3 bytes below), and come with a FORMAT_VERSION bump
-/// and a reader for the older formats (`format_v1`, `format_v2`). `SKIFF_PRINT_GOLDEN=1
+/// here first (the format-4 bytes below), and come with a FORMAT_VERSION bump
+/// and a reader for the older formats (`format_v1` to `format_v3`). `SKIFF_PRINT_GOLDEN=1
 /// cargo test -p skiff-controller golden -- --nocapture` prints the current
 /// format's bytes.
 #[cfg(test)]
@@ -606,6 +651,82 @@ const GOLDEN_SNAPSHOT_V3: &[&str] = &[
 ];
 
 #[cfg(test)]
+const GOLDEN_BATCH_V4: &[&str] = &[
+    "040c45ad7f504c41494e5445585400000089000000f4ffffff31302e302e302e3384230000726574656e74696f6e2e6d",
+    "738c000000f4ffffff31303030ffffffff010000000200000003000000010000000300000001000000636c65616e7570",
+    "2e706f6c6963790000010000000200000001000000020000000300000001000000020000000300000002000000010101",
+    "010101010101010101010101010101010101010101020202020202020202020202020202020202020202020202020202",
+    "020202020202020202020202020202020202020202020202020202020202020202020202020303030303030303030303",
+    "030303030303030303030303030303030303030303030303030303030303030303030303030303030303030303030303",
+    "030303030304040404040404040404040404040404040404040404040405050505050505050505050505050505050505",
+    "050505050505050505050505050606060606060606060606060606060606060606060606060606060606060606557365",
+    "723a616c696365557365723a616c696365557365723a616c696365000075736572ffffffff01000000616c696365ffff",
+    "ff70726f64756365725f627974655f72617465636c69656e742d69640089000000f6ffffff0000000000000000000000",
+    "0075736572ffffffff01000000616c696365ffffff636f6e73756d65725f627974655f72617465636c69656e742d6964",
+    "0089000000f6ffffff0100000065746cffffffffff726571756573745f70657263656e74616765636c69656e742d6964",
+    "0089000000f6ffffff0100000065746cffffffffff726571756573745f70657263656e74616765000000000000000000",
+    "00000000000300000007070707070707070707070707070707000000000c000000000000007cfdffff01000000010000",
+    "007261636b2d61ffff0000000000000000000000000000000000000000010000000000000003000000000000000c0000",
+    "000000000002000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "00000000000000000000000000020000006f7264657273ffff010101010101010101010101010101010200000004fdff",
+    "ff0100000000000000000000000000000000000000000000000000000000000000000000000000000000000000040000",
+    "000101010101010101010101010101010101000000ccfcffff03000000d0fcffff020000000300000004000000090000",
+    "000000000000000000000000000000000000000000000000000000000005000000010101010101010101010101010101",
+    "0101000000010000008cfcffff0100000001000000ffffffff050000000a000000000000000000000000000000000000",
+    "000000000000000000000000000301010101010101010101010101010101000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000060000",
+    "00020000006f7264657273ffff8e000000fcfbffff000000000000000000000000000000000000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000600000001000000020000000000000078ffff",
+    "ffffffffff0100000079ffffffffffffff00000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000800000003000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000020000",
+    "006d6f766573ffffff02020202020202020202020202020202010000000cfbffff000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000004000000020202020202020202020202020202",
+    "0200000000c4faffff02000000c4faffff02000000010000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000500000002020202020202020202020202020202000000000000000000000000000000",
+    "00000000000000000000000000010000000100000064faffff0300000068faffff0100000064faffff01000000090000",
+    "00616c696365ffffff0200000050faffff1800000060faffff4000000098faffff400000000010000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000009000000626f62ffffffffff0100000098faff",
+    "ff18000000a8faffff20000000c0faffff20000000002000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000a000000626f62ffffffffff0100000000000000000000000000000000000000000000",
+    "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000b0000",
+    "00020000006f7264657273ffff030000008a0000004cfaffff2affffffffffffff030300000000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000b000000020000006f7264ffffffffff040000",
+    "008a00000006faffff2affffffffffffff03030000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000c000000020000006f7264657273ffff030000008a000000c0f9ffff2affffffffffff",
+    "ff03030000000000000000000000000000000000000000000000000000000000000000000000000000000000000d0000",
+    "000000000088f9ffff010000009200000094f9ffff010000000000000000000000000030410000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000d0000000000000068f9ffff02000000920000",
+    "0088f9ffff010000000000000000000000d0124341000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000d000000000000005cf9ffff010000009200000068f9ffff0100000000000000000000",
+    "0000004940000000000000000000000000000000000000000000000000000000000000000000000000000000000d0000",
+    "00000000003cf9ffff010000009200000048f9ffff000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000020f9ffff16000000",
+];
+
+#[cfg(test)]
+const GOLDEN_SNAPSHOT_V4: &[&str] = &[
+    "049b92800b03000000010000000200000001000000020000000300000002000000000000000000000000000000000000",
+    "000000000000000000ccffffff03000000d0ffffff02000000010000000000000001000000c4ffffff01000000c0ffff",
+    "ff0100000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000000000000000000010000006d6f766573ffff",
+    "ff02020202020202020202020202020202d4feffff0000000001000000e4feffff0100000078ffffffffffffff79ffff",
+    "ffffffffff010000000200000000000000e4ffffff010000000101010101010101010101010101010101010101010101",
+    "010202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202",
+    "020202020202020202020202020202020203030303030303030303030303030303030303030303030303030303030303",
+    "030303030303030303030303030303030303030303030303030303030303030303616c696365ffffff020000005cffff",
+    "ff180000006cffffff40000000a4ffffff4000000000100000557365723a616c6963650000020000006f7264ffffffff",
+    "ff040000008a000000e4ffffff2affffffffffffff03030000636c69656e742d696400000089000000f4ffffff000000",
+    "00000000000000000075736572ffffffff01000000616c696365ffffff636f6e73756d65725f627974655f7261746500",
+    "0075736572ffffffff01000000616c696365ffffff70726f64756365725f627974655f7261746500000000000098ffff",
+    "ff0200000092000000b8ffffff010000000000000000000000d0124341b4ffffff0100000092000000c0ffffff010000",
+    "00000000000000000000003041f8fcffff0000000004feffff0100000038feffff010000000c00000000000000010000",
+    "0000000000000000000000000000000000c0feffff01000000ecfeffff010000007cffffff0200000000000000",
+];
+
+#[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod golden {
     use super::*;
@@ -726,8 +847,59 @@ mod golden {
     }
 
     #[test]
-    fn batches_and_snapshots_of_format_3_are_unchanged() {
+    fn batches_and_snapshots_of_format_3_still_decode() {
         let records = security_records();
+        let batch = bytes(GOLDEN_BATCH_V3);
+        assert_eq!(batch[0], 3);
+        assert_eq!(decode_batch(&batch).unwrap(), records);
+        let state = ClusterState::from_snapshot(&bytes(GOLDEN_SNAPSHOT_V3)).unwrap();
+        let mut expected = ClusterState::new();
+        expected.apply_batch(1, &records);
+        assert_eq!(state, expected);
+    }
+
+    /// Format 4's addition: client quotas, set and removed.
+    fn quota_records() -> Vec<MetadataRecord> {
+        let part = |t: &str, n: Option<&str>| QuotaEntityPart {
+            entity_type: t.into(),
+            name: n.map(Into::into),
+        };
+        let quota = |entity: Vec<QuotaEntityPart>, key: &str, value: Option<f64>| {
+            MetadataRecord::ClientQuota(ClientQuotaRecord {
+                entity,
+                key: key.into(),
+                value_bits: value.map(f64::to_bits),
+            })
+        };
+        let mut records = security_records();
+        records.extend([
+            quota(
+                vec![part(QUOTA_USER, Some("alice"))],
+                "producer_byte_rate",
+                Some(1048576.0),
+            ),
+            quota(
+                vec![part(QUOTA_CLIENT_ID, None), part(QUOTA_USER, Some("alice"))],
+                "consumer_byte_rate",
+                Some(2.5e6),
+            ),
+            quota(
+                vec![part(QUOTA_CLIENT_ID, Some("etl"))],
+                "request_percentage",
+                Some(50.0),
+            ),
+            quota(
+                vec![part(QUOTA_CLIENT_ID, Some("etl"))],
+                "request_percentage",
+                None,
+            ),
+        ]);
+        records
+    }
+
+    #[test]
+    fn batches_and_snapshots_of_format_4_are_unchanged() {
+        let records = quota_records();
         let batch = encode_batch(&records);
         let snapshot = {
             let mut state = ClusterState::new();
@@ -740,6 +912,7 @@ mod golden {
             );
             assert_eq!(state.scram_credentials().count(), 1);
             assert_eq!(state.acls().len(), 1);
+            assert_eq!(state.client_quotas().count(), 2);
             state.to_snapshot()
         };
         if std::env::var_os("SKIFF_PRINT_GOLDEN").is_some() {
@@ -751,9 +924,9 @@ mod golden {
                 }
             }
         }
-        assert_eq!(batch, bytes(GOLDEN_BATCH_V3));
+        assert_eq!(batch, bytes(GOLDEN_BATCH_V4));
         assert_eq!(decode_batch(&batch).unwrap(), records);
-        assert_eq!(snapshot, bytes(GOLDEN_SNAPSHOT_V3));
+        assert_eq!(snapshot, bytes(GOLDEN_SNAPSHOT_V4));
         let state = ClusterState::from_snapshot(&snapshot).unwrap();
         assert_eq!(state.to_snapshot(), snapshot);
     }

@@ -33,7 +33,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use skiff_security::{peer_auth, PeerAuthError, SharedSecret};
 
-use crate::access::{AclFilterRecord, ScramAlteration};
+use crate::access::{AclFilterRecord, QuotaAlteration, ScramAlteration};
 use crate::decisions::{
     AlterPartition, ElectionType, Heartbeat, HeartbeatReply, Reassignment, Registration,
 };
@@ -191,6 +191,11 @@ pub enum Request {
     /// DeleteAcls; answered `DeletedAcls`.
     DeleteAcls {
         filters: Vec<AclFilterRecord>,
+    },
+    /// AlterClientQuotas; answered `PerEntry`, one per entry.
+    AlterClientQuotas {
+        entries: Vec<QuotaAlteration>,
+        validate_only: bool,
     },
 }
 

@@ -66,7 +66,7 @@ use raft::prelude::{EntryType, Message, MessageType};
 use raft::{GetEntriesContext, Storage as _};
 use skiff_security::SharedSecret;
 
-use crate::access::{self, AclFilterRecord, ScramAlteration};
+use crate::access::{self, AclFilterRecord, QuotaAlteration, ScramAlteration};
 use crate::decisions::{
     self, AlterPartition, ControllerConfig, ControllerError, CreateTopic, ElectionType, Heartbeat,
     Reassignment, Registration, Sessions,
@@ -447,6 +447,7 @@ enum Decision {
     AlterScramCredentials(Vec<ScramAlteration>),
     CreateAcls(Vec<AclRecord>),
     DeleteAcls(Vec<AclFilterRecord>),
+    AlterClientQuotas(Vec<QuotaAlteration>, bool),
 }
 
 /// How to answer once a decision's batch committed.
@@ -831,6 +832,10 @@ impl Core {
             }
             Decision::CreateAcls(bindings) => {
                 let (results, records) = access::create_acls(state, bindings);
+                Ok((records, Done::PerEntry(refusals(results))))
+            }
+            Decision::AlterClientQuotas(entries, validate_only) => {
+                let (results, records) = access::alter_client_quotas(entries, *validate_only);
                 Ok((records, Done::PerEntry(refusals(results))))
             }
             Decision::DeleteAcls(filters) => {
@@ -1296,6 +1301,10 @@ async fn handle(shared: &Rc<Shared>, request: Request) -> Response {
         }
         Request::CreateAcls { bindings } => Decision::CreateAcls(bindings),
         Request::DeleteAcls { filters } => Decision::DeleteAcls(filters),
+        Request::AlterClientQuotas {
+            entries,
+            validate_only,
+        } => Decision::AlterClientQuotas(entries, validate_only),
     };
     let rx = {
         let mut core = shared.core.borrow_mut();

@@ -20,9 +20,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::records::{
-    self, AclRecord, ConfigResource, Endpoint, MetadataRecord, NodeId, NodeRegistrationChange,
-    PartitionChange, RecordError, RegisterNode, RegistrationChange, ReplicaSet, TopicId,
-    UserScramCredential, NO_LEADER,
+    self, AclRecord, ClientQuotaRecord, ConfigResource, Endpoint, MetadataRecord, NodeId,
+    NodeRegistrationChange, PartitionChange, QuotaEntityPart, RecordError, RegisterNode,
+    RegistrationChange, ReplicaSet, TopicId, UserScramCredential, NO_LEADER,
 };
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -206,6 +206,8 @@ pub struct ClusterState {
     /// (user, Kafka mechanism type) -> credential.
     scram: BTreeMap<(String, i8), UserScramCredential>,
     acls: BTreeSet<AclRecord>,
+    /// Client quotas: entity -> key -> the value's `f64::to_bits`.
+    client_quotas: BTreeMap<Vec<QuotaEntityPart>, BTreeMap<String, u64>>,
 }
 
 /// The snapshot form of `ClusterState` (plain vectors: simple to archive).
@@ -219,6 +221,7 @@ pub(crate) struct StateImage {
     pub(crate) cluster_id: Option<String>,
     pub(crate) scram_credentials: Vec<UserScramCredential>,
     pub(crate) acls: Vec<AclRecord>,
+    pub(crate) client_quotas: Vec<ClientQuotaRecord>,
 }
 
 impl ClusterState {
@@ -439,6 +442,25 @@ impl ClusterState {
                 self.acls.remove(a);
                 Ok(())
             }
+            MetadataRecord::ClientQuota(q) => {
+                match q.value_bits {
+                    Some(bits) => {
+                        self.client_quotas
+                            .entry(q.entity.clone())
+                            .or_default()
+                            .insert(q.key.clone(), bits);
+                    }
+                    None => {
+                        if let Some(keys) = self.client_quotas.get_mut(&q.entity) {
+                            keys.remove(&q.key);
+                            if keys.is_empty() {
+                                self.client_quotas.remove(&q.entity);
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
             MetadataRecord::ClusterId(c) => match &self.cluster_id {
                 Some(id) if *id != c.cluster_id => Err(ApplyError::ClusterIdSet(id.clone())),
                 _ => {
@@ -465,6 +487,22 @@ impl ClusterState {
 
     pub fn acls(&self) -> &BTreeSet<AclRecord> {
         &self.acls
+    }
+
+    /// Every client quota: (entity, key, value), by entity then key.
+    pub fn client_quotas(&self) -> impl Iterator<Item = (&[QuotaEntityPart], &str, f64)> {
+        self.client_quotas.iter().flat_map(|(entity, keys)| {
+            keys.iter()
+                .map(move |(k, bits)| (entity.as_slice(), k.as_str(), f64::from_bits(*bits)))
+        })
+    }
+
+    /// The quotas of one entity, by key.
+    pub fn client_quota(&self, entity: &[QuotaEntityPart], key: &str) -> Option<f64> {
+        self.client_quotas
+            .get(entity)?
+            .get(key)
+            .map(|bits| f64::from_bits(*bits))
     }
 
     fn apply_register(&mut self, offset: u64, r: &RegisterNode) -> Result<(), ApplyError> {
@@ -597,6 +635,17 @@ impl ClusterState {
             cluster_id: self.cluster_id.clone(),
             scram_credentials: self.scram.values().cloned().collect(),
             acls: self.acls.iter().cloned().collect(),
+            client_quotas: self
+                .client_quotas
+                .iter()
+                .flat_map(|(entity, keys)| {
+                    keys.iter().map(move |(key, bits)| ClientQuotaRecord {
+                        entity: entity.clone(),
+                        key: key.clone(),
+                        value_bits: Some(*bits),
+                    })
+                })
+                .collect(),
         };
         records::encode_versioned(&image)
     }
@@ -606,6 +655,7 @@ impl ClusterState {
             StateImage,
             crate::format_v1::StateImageV1,
             crate::format_v2::StateImageV2,
+            crate::format_v3::StateImageV3,
         >(bytes)?;
         let mut state = ClusterState {
             broker_epoch_max: image.broker_epoch_max,
@@ -619,6 +669,15 @@ impl ClusterState {
             acls: image.acls.into_iter().collect(),
             ..Default::default()
         };
+        for q in image.client_quotas {
+            if let Some(bits) = q.value_bits {
+                state
+                    .client_quotas
+                    .entry(q.entity)
+                    .or_default()
+                    .insert(q.key, bits);
+            }
+        }
         for n in image.nodes {
             state.nodes.insert(n.node_id, n);
         }

@@ -611,6 +611,22 @@ impl Dump<'_> {
             ),
             MetadataRecord::Acl(a) => ("Acl", acl_fields(a)),
             MetadataRecord::RemoveAcl(a) => ("RemoveAcl", acl_fields(a)),
+            MetadataRecord::ClientQuota(q) => (
+                "ClientQuota",
+                vec![
+                    (
+                        "entity",
+                        json!(q
+                            .entity
+                            .iter()
+                            .map(|p| json!({"entityType": p.entity_type, "entityName": p.name}))
+                            .collect::<Vec<_>>()),
+                    ),
+                    ("key", json!(q.key)),
+                    ("value", json!(q.value())),
+                    ("remove", json!(q.value_bits.is_none())),
+                ],
+            ),
         }
     }
 }
