@@ -332,7 +332,7 @@ pub fn users(bootstrap: &str) -> anyhow::Result<Vec<UserCredentials>> {
 }
 
 /// An error code other than 0 as the error of the admin call `api`.
-fn refused(api: &str, code: i16, message: Option<&str>) -> anyhow::Result<()> {
+pub(crate) fn refused(api: &str, code: i16, message: Option<&str>) -> anyhow::Result<()> {
     if code != 0 {
         bail!("{api}: {} (error {code})", message.unwrap_or("refused"));
     }

@@ -906,6 +906,21 @@ pub async fn create_acls(
     Ok(refusals)
 }
 
+/// AlterClientQuotas through the controller; each entry's refusal or
+/// `None`, once this node has applied the outcome.
+pub async fn alter_client_quotas(
+    entries: Vec<skiff_controller::access::QuotaAlteration>,
+    validate_only: bool,
+) -> Result<Vec<Option<(i16, String)>>, ClusterError> {
+    let broker = Broker::current().ok_or_else(not_running)?;
+    let (offset, refusals) = broker
+        .client
+        .alter_client_quotas(entries, validate_only)
+        .await?;
+    broker.wait_applied(offset, START_TIMEOUT).await?;
+    Ok(refusals)
+}
+
 /// DeleteAcls through the controller: per filter, the bindings removed or
 /// its refusal, once this node has applied the outcome.
 pub async fn delete_acls(

@@ -177,6 +177,10 @@ pub struct NodeConfig {
     /// (`IP:N,IP:N`).
     pub max_connections_per_ip: usize,
     pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
+    /// `quota.window.num` and `quota.window.size.seconds`: client quotas'
+    /// rates are measured over this many windows of this size (11 x 1 s).
+    pub quota_window_num: usize,
+    pub quota_window_size_seconds: u64,
 }
 
 /// One Kafka listener as configured (`listeners`).
@@ -366,6 +370,8 @@ impl NodeConfig {
             max_connections: usize::MAX,
             max_connections_per_ip: usize::MAX,
             max_connections_per_ip_overrides: Default::default(),
+            quota_window_num: skiff_security::quota::DEFAULT_SAMPLES,
+            quota_window_size_seconds: skiff_security::quota::DEFAULT_WINDOW_MS / 1000,
             sasl_mechanisms: vec![
                 skiff_security::Mechanism::Scram(skiff_security::ScramMechanism::Sha256),
                 skiff_security::Mechanism::Scram(skiff_security::ScramMechanism::Sha512),
@@ -506,6 +512,20 @@ impl NodeConfig {
                         "PEM (convert a JKS or PKCS12 store with keytool and openssl)",
                     ));
                 }
+            }
+            "quota.window.num" => {
+                self.quota_window_num = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 2)
+                    .ok_or_else(|| bad("a count >= 2"))?
+            }
+            "quota.window.size.seconds" => {
+                self.quota_window_size_seconds = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad("seconds >= 1"))?
             }
             "max.connections" => {
                 self.max_connections = connection_limit(value).ok_or_else(|| bad("a count >= 0"))?

@@ -22,6 +22,8 @@ pub mod listeners;
 pub mod metrics;
 pub mod node;
 pub mod producer;
+pub mod quota;
+pub mod quota_admin;
 pub mod reassign;
 pub mod replica;
 pub mod sasl;

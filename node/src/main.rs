@@ -110,6 +110,75 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// Client quotas (KIP-13, KIP-124: byte rates and request percentage per
+    /// user and client id): `skiff quota set --client-id etl --set
+    /// producer_byte_rate=1048576`.
+    Quota {
+        #[command(subcommand)]
+        command: QuotaCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum QuotaCommand {
+    /// Sets quotas of one entity: producer_byte_rate, consumer_byte_rate
+    /// (bytes per second), request_percentage (percent of one core).
+    Set {
+        #[command(flatten)]
+        entity: QuotaEntityArgs,
+        /// KEY=VALUE (repeatable).
+        #[arg(long = "set", required = true)]
+        settings: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Removes quotas of one entity.
+    Remove {
+        #[command(flatten)]
+        entity: QuotaEntityArgs,
+        /// A quota's name (repeatable).
+        #[arg(long = "remove", required = true)]
+        keys: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// The quotas of the entities named (all without names).
+    List {
+        #[command(flatten)]
+        entity: QuotaEntityArgs,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Args)]
+struct QuotaEntityArgs {
+    /// A user (a principal's name: alice for User:alice).
+    #[arg(long, conflicts_with = "user_default")]
+    user: Option<String>,
+    /// Every user without a quota of its own (`<default>`).
+    #[arg(long)]
+    user_default: bool,
+    #[arg(long, conflicts_with = "client_id_default")]
+    client_id: Option<String>,
+    /// Every client id without a quota of its own (`<default>`).
+    #[arg(long)]
+    client_id_default: bool,
+}
+
+impl QuotaEntityArgs {
+    fn entity(&self) -> skiff_node::quota_admin::Entity {
+        use skiff_node::quota_admin::Name;
+        let name = |named: &Option<String>, default: bool| match (named, default) {
+            (Some(n), _) => Some(Name::Named(n.clone())),
+            (None, true) => Some(Name::Default),
+            (None, false) => None,
+        };
+        skiff_node::quota_admin::Entity {
+            user: name(&self.user, self.user_default),
+            client_id: name(&self.client_id, self.client_id_default),
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -575,6 +644,7 @@ fn main() {
         Command::Cluster { command } => cluster(command),
         Command::User { command } => user(command),
         Command::Acl { command } => acl(command),
+        Command::Quota { command } => quota(command),
         Command::Partition { command } => partition(command),
     };
     if let Err(e) = result {
@@ -1172,6 +1242,32 @@ fn reassign_command(
             "{}-{}: replicas {:?}, adding {:?}, removing {:?}",
             r.topic, r.partition, r.replicas, r.adding, r.removing
         );
+    }
+    Ok(())
+}
+
+fn quota(command: QuotaCommand) -> anyhow::Result<()> {
+    use skiff_node::quota_admin;
+    match command {
+        QuotaCommand::Set {
+            entity,
+            settings,
+            conn,
+        } => {
+            let set = settings
+                .iter()
+                .map(|s| quota_admin::parse_setting(s))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            quota_admin::alter(&conn.bootstrap, &entity.entity(), &set, &[])?;
+        }
+        QuotaCommand::Remove { entity, keys, conn } => {
+            quota_admin::alter(&conn.bootstrap, &entity.entity(), &[], &keys)?;
+        }
+        QuotaCommand::List { entity, conn } => {
+            for line in quota_admin::list(&conn.bootstrap, &entity.entity())? {
+                println!("{line}");
+            }
+        }
     }
     Ok(())
 }

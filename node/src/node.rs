@@ -214,6 +214,10 @@ impl Node {
                 config.max_connections_per_ip,
                 config.max_connections_per_ip_overrides.clone(),
             ),
+            quota_budgets: crate::quota::QuotaBudgets::new(
+                config.quota_window_num,
+                config.quota_window_size_seconds.saturating_mul(1000),
+            ),
         });
         for core in 0..runtime.shards() {
             let node = node.clone();

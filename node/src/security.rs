@@ -1,5 +1,5 @@
-//! Each core's copy of the cluster's security metadata: SCRAM credentials and
-//! ACL bindings, derived on core 0 from the committed metadata state (as the
+//! Each core's copy of the cluster's security metadata: SCRAM credentials,
+//! ACL bindings and client quotas, derived on core 0 from the committed metadata state (as the
 //! topic table is) and shared read-only with every core inside the
 //! `TopicTable`, so a connection's core reads them without a cross-core call.
 //! Rebuilt only when a metadata batch touched them (`Broker::security_dirty`).
@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use skiff_controller::access;
 use skiff_controller::state::ClusterState;
+use skiff_security::quota::Quotas;
 use skiff_security::{AclBinding, Authorizer, ScramCredential, ScramMechanism};
 
 /// How the node authorizes (`authorizer.class.name`, `super.users`,
@@ -28,6 +29,8 @@ pub struct Security {
     /// The ACLs indexed for decisions; `None`: no authorizer configured,
     /// everything is allowed.
     pub authorizer: Option<Authorizer>,
+    /// Client quotas (`crate::quota` enforces them; DescribeClientQuotas).
+    pub quotas: Quotas,
 }
 
 impl Security {
@@ -55,6 +58,7 @@ impl Security {
             acls,
             credentials,
             authorizer,
+            quotas: access::quotas(state),
         }
     }
 
@@ -75,6 +79,10 @@ pub fn touches(record: &skiff_controller::records::MetadataRecord) -> bool {
     use skiff_controller::records::MetadataRecord as R;
     matches!(
         record,
-        R::UserScramCredential(_) | R::RemoveUserScramCredential(_) | R::Acl(_) | R::RemoveAcl(_)
+        R::UserScramCredential(_)
+            | R::RemoveUserScramCredential(_)
+            | R::Acl(_)
+            | R::RemoveAcl(_)
+            | R::ClientQuota(_)
     )
 }

@@ -208,12 +208,14 @@ async fn read_requests<R: AsyncRead + Unpin>(
     );
     let listener_name: Rc<str> = listener.name.as_str().into();
     let ip = client_host.trim_start_matches('/').to_string();
+    let mute = Rc::new(crate::quota::Mute::default());
     let session_of = |auth: &ConnectionAuth| {
         Rc::new(Session {
             principal: auth.principal(),
             ip: ip.clone(),
             client_host: client_host.clone(),
             listener: listener_name.clone(),
+            mute: mute.clone(),
         })
     };
     let mut session = session_of(&auth);
@@ -236,6 +238,11 @@ async fn read_requests<R: AsyncRead + Unpin>(
             Some(Ok(Some(frame))) => frame.freeze(),
             Some(Err(e)) => return Err(e.to_string()),
         };
+        // A client over its quota: its next request waits until the throttle
+        // time has passed (KIP-219's mute), so it cannot get ahead by
+        // ignoring throttle_time_ms. Waited here, once the request is in:
+        // the read of it began before the previous response set the mute.
+        mute.wait().await;
         let request = handlers::Request::decode(frame).inspect_err(|_| {
             core.metrics.decode_error();
         })?;
@@ -275,7 +282,17 @@ async fn read_requests<R: AsyncRead + Unpin>(
         }
         // The start of a request runs here, in order (produce appends); the rest
         // as its own task, so responses of pipelined requests overlap.
+        let client_id = request.header.client_id.clone();
+        let started = std::time::Instant::now();
         let rest = handlers::start(core.clone(), request, session.clone()).await;
+        // request_percentage: the core time of the request's in-order part.
+        crate::quota::charge(
+            core,
+            &session,
+            client_id.as_deref().unwrap_or(""),
+            skiff_security::quota::QuotaKey::RequestPercentage,
+            crate::quota::percent_of_core(started.elapsed()),
+        );
         let task = glommio::spawn_local(rest).detach();
         tx.send(task).await.map_err(|_| "writer gone".to_string())?;
     }

@@ -33,6 +33,8 @@ pub struct NodeContext {
     pub tls: Option<crate::tls::Tls>,
     /// `max.connections`, `max.connections.per.ip` (None: no limits).
     pub conn_limits: Option<std::sync::Arc<crate::conn_limits::ConnectionLimits>>,
+    /// Client quotas' usage, node-wide (`crate::quota`).
+    pub quota_budgets: crate::quota::QuotaBudgets,
 }
 
 /// Hands out producer ids in blocks whose end is persisted before use, so ids

@@ -464,6 +464,18 @@ pub async fn create_acls(
     .await
 }
 
+/// AlterClientQuotas, decided by the controller (per entry).
+pub async fn alter_client_quotas(
+    core: &CoreState,
+    entries: Vec<skiff_controller::access::QuotaAlteration>,
+    validate_only: bool,
+) -> Result<Vec<Option<(i16, String)>>, TopicError> {
+    on_core_zero(core, move || {
+        Box::pin(async move { Ok(cluster::alter_client_quotas(entries, validate_only).await?) })
+    })
+    .await
+}
+
 /// DeleteAcls, decided by the controller (per filter).
 pub async fn delete_acls(
     core: &CoreState,

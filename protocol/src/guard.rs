@@ -413,6 +413,35 @@ pub(crate) static ALTER_USER_SCRAM_CREDENTIALS: Schema = Schema {
     flexible_since: 0,
 };
 
+// DescribeClientQuotas (describe_client_quotas_request.rs): components of
+// (entity type, match type, match), strict; AlterClientQuotas
+// (alter_client_quotas_request.rs): entries of (entity of (type, name), ops
+// of (key, value f64, remove)), validate only. Both flexible from v1.
+static QUOTA_COMPONENT: Struct = Struct {
+    fields: &[f(Str), f(I8), f(Str)],
+};
+pub(crate) static DESCRIBE_CLIENT_QUOTAS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&QUOTA_COMPONENT)), f(BOOL)],
+    },
+    flexible_since: 1,
+};
+static QUOTA_ENTITY: Struct = Struct {
+    fields: &[f(Str), f(Str)],
+};
+static QUOTA_OP: Struct = Struct {
+    fields: &[f(Str), f(Fixed(8)), f(BOOL)],
+};
+static QUOTA_ENTRY: Struct = Struct {
+    fields: &[f(Array(&QUOTA_ENTITY)), f(Array(&QUOTA_OP))],
+};
+pub(crate) static ALTER_CLIENT_QUOTAS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&QUOTA_ENTRY)), f(BOOL)],
+    },
+    flexible_since: 1,
+};
+
 // IncrementalAlterConfigs (incremental_alter_configs_request.rs).
 static ALTERABLE_CONFIG: Struct = Struct {
     fields: &[f(Str), f(I8), f(Str)],

@@ -91,6 +91,11 @@ impl Splices {
         self.entries.len()
     }
 
+    /// Bytes of record data registered (what the placeholders stand for).
+    pub fn data_bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.len).sum()
+    }
+
     /// Whether no placeholder is registered.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -139,6 +139,9 @@ pub const SERVED_APIS: &[ServedApi] = &[
         .guarded(&guard::DESCRIBE_USER_SCRAM_CREDENTIALS),
     ServedApi::new(ApiKey::AlterUserScramCredentials, 0, 0)
         .guarded(&guard::ALTER_USER_SCRAM_CREDENTIALS),
+    // Client quotas (KIP-546), kept by the controller like ACLs.
+    ServedApi::new(ApiKey::DescribeClientQuotas, 0, 1).guarded(&guard::DESCRIBE_CLIENT_QUOTAS),
+    ServedApi::new(ApiKey::AlterClientQuotas, 0, 1).guarded(&guard::ALTER_CLIENT_QUOTAS),
 ];
 
 /// The table entry for `api_key`, if skiff serves it.

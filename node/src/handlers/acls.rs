@@ -33,7 +33,7 @@ use crate::state::CoreState;
 use crate::topics;
 
 /// The refusal every entry gets when the controller could not be asked.
-fn unanswered(e: &topics::TopicError) -> (i16, String) {
+pub(super) fn unanswered(e: &topics::TopicError) -> (i16, String) {
     match e {
         topics::TopicError::Refused { code, message } => (*code, message.clone()),
         _ => (ResponseError::RequestTimedOut.code(), e.to_string()),

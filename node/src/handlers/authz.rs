@@ -47,6 +47,9 @@ pub struct Session {
     /// The listener the connection came in on: Metadata and FindCoordinator
     /// answer with that listener's endpoints.
     pub listener: Rc<str>,
+    /// The connection's quota mute (`crate::quota`): shared by the sessions
+    /// of one connection.
+    pub mute: Rc<crate::quota::Mute>,
 }
 
 /// The APIs whose rules are written here (or that need none).
@@ -77,6 +80,8 @@ pub fn covered(api_key: ApiKey) -> bool {
             | DeleteAcls
             | AlterUserScramCredentials
             | DescribeUserScramCredentials
+            | AlterClientQuotas
+            | DescribeClientQuotas
             | DescribeCluster
             | DescribeConfigs
             | AlterConfigs

@@ -17,6 +17,7 @@ mod list_offsets;
 mod metadata;
 mod offsets_for_leader_epoch;
 pub mod produce;
+mod quotas;
 mod reassign;
 
 use std::future::Future;
@@ -32,6 +33,7 @@ use skiff_engine::LogError;
 use skiff_protocol::response::{encode_response, ResponseFrame};
 use skiff_protocol::splice::Splices;
 use skiff_protocol::{request, versions};
+use skiff_security::quota::QuotaKey;
 
 use crate::state::CoreState;
 
@@ -98,11 +100,20 @@ pub async fn start(
         Some(RequestKind::Produce(mut r)) => {
             let started = Instant::now();
             let acks = r.acks;
-            let access = authz::Access::new(core.topics(), session);
+            let access = authz::Access::new(core.topics(), session.clone());
             let denied = authz::produce(&access, &mut r);
+            let bytes = produce::request_bytes(&r);
             let pending = produce::append_phase(&core, r, version).await;
+            let throttle = crate::quota::charge(
+                &core,
+                &session,
+                header.client_id.as_deref().unwrap_or(""),
+                QuotaKey::ProducerByteRate,
+                bytes as f64,
+            );
             Box::pin(async move {
                 let mut response = pending.finish().await?;
+                response.throttle_time_ms = response.throttle_time_ms.max(throttle);
                 authz::produce_denied(&mut response, denied);
                 let response = ResponseKind::Produce(response);
                 core.metrics.produce_latency(acks, started.elapsed());
@@ -182,8 +193,19 @@ async fn handle(
         }
         Some(RequestKind::Fetch(mut r)) => match authz::fetch(&access, &mut r, version) {
             authz::FetchGate::Serve(denied) => {
+                let follower = r.replica_id.0 >= 0 || r.replica_state.replica_id.0 >= 0;
                 let mut response = fetch::handle(&core, r, version, &mut splices).await;
                 authz::fetch_denied(&mut response, denied);
+                if !follower {
+                    let throttle = crate::quota::charge(
+                        &core,
+                        &session,
+                        header.client_id.as_deref().unwrap_or(""),
+                        QuotaKey::ConsumerByteRate,
+                        splices.data_bytes() as f64,
+                    );
+                    response.throttle_time_ms = response.throttle_time_ms.max(throttle);
+                }
                 ResponseKind::Fetch(response)
             }
             authz::FetchGate::Refuse => ResponseKind::Fetch(
@@ -435,6 +457,21 @@ async fn handle(
         }
         Some(RequestKind::CreateAcls(r)) => {
             ResponseKind::CreateAcls(acls::create_acls(&core, r).await)
+        }
+        Some(RequestKind::AlterClientQuotas(r)) if !access.cluster(Op::AlterConfigs) => {
+            ResponseKind::AlterClientQuotas(quotas::alter_client_quotas_refused(&r))
+        }
+        Some(RequestKind::AlterClientQuotas(r)) => {
+            ResponseKind::AlterClientQuotas(quotas::alter_client_quotas(&core, r).await)
+        }
+        Some(RequestKind::DescribeClientQuotas(_)) if !access.cluster(Op::DescribeConfigs) => {
+            ResponseKind::DescribeClientQuotas(
+                kafka_protocol::messages::DescribeClientQuotasResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            )
+        }
+        Some(RequestKind::DescribeClientQuotas(r)) => {
+            ResponseKind::DescribeClientQuotas(quotas::describe_client_quotas(&core, r))
         }
         Some(RequestKind::DescribeAcls(_)) if !access.cluster(Op::Describe) => {
             ResponseKind::DescribeAcls(

@@ -61,6 +61,17 @@ struct AppendedPending {
     appended_size: Option<(usize, i32)>,
 }
 
+/// The bytes of record batches a produce request carries (what
+/// `producer_byte_rate` counts).
+pub fn request_bytes(request: &ProduceRequest) -> usize {
+    request
+        .topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum()
+}
+
 /// Phase one (in request order): validate and append every partition's batch.
 pub async fn append_phase(
     core: &CoreState,

@@ -203,6 +203,17 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         "TLS handshakes on SSL and SASL_SSL listeners that failed; each closed its connection.",
         s.api.tls_handshake_failures,
     );
+    w.family(
+        "skiff_quota_throttled_total",
+        Kind::Counter,
+        "Requests over a client quota (each answered with throttle_time_ms and its connection muted that long), per quota.",
+    );
+    for (key, n) in skiff_security::quota::QuotaKey::ALL
+        .iter()
+        .zip(s.api.throttled)
+    {
+        w.sample("skiff_quota_throttled_total", &[("quota", key.name())], n);
+    }
     w.single(
         "skiff_connections_refused_total",
         Kind::Counter,

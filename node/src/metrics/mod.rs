@@ -88,6 +88,8 @@ pub struct CoreMetrics {
     /// TLS handshakes that failed (garbage, a refused certificate, a
     /// plaintext client on a TLS listener, a timeout).
     tls_handshake_failures: Cell<u64>,
+    /// Requests over a client quota, by `QuotaKey::ALL` index.
+    throttled: [Cell<u64>; 3],
     connections_accepted: Cell<u64>,
     connections_open: Cell<u64>,
     produce_latency_acks_1: Histogram,
@@ -103,6 +105,7 @@ impl Default for CoreMetrics {
             errors: RefCell::default(),
             decode_errors: Cell::new(0),
             tls_handshake_failures: Cell::new(0),
+            throttled: std::array::from_fn(|_| Cell::new(0)),
             connections_accepted: Cell::new(0),
             connections_open: Cell::new(0),
             produce_latency_acks_1: Histogram::default(),
@@ -170,6 +173,15 @@ impl CoreMetrics {
         add(&self.tls_handshake_failures, 1);
     }
 
+    pub fn throttled(&self, key: skiff_security::quota::QuotaKey) {
+        if let Some(i) = skiff_security::quota::QuotaKey::ALL
+            .iter()
+            .position(|k| *k == key)
+        {
+            add(&self.throttled[i], 1);
+        }
+    }
+
     pub fn connection_opened(&self) {
         add(&self.connections_accepted, 1);
         add(&self.connections_open, 1);
@@ -215,6 +227,7 @@ impl CoreMetrics {
             errors: self.errors.borrow().iter().map(|(k, v)| (*k, *v)).collect(),
             decode_errors: self.decode_errors.get(),
             tls_handshake_failures: self.tls_handshake_failures.get(),
+            throttled: std::array::from_fn(|i| self.throttled[i].get()),
             connections_accepted: self.connections_accepted.get(),
             connections_refused: 0,
             connections_open: self.connections_open.get(),
@@ -351,6 +364,8 @@ pub struct ApiSnapshot {
     pub errors: BTreeMap<(i16, i16), u64>,
     pub decode_errors: u64,
     pub tls_handshake_failures: u64,
+    /// Requests throttled, by `QuotaKey::ALL` index.
+    pub throttled: [u64; 3],
     pub connections_accepted: u64,
     /// New connections closed at once for `max.connections.per.ip`
     /// (node-wide, taken once per scrape, not merged).
@@ -374,6 +389,9 @@ impl ApiSnapshot {
         }
         self.decode_errors += other.decode_errors;
         self.tls_handshake_failures += other.tls_handshake_failures;
+        for (t, o) in self.throttled.iter_mut().zip(other.throttled) {
+            *t += o;
+        }
         self.connections_accepted += other.connections_accepted;
         self.connections_open += other.connections_open;
         self.produce_latency_acks_1

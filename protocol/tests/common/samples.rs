@@ -54,6 +54,10 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
+    alter_client_quotas_request, describe_client_quotas_request, AlterClientQuotasRequest,
+    DescribeClientQuotasRequest,
+};
+use kafka_protocol::messages::{
     AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest, BrokerId,
     CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
     DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
@@ -348,6 +352,39 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                 .with_iterations(8192)
                 .with_salt(Bytes::from_static(b"0123456789abcdef"))
                 .with_salted_password(Bytes::from_static(&[7; 64]))])
+            .into(),
+        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::default()
+            .with_components(vec![
+                describe_client_quotas_request::ComponentData::default()
+                    .with_entity_type(s("user"))
+                    .with_match_type(0)
+                    .with_match(Some(s("alice"))),
+                describe_client_quotas_request::ComponentData::default()
+                    .with_entity_type(s("client-id"))
+                    .with_match_type(2)
+                    .with_match(None),
+            ])
+            .with_strict(true)
+            .into(),
+        ApiKey::AlterClientQuotas => AlterClientQuotasRequest::default()
+            .with_entries(vec![alter_client_quotas_request::EntryData::default()
+                .with_entity(vec![
+                    alter_client_quotas_request::EntityData::default()
+                        .with_entity_type(s("user"))
+                        .with_entity_name(Some(s("alice"))),
+                    alter_client_quotas_request::EntityData::default()
+                        .with_entity_type(s("client-id"))
+                        .with_entity_name(None),
+                ])
+                .with_ops(vec![
+                    alter_client_quotas_request::OpData::default()
+                        .with_key(s("producer_byte_rate"))
+                        .with_value(1048576.0),
+                    alter_client_quotas_request::OpData::default()
+                        .with_key(s("consumer_byte_rate"))
+                        .with_remove(true),
+                ])])
+            .with_validate_only(true)
             .into(),
         ApiKey::UnregisterBroker => UnregisterBrokerRequest::default()
             .with_broker_id(BrokerId(4))
