@@ -33,7 +33,19 @@ use kafka_protocol::ResponseError;
 pub const MAX_RESPONSE_BYTES: usize = 256 << 20;
 /// How long a blocking read or write may wait before the run is declared stuck.
 pub const SOCKET_TIMEOUT: Duration = Duration::from_secs(60);
-const CLIENT_ID: &str = "skiff-bench";
+/// The client id every request carries (`--client-id`; quotas key on it).
+static CLIENT_ID: std::sync::OnceLock<StrBytes> = std::sync::OnceLock::new();
+
+/// Sets the client id for the whole process (the first call wins).
+pub fn set_client_id(id: &str) {
+    let _ = CLIENT_ID.set(StrBytes::from_string(id.to_string()));
+}
+
+fn client_id() -> StrBytes {
+    CLIENT_ID
+        .get_or_init(|| StrBytes::from_static_str("skiff-bench"))
+        .clone()
+}
 
 /// Kafka error code for an unknown topic or partition.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -73,7 +85,7 @@ where
         .with_request_api_key(Req::KEY)
         .with_request_api_version(version)
         .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+        .with_client_id(Some(client_id()));
     let mut frame = BytesMut::new();
     frame.put_i32(0);
     header

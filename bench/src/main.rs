@@ -41,6 +41,9 @@ struct Cli {
     command: Command,
     #[command(flatten)]
     tls: tls::TlsArgs,
+    /// The client id of every request (client quotas key on it).
+    #[arg(long, global = true, default_value = "skiff-bench")]
+    client_id: String,
 }
 
 #[derive(Subcommand)]
@@ -75,6 +78,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     tls::enable(&cli.tls)?;
+    kafka::set_client_id(&cli.client_id);
     match cli.command {
         Command::Baseline(args) => baseline::run(args),
         Command::Engine(args) => engine::run(args),

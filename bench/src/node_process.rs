@@ -67,6 +67,17 @@ impl NodeProcess {
         log: &Path,
         tls: Option<(&Path, &Path)>,
     ) -> anyhow::Result<NodeProcess> {
+        Self::start_with_settings(skiff, data_dir, log, tls, &[])
+    }
+
+    /// `start_with`, plus `--set KEY=VALUE` settings.
+    pub fn start_with_settings(
+        skiff: &Path,
+        data_dir: &Path,
+        log: &Path,
+        tls: Option<(&Path, &Path)>,
+        settings: &[String],
+    ) -> anyhow::Result<NodeProcess> {
         let port = free_port()?;
         let bootstrap = format!("127.0.0.1:{port}");
         let log_file = std::fs::File::create(log)
@@ -86,6 +97,9 @@ impl NodeProcess {
                 .args(["--set", &format!("listeners=SSL://{bootstrap}")])
                 .arg("--set")
                 .arg(format!("ssl.keystore.location={}", keystore.display()));
+        }
+        for s in settings {
+            command.args(["--set", s]);
         }
         let child = command
             .stdin(Stdio::null())

@@ -136,6 +136,10 @@ pub fn markdown(r: &Value) -> String {
                 mb_s / limit,
                 target_mark(mb_s / limit, 0.6)
             ),
+            "produce" if name.starts_with("produce probe") => format!(
+                "latency probe at {} records/s (no quota)",
+                f(w, "report.rate")
+            ),
             "produce" if name.ends_with("over TLS") => format!(
                 "{:.2}x the same produce in plaintext",
                 f(r, "tls.produce_vs_plaintext")
@@ -189,6 +193,21 @@ pub fn markdown(r: &Value) -> String {
                 .join(", "))
             .unwrap_or_default()
     );
+    let q = &r["quota"];
+    if q.is_object() {
+        let _ = writeln!(
+            md,
+            "\nClient quota: a producer with a producer_byte_rate quota of {:.0} MB/s, offered as much as it could send, made {:.1} MB/s over whole windows after its first ({:.3}x its quota; {} windows of 1 s; record values, which the quota's batch bytes exceed by about 1%); a probe producer beside it without a quota had p50/p99 {:.2}/{:.2} ms, against {:.2}/{:.2} ms alone.",
+            f(q, "limit_mb_s"),
+            f(q, "greedy_mb_s"),
+            f(q, "greedy_vs_quota"),
+            f(q, "window_num"),
+            f(q, "probe_beside_p50_ms"),
+            f(q, "probe_beside_p99_ms"),
+            f(q, "probe_alone_p50_ms"),
+            f(q, "probe_alone_p99_ms"),
+        );
+    }
     md
 }
 

@@ -106,7 +106,7 @@ impl Plan {
     }
 
     /// Estimated seconds per step, for the progress bar.
-    fn estimates(&self) -> [u64; 9] {
+    fn estimates(&self) -> [u64; 10] {
         // Write and read of every sweep point (6 quick, 18 full).
         let points = if self.quick { 6 } else { 18 };
         let disk = (points * self.disk_mib_per_stream * self.disk_streams as u64 / 500).max(1);
@@ -122,6 +122,8 @@ impl Plan {
             self.replicated_s as u64 + 10,
             // TLS: certificates, a node, produce, catch-up read.
             self.produce_s as u64 + self.consume_s as u64 + 4,
+            // Quota: a node, the probe alone, the greedy producer's windows.
+            self.produce_s as u64 + (1 + QUOTA_PERIODS as u64) * quota_windows(self.quick) + 4,
         ]
     }
 }
@@ -415,6 +417,47 @@ fn run_steps(
     // on an SSL listener, so the cost of encryption shows beside them.
     let tls = over_tls(args, plan, skiff, scratch, stop, &step)?;
     progress.inc(est[8]);
+    let quota = under_quota(args, plan, skiff, scratch, stop, &step).with_context(|| {
+        format!(
+            "quota step (node log node-quota.log in {})",
+            args.out.display()
+        )
+    })?;
+    check_stop(stop)?;
+    progress.inc(est[9]);
+    for (name, outcome) in [
+        ("produce probe alone (quota step)", &quota.probe_alone),
+        (
+            "produce probe beside a throttled producer",
+            &quota.probe_beside,
+        ),
+    ] {
+        workloads.push(WorkloadResult {
+            name: name.into(),
+            kind: "produce",
+            mb_s: outcome.report.mb_s,
+            records_s: outcome.report.records_s,
+            latency: Some(outcome.report.latency),
+            latency_curve: stats::percentile_curve(&outcome.histogram),
+            timeline: outcome.report.timeline.clone(),
+            report: serde_json::to_value(&outcome.report)?,
+        });
+    }
+    let (pa, pb) = (
+        quota.probe_alone.report.latency,
+        quota.probe_beside.report.latency,
+    );
+    let quota_json = serde_json::json!({
+        "limit_mb_s": QUOTA_BYTES_S as f64 / 1e6,
+        "greedy_mb_s": quota.greedy_steady_mb_s,
+        "greedy_vs_quota": quota.greedy_steady_mb_s * 1e6 / QUOTA_BYTES_S as f64,
+        "greedy_whole_run_mb_s": quota.greedy_mb_s,
+        "window_num": quota.windows,
+        "probe_alone_p50_ms": pa.p50_ms,
+        "probe_alone_p99_ms": pa.p99_ms,
+        "probe_beside_p50_ms": pb.p50_ms,
+        "probe_beside_p99_ms": pb.p99_ms,
+    });
     let tls_json = match &tls {
         Some((produce, consume)) => {
             workloads.push(WorkloadResult {
@@ -531,6 +574,7 @@ fn run_steps(
         },
         // Null when openssl is not installed.
         "tls": tls_json,
+        "quota": quota_json,
         "ratios": {
             "engine_vs_disk": engine.append_mb_s / disk.write_mb_s,
             "engine_read_vs_disk": engine.read_cold_mb_s / disk.read_mb_s,
@@ -622,6 +666,134 @@ fn replicated(
     step("stopping the cluster");
     cluster.stop()?;
     Ok(Replicated { outcome, leaders })
+}
+
+/// The quota step's producer_byte_rate for client id `bench-greedy`.
+const QUOTA_BYTES_S: u64 = 20_000_000;
+/// The probe's offered load (records/s).
+const QUOTA_PROBE_RATE: u64 = 1000;
+/// Whole quota windows the greedy producer is measured over, after its first.
+const QUOTA_PERIODS: f64 = 3.0;
+
+/// The node's `quota.window.num` (windows of 1 s): Kafka's 11 in a full
+/// run, 3 in a quick one (shorter periods, the same rule).
+fn quota_windows(quick: bool) -> u64 {
+    if quick {
+        3
+    } else {
+        11
+    }
+}
+
+struct QuotaOutcome {
+    /// The greedy producer's MB/s over whole windows after its first, and
+    /// over its whole run.
+    greedy_steady_mb_s: f64,
+    greedy_mb_s: f64,
+    windows: u64,
+    probe_alone: produce::ProduceOutcome,
+    probe_beside: produce::ProduceOutcome,
+}
+
+/// Client quotas: a node whose client id `bench-greedy` has a
+/// producer_byte_rate quota; a probe producer (acks=1, one partition, a
+/// fixed rate, no quota) alone, then beside a greedy producer (a second
+/// skiff-bench process with that client id, as fast as it may go). A
+/// greedy client is held in bursts: Kafka's rate is measured over the
+/// window, so a client that spent the window's worth is muted until its
+/// bytes age out of it and then sends the next window's worth at once. Its
+/// rate is therefore taken over whole windows after its first (in which a
+/// new client may send the window's worth at once), and the probe runs
+/// beside it in those.
+fn under_quota(
+    args: &Args,
+    plan: &Plan,
+    skiff: &Path,
+    scratch: &Path,
+    stop: &StopFlag,
+    step: &dyn Fn(&str),
+) -> anyhow::Result<QuotaOutcome> {
+    step("quota: a node with a producer quota");
+    let windows = quota_windows(args.quick);
+    let data_dir = scratch.join("quota-node-data");
+    let node = NodeProcess::start_with_settings(
+        skiff,
+        &data_dir,
+        &args.out.join("node-quota.log"),
+        None,
+        &[format!("quota.window.num={windows}")],
+    )?;
+    let set = std::process::Command::new(skiff)
+        .args(["quota", "set", "--client-id", "bench-greedy", "--set"])
+        .arg(format!("producer_byte_rate={QUOTA_BYTES_S}"))
+        .args(["--bootstrap", &node.bootstrap])
+        .output()
+        .context("running skiff quota set")?;
+    anyhow::ensure!(
+        set.status.success(),
+        "skiff quota set: {}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let mut probe = WorkloadArgs::new(&node.bootstrap, "quota-probe");
+    probe.partitions = 1;
+    probe.record_size = plan.record_size;
+    probe.batch_bytes = plan.e2e_batch_bytes;
+    probe.connections = 1;
+    probe.max_in_flight = plan.max_in_flight;
+    probe.rate = Some(QUOTA_PROBE_RATE);
+    probe.duration = plan.produce_s.min(QUOTA_PERIODS * windows as f64);
+    let cluster = Cluster::discover(&probe.bootstrap, &probe.topic, probe.partitions, true)?;
+    step("quota: the probe alone");
+    let probe_alone = produce::produce(&cluster, &probe, Some(stop.clone()))?;
+    check_stop(stop)?;
+
+    step("quota: a greedy producer held to its quota");
+    let first = windows as f64;
+    let end = first * (1.0 + QUOTA_PERIODS);
+    let greedy = std::process::Command::new(std::env::current_exe()?)
+        .args(["--client-id", "bench-greedy", "produce", "--json"])
+        .args(["--bootstrap", &node.bootstrap, "--topic", "quota-greedy"])
+        .args(["--partitions", "2", "--connections", "2"])
+        .arg(format!("--record-size={}", plan.record_size))
+        .arg(format!("--batch-bytes={}", plan.batch_bytes))
+        .arg(format!("--duration={}", end + 0.5))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting the greedy skiff-bench produce")?;
+    std::thread::sleep(Duration::from_secs_f64(first));
+    step("quota: the probe beside the throttled producer");
+    let probe_beside = produce::produce(&cluster, &probe, Some(stop.clone()));
+    let greedy = greedy
+        .wait_with_output()
+        .context("waiting for the greedy producer")?;
+    let probe_beside = probe_beside?;
+    check_stop(stop)?;
+    anyhow::ensure!(greedy.status.success(), "the greedy producer failed");
+    let report: serde_json::Value = serde_json::from_slice(&greedy.stdout)
+        .context("reading the greedy producer's JSON report")?;
+    let steady: Vec<f64> = report["timeline"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["t_s"].as_f64().is_some_and(|t| t > first && t <= end))
+        .filter_map(|p| p["mb_s"].as_f64())
+        .collect();
+    anyhow::ensure!(
+        !steady.is_empty(),
+        "the greedy producer's timeline is empty"
+    );
+    node.stop()?;
+    if let Err(e) = std::fs::remove_dir_all(&data_dir) {
+        tracing::warn!(dir = %data_dir.display(), error = %e, "removing the quota node's data");
+    }
+    Ok(QuotaOutcome {
+        greedy_steady_mb_s: steady.iter().sum::<f64>() / steady.len() as f64,
+        greedy_mb_s: report["mb_s"].as_f64().unwrap_or(0.0),
+        windows,
+        probe_alone,
+        probe_beside,
+    })
 }
 
 /// The TLS steps: a node on an SSL listener with a certificate made here by
