@@ -432,16 +432,7 @@ fn run_steps(
             &quota.probe_beside,
         ),
     ] {
-        workloads.push(WorkloadResult {
-            name: name.into(),
-            kind: "produce",
-            mb_s: outcome.report.mb_s,
-            records_s: outcome.report.records_s,
-            latency: Some(outcome.report.latency),
-            latency_curve: stats::percentile_curve(&outcome.histogram),
-            timeline: outcome.report.timeline.clone(),
-            report: serde_json::to_value(&outcome.report)?,
-        });
+        workloads.push(produce_result(name, outcome)?);
     }
     let (pa, pb) = (
         quota.probe_alone.report.latency,
@@ -460,16 +451,7 @@ fn run_steps(
     });
     let tls_json = match &tls {
         Some((produce, consume)) => {
-            workloads.push(WorkloadResult {
-                name: "produce acks=1 none over TLS".into(),
-                kind: "produce",
-                mb_s: produce.report.mb_s,
-                records_s: produce.report.records_s,
-                latency: Some(produce.report.latency),
-                latency_curve: stats::percentile_curve(&produce.histogram),
-                timeline: produce.report.timeline.clone(),
-                report: serde_json::to_value(&produce.report)?,
-            });
+            workloads.push(produce_result("produce acks=1 none over TLS", produce)?);
             workloads.push(consume_result("consume catch-up over TLS", consume)?);
             serde_json::json!({
                 "produce_mb_s": produce.report.mb_s,
@@ -957,6 +939,19 @@ fn acks_label(acks: i16) -> &'static str {
     } else {
         "1"
     }
+}
+
+fn produce_result(name: &str, o: &produce::ProduceOutcome) -> anyhow::Result<WorkloadResult> {
+    Ok(WorkloadResult {
+        name: name.to_string(),
+        kind: "produce",
+        mb_s: o.report.mb_s,
+        records_s: o.report.records_s,
+        latency: Some(o.report.latency),
+        latency_curve: stats::percentile_curve(&o.histogram),
+        timeline: o.report.timeline.clone(),
+        report: serde_json::to_value(&o.report)?,
+    })
 }
 
 fn consume_result(name: &str, r: &consume::ConsumeReport) -> anyhow::Result<WorkloadResult> {

@@ -200,3 +200,41 @@ pub fn describe_client_quotas(
         .collect();
     DescribeClientQuotasResponse::default().with_entries(Some(entries))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::protocol::StrBytes;
+
+    fn component(t: &str, match_type: i8, name: Option<&str>) -> ComponentData {
+        ComponentData::default()
+            .with_entity_type(StrBytes::from_string(t.to_string()))
+            .with_match_type(match_type)
+            .with_match(name.map(|n| StrBytes::from_string(n.to_string())))
+    }
+
+    #[test]
+    fn bad_describe_filters_are_refused_with_the_reason() {
+        let cases = [
+            (vec![component("group", 0, Some("g"))], "not supported"),
+            (
+                vec![component("user", 2, None), component("user", 0, Some("a"))],
+                "Duplicate",
+            ),
+            (vec![component("user", 0, None)], "needs a name"),
+            (vec![component("client-id", 1, Some("x"))], "takes no name"),
+            (vec![component("user", 7, None)], "match type 7"),
+        ];
+        for (filter, why) in cases {
+            match components(&filter) {
+                Err(e) => assert!(e.contains(why), "{e:?} should say {why:?}"),
+                Ok(_) => panic!("{why}: accepted"),
+            }
+        }
+        assert!(components(&[
+            component("user", 1, None),
+            component("client-id", 2, None)
+        ])
+        .is_ok());
+    }
+}
