@@ -231,10 +231,6 @@ mod tests {
                 Ok(_) => panic!("{why}: accepted"),
             }
         }
-        assert!(components(&[
-            component("user", 1, None),
-            component("client-id", 2, None)
-        ])
-        .is_ok());
+        assert!(components(&[component("user", 1, None), component("client-id", 2, None)]).is_ok());
     }
 }
