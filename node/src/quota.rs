@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 
 use skiff_security::quota::{QuotaKey, Quotas, RateWindow, DEFAULT_SAMPLES, DEFAULT_WINDOW_MS};
 
+/// How often a muted connection looks at its core's stop flag.
+const STOP_POLL: Duration = Duration::from_millis(100);
+
 /// Mutex-guarded maps the budgets are spread over.
 const SHARDS: usize = 64;
 
@@ -104,7 +107,14 @@ impl QuotaBudgets {
         });
         b.last_ms = now_ms;
         b.window.record(amount, now_ms);
-        b.window.throttle_ms(resolved.limit, now_ms)
+        let throttle = b.window.throttle_ms(resolved.limit, now_ms);
+        // As Kafka: byte rates wait as long as their excess takes to age
+        // out; request time at most one window (ClientRequestQuotaManager's
+        // bound).
+        match key {
+            QuotaKey::RequestPercentage => throttle.min(self.window_ms),
+            QuotaKey::ProducerByteRate | QuotaKey::ConsumerByteRate => throttle,
+        }
     }
 
     /// Budgets held (tests, metrics).
@@ -157,15 +167,16 @@ impl Mute {
         }
     }
 
-    /// Waits out the mute, if any.
-    pub async fn wait(&self) {
+    /// Waits out the mute, if any, or until `stopping` is set (a muted
+    /// connection must not hold up a stop).
+    pub async fn wait(&self, stopping: &Cell<bool>) {
         while let Some(until) = self.until.get() {
             let now = Instant::now();
-            if now >= until {
+            if now >= until || stopping.get() {
                 self.until.set(None);
                 return;
             }
-            glommio::timer::sleep(until - now).await;
+            glommio::timer::sleep((until - now).min(STOP_POLL)).await;
         }
     }
 }
@@ -256,6 +267,22 @@ mod tests {
                 0
             ),
             0
+        );
+    }
+
+    #[test]
+    fn request_time_throttles_are_bounded_by_a_window_and_byte_rates_are_not() {
+        let b = QuotaBudgets::new(11, 1000);
+        let mut q = Quotas::default();
+        let everyone = QuotaEntity::new(None, Some(EntityName::Default)).unwrap();
+        q.set(everyone.clone(), QuotaKey::RequestPercentage, Some(1.0));
+        q.set(everyone, QuotaKey::ProducerByteRate, Some(1.0));
+        let percent = b.charge(&q, "u", "c", QuotaKey::RequestPercentage, 500.0, 0);
+        assert_eq!(percent, 1000, "request time waits at most one window");
+        let bytes = b.charge(&q, "u", "c", QuotaKey::ProducerByteRate, 500.0, 0);
+        assert!(
+            bytes > 100_000,
+            "a byte rate waits its whole excess: {bytes} ms"
         );
     }
 

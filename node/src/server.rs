@@ -242,7 +242,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
         // time has passed (KIP-219's mute), so it cannot get ahead by
         // ignoring throttle_time_ms. Waited here, once the request is in:
         // the read of it began before the previous response set the mute.
-        mute.wait().await;
+        mute.wait(&core.stopping).await;
         let request = handlers::Request::decode(frame).inspect_err(|_| {
             core.metrics.decode_error();
         })?;

@@ -426,3 +426,56 @@ def test_principal_mapping_rules_name_mtls_clients(pki, topic_name):
         assert "no ssl.principal.mapping.rules rule matches" in log
     finally:
         _finish_node(n)
+
+
+def kcat_args(kind, n, pki):
+    """kcat's -X settings for SASL_SSL with SCRAM-SHA-512 (alice) or mTLS (the writer)."""
+    base = ["-b", n.bootstrap, "-X", f"ssl.ca.location={pki['ca']}"]
+    if kind == "sasl_ssl":
+        return base + ["-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanism=SCRAM-SHA-512",
+                       "-X", "sasl.username=alice", "-X", "sasl.password=alice-pw"]
+    _, pem, key = pki["writer"]
+    return base + ["-X", "security.protocol=SSL", "-X", f"ssl.certificate.location={pem}",
+                   "-X", f"ssl.key.location={key}"]
+
+
+def kafka_python_args(kind, n, pki):
+    base = {"bootstrap_servers": n.bootstrap, "ssl_cafile": pki["ca"]}
+    if kind == "sasl_ssl":
+        return dict(base, security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                    sasl_plain_username="alice", sasl_plain_password="alice-pw")
+    _, pem, key = pki["writer"]
+    return dict(base, security_protocol="SSL", ssl_certfile=pem, ssl_keyfile=key)
+
+
+@pytest.mark.parametrize("kind", ["sasl_ssl", "mtls"])
+def test_kcat_and_kafka_python_produce_and_consume(pki, topic_name, kind):
+    """Issue 17's bar for each client, both ways: over SASL_SSL with
+    SCRAM-SHA-512 and over mTLS (a required client certificate)."""
+    if kind == "sasl_ssl":
+        n = tls_node(pki, protocol="SASL_SSL", **{"sasl.enabled.mechanisms": "SCRAM-SHA-512"})
+    else:
+        n = tls_node(pki, **{"ssl.client.auth": "required"})
+    try:
+        if kind == "sasl_ssl":
+            r = skiff_user(n, "create", "alice", "--password", "alice-pw", "--mechanism", "SCRAM-SHA-512")
+            assert r.returncode == 0, r.stderr
+        r = subprocess.run(["kcat", *kcat_args(kind, n, pki), "-P", "-t", topic_name],
+                           input=b"k1\nk2\n", capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+
+        from kafka import KafkaConsumer, KafkaProducer
+        kp = KafkaProducer(request_timeout_ms=10000, **kafka_python_args(kind, n, pki))
+        assert kp.send(topic_name, b"kp").get(timeout=T).offset == 2
+        kp.close()
+        kc = KafkaConsumer(topic_name, auto_offset_reset="earliest", consumer_timeout_ms=10000,
+                           **kafka_python_args(kind, n, pki))
+        got = [m.value for m in kc]
+        kc.close()
+        assert got == [b"k1", b"k2", b"kp"], got
+
+        r = subprocess.run(["kcat", *kcat_args(kind, n, pki), "-C", "-t", topic_name, "-o", "beginning",
+                            "-c", "3", "-e"], capture_output=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.split() == [b"k1", b"k2", b"kp"], r.stderr
+    finally:
+        _finish_node(n)
