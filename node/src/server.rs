@@ -282,17 +282,20 @@ async fn read_requests<R: AsyncRead + Unpin>(
         }
         // The start of a request runs here, in order (produce appends); the rest
         // as its own task, so responses of pipelined requests overlap.
-        let client_id = request.header.client_id.clone();
-        let started = std::time::Instant::now();
+        // request_percentage: the core time of the request's in-order part
+        // (timed only while some quota is set).
+        let timed = (!core.topics().security.quotas.is_empty())
+            .then(|| (request.header.client_id.clone(), std::time::Instant::now()));
         let rest = handlers::start(core.clone(), request, session.clone()).await;
-        // request_percentage: the core time of the request's in-order part.
-        crate::quota::charge(
-            core,
-            &session,
-            client_id.as_deref().unwrap_or(""),
-            skiff_security::quota::QuotaKey::RequestPercentage,
-            crate::quota::percent_of_core(started.elapsed()),
-        );
+        if let Some((client_id, started)) = timed {
+            crate::quota::charge(
+                core,
+                &session,
+                client_id.as_deref().unwrap_or(""),
+                skiff_security::quota::QuotaKey::RequestPercentage,
+                crate::quota::percent_of_core(started.elapsed()),
+            );
+        }
         let task = glommio::spawn_local(rest).detach();
         tx.send(task).await.map_err(|_| "writer gone".to_string())?;
     }
