@@ -181,14 +181,15 @@ impl Mute {
     }
 }
 
-/// Charges a request's usage for its session: the throttle in ms (clamped to
+/// Charges a request's usage for its session (`amount` is only worked out
+/// when some quota is set): the throttle in ms (clamped to
 /// an i32 for `throttle_time_ms`), the connection muted that long.
 pub fn charge(
     core: &crate::state::CoreState,
     session: &crate::handlers::authz::Session,
     client_id: &str,
     key: QuotaKey,
-    amount: f64,
+    amount: impl FnOnce() -> f64,
 ) -> i32 {
     let table = core.topics();
     let quotas = &table.security.quotas;
@@ -200,7 +201,7 @@ pub fn charge(
         &session.principal.name,
         client_id,
         key,
-        amount,
+        amount(),
         now_ms(),
     );
     if throttle > 0 {

@@ -293,7 +293,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 &session,
                 client_id.as_deref().unwrap_or(""),
                 skiff_security::quota::QuotaKey::RequestPercentage,
-                crate::quota::percent_of_core(started.elapsed()),
+                || crate::quota::percent_of_core(started.elapsed()),
             );
         }
         let task = glommio::spawn_local(rest).detach();

@@ -102,15 +102,15 @@ pub async fn start(
             let acks = r.acks;
             let access = authz::Access::new(core.topics(), session.clone());
             let denied = authz::produce(&access, &mut r);
-            let bytes = produce::request_bytes(&r);
-            let pending = produce::append_phase(&core, r, version).await;
+            // Charged as the request arrives, as Kafka does.
             let throttle = crate::quota::charge(
                 &core,
                 &session,
                 header.client_id.as_deref().unwrap_or(""),
                 QuotaKey::ProducerByteRate,
-                bytes as f64,
+                || produce::request_bytes(&r) as f64,
             );
+            let pending = produce::append_phase(&core, r, version).await;
             Box::pin(async move {
                 let mut response = pending.finish().await?;
                 response.throttle_time_ms = response.throttle_time_ms.max(throttle);
@@ -202,7 +202,7 @@ async fn handle(
                         &session,
                         header.client_id.as_deref().unwrap_or(""),
                         QuotaKey::ConsumerByteRate,
-                        splices.data_bytes() as f64,
+                        || splices.data_bytes() as f64,
                     );
                     response.throttle_time_ms = response.throttle_time_ms.max(throttle);
                 }
