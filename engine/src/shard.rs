@@ -388,11 +388,49 @@ impl Shard {
             .into_iter()
             .filter(|tp| self.table.shard_of(tp) == self.id)
             .collect();
-        stream::iter(owned.iter().map(Ok))
-            .try_for_each_concurrent(OPEN_CLOSE_CONCURRENCY, |tp| {
-                self.open_local(tp, false, self.config.log.clone())
-            })
-            .await?;
+        // Partitions being opened now: named in a progress line every
+        // OPEN_PROGRESS_EVERY, so a start that never serves says where it is.
+        let opening = RefCell::new(std::collections::BTreeSet::<&TopicPartition>::new());
+        let opened = Cell::new(0usize);
+        let open_all = stream::iter(owned.iter().map(Ok)).try_for_each_concurrent(
+            OPEN_CLOSE_CONCURRENCY,
+            |tp| {
+                let (opening, opened) = (&opening, &opened);
+                async move {
+                    opening.borrow_mut().insert(tp);
+                    let result = self.open_local(tp, false, self.config.log.clone()).await;
+                    opening.borrow_mut().remove(tp);
+                    opened.set(opened.get() + 1);
+                    result
+                }
+            },
+        );
+        let progress = async {
+            loop {
+                glommio::timer::sleep(OPEN_PROGRESS_EVERY).await;
+                let now: Vec<String> = opening
+                    .borrow()
+                    .iter()
+                    .take(8)
+                    .map(|tp| tp.to_string())
+                    .collect();
+                tracing::warn!(
+                    shard = self.id,
+                    opened = opened.get(),
+                    partitions = owned.len(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    opening = ?now,
+                    "still opening the shard's partition logs"
+                );
+            }
+        };
+        futures_util::pin_mut!(open_all, progress);
+        match futures_util::future::select(open_all, progress).await {
+            futures_util::future::Either::Left((result, _)) => result?,
+            futures_util::future::Either::Right(((), _)) => {
+                unreachable!("the progress loop never ends")
+            }
+        }
         tracing::info!(
             shard = self.id,
             partitions = owned.len(),
@@ -431,6 +469,12 @@ impl Shard {
 
 /// Partitions a shard opens or closes at once (start and clean stop).
 const OPEN_CLOSE_CONCURRENCY: usize = 64;
+
+/// How often a shard still opening its partitions says which.
+const OPEN_PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// How often `Runtime::start` says which shards have not reported ready.
+const START_PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// Partition directories under a data dir.
 /// Directories of the data dir that look like partitions but are not
@@ -507,8 +551,24 @@ impl Runtime {
         let mut submit: Vec<Option<mpsc::UnboundedSender<Job>>> = vec![None; shards];
         let mut stop: Vec<Option<oneshot::Sender<()>>> = (0..shards).map(|_| None).collect();
         let mut first_error = None;
-        for _ in 0..shards {
-            match ready_rx.recv() {
+        let started = std::time::Instant::now();
+        let mut ready = 0;
+        while ready < shards {
+            let next = match ready_rx.recv_timeout(START_PROGRESS_EVERY) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    tracing::warn!(
+                        ready,
+                        shards,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "still waiting for the shards to start"
+                    );
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(()),
+                Ok(r) => Ok(r),
+            };
+            ready += 1;
+            match next {
                 Ok(Ok((id, tx, stop_tx))) => {
                     submit[id] = Some(tx);
                     stop[id] = Some(stop_tx);

@@ -124,7 +124,37 @@ class Node:
                 raise NodeError(f"node {self.id} exited with {self.proc.returncode} before listening: "
                                 f"{self.last_error()}")
             time.sleep(0.05)
-        raise NodeError(f"node {self.id} did not listen within {timeout}s")
+        where = self.dump_threads()
+        raise NodeError(f"node {self.id} did not listen within {timeout}s (its threads: {where})")
+
+    def dump_threads(self):
+        """Writes every thread's name, state, kernel stack, wchan and current
+        syscall of the node's process to `stuck-<time>.txt` in its directory
+        (a start that never serves: issue 14); returns the file's path."""
+        if not self.alive():
+            return "process gone"
+        path = os.path.join(self.dir, f"stuck-{time.time():.0f}.txt")
+        task_dir = f"/proc/{self.proc.pid}/task"
+        with open(path, "w") as out:
+            out.write(f"pid {self.proc.pid}\n")
+            try:
+                tids = sorted(os.listdir(task_dir), key=int)
+            except OSError as e:
+                out.write(f"listing {task_dir}: {e}\n")
+                return path
+            for tid in tids:
+                out.write(f"\n== thread {tid}\n")
+                for name in ("comm", "wchan", "syscall", "schedstat", "stack", "status"):
+                    try:
+                        with open(f"{task_dir}/{tid}/{name}", errors="replace") as f:
+                            text = f.read()
+                    except OSError as e:
+                        text = f"({e})"
+                    if name == "status":
+                        text = "".join(ln + "\n" for ln in text.splitlines()
+                                       if ln.startswith(("State:", "voluntary_ctxt", "nonvoluntary_ctxt")))
+                    out.write(f"-- {name}\n{text.rstrip()}\n")
+        return path
 
     def last_error(self):
         lines = [ln for ln in self.new_log().splitlines() if ln.strip()]
