@@ -110,6 +110,8 @@ pub enum ClusterError {
     Timeout(String),
     #[error(transparent)]
     Topic(#[from] TopicError),
+    #[error("stopped while joining the cluster")]
+    Stopped,
 }
 
 impl Broker {
@@ -147,7 +149,32 @@ impl Broker {
 /// Registers this node, catches up with the metadata log, opens the local
 /// partitions it is a replica of, and waits until the controller unfences it.
 /// Then the follower and heartbeat tasks keep it current.
+///
+/// A stop asked for meanwhile (`node::request_stop`) ends it within
+/// `STOP_POLL` with `ClusterError::Stopped`, whatever it waits on: a single
+/// registration attempt against silent controllers lasts a whole request
+/// timeout, and the start's bound is two minutes.
 pub async fn start(
+    core: Rc<CoreState>,
+    quorum: Vec<(u64, std::net::SocketAddr)>,
+    request_timeout: Duration,
+) -> Result<(), ClusterError> {
+    let join = std::pin::pin!(join(core, quorum, request_timeout));
+    let stop = std::pin::pin!(async {
+        while !crate::node::stop_requested() {
+            sleep(STOP_POLL).await;
+        }
+    });
+    match futures_util::future::select(join, stop).await {
+        futures_util::future::Either::Left((joined, _)) => joined,
+        futures_util::future::Either::Right(_) => Err(ClusterError::Stopped),
+    }
+}
+
+/// How often a starting node looks for a stop request.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+async fn join(
     core: Rc<CoreState>,
     quorum: Vec<(u64, std::net::SocketAddr)>,
     request_timeout: Duration,

@@ -689,7 +689,25 @@ fn run_node(mut args: NodeArgs) -> anyhow::Result<()> {
         signal_hook::consts::SIGINT,
     ])?;
     let temporary = config.data_dir.is_none();
-    let node = Node::start(config)?;
+    // The waiter runs from before the start: a stop asked for while the node
+    // still registers wins over the start's own retries.
+    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("skiff-signals".into())
+        .spawn(move || {
+            let signal = signals.forever().next();
+            skiff_node::node::request_stop();
+            let _ = stopped_tx.send(signal);
+        })
+        .context("starting the signal waiter")?;
+    let node = match Node::start(config) {
+        Ok(node) => node,
+        Err(e) if skiff_node::node::stop_requested() => {
+            tracing::info!(error = %format!("{e:#}"), "stopped while starting");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     let temporary = if temporary {
         ", temporary: removed at exit"
     } else {
@@ -708,7 +726,7 @@ fn run_node(mut args: NodeArgs) -> anyhow::Result<()> {
             node.data_dir.display(),
         ),
     }
-    let signal = signals.forever().next();
+    let signal = stopped_rx.recv().ok().flatten();
     tracing::info!(
         ?signal,
         "stopping: no new connections, finishing in-flight requests"

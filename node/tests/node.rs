@@ -2641,3 +2641,74 @@ fn a_corrupt_closed_segment_is_never_served_and_the_replica_repairs_from_the_oth
     assert_eq!(logs[0], logs[1]);
     assert_eq!(logs[0], logs[2]);
 }
+
+/// A SIGTERM to a broker still trying to register (its controllers do not
+/// answer) stops it within seconds, not after the start's two-minute bound
+/// (issue 14).
+#[test]
+fn sigterm_while_registering_stops_the_node_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = Ports::free();
+    // Nothing listens on the voter's port: every registration attempt fails.
+    let nobody = ports_below_ephemeral(1)[0];
+    let quorum = format!("controller.quorum.voters=1@127.0.0.1:{nobody}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .args(node_args(
+            tmp.path(),
+            ports,
+            &["node.id=2", "process.roles=broker", &quorum],
+        ))
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("registering with the controller (retrying)") {
+                let _ = tx.send(());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let retrying = rx.recv_timeout(Duration::from_secs(30));
+    if retrying.is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "the node never retried its registration\n{}",
+            reader.join().unwrap()
+        );
+    }
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "still starting 5 s after SIGTERM\n{}",
+                reader.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    let log = reader.join().unwrap();
+    eprintln!("stopped {took:?} after SIGTERM");
+    assert!(status.success(), "exit status {status}\n{log}");
+    assert!(log.contains("stopped while starting"), "{log}");
+    // Nothing it bound is left behind.
+    assert!(!answers(ports.kafka), "{log}");
+}
