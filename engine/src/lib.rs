@@ -29,6 +29,7 @@ pub mod recovery;
 pub mod segment;
 pub mod snapshot;
 pub mod stats;
+pub mod trash;
 
 pub use cleaner::{CleanStats, Cleaner, CleanerConfig};
 pub use config::{Durability, LogConfig};

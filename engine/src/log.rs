@@ -170,6 +170,8 @@ impl PartitionLog {
     ) -> Result<PartitionLog> {
         std::fs::create_dir_all(dir).map_err(|e| LogError::io("create dir", dir, e))?;
         let started = std::time::Instant::now();
+        // Segments a crash left half deleted: the trash frees them.
+        crate::trash::recover_files(dir)?;
         let recovered = recovery::recover(dir, &config).await?;
         let took = started.elapsed();
         if took >= SLOW_OPEN {
@@ -1572,13 +1574,13 @@ impl PartitionLog {
     }
 
     /// Deletes the log and its directory.
+    /// Deletes the whole log: its directory is renamed out of the way at
+    /// once and freed by the core's trash task (`trash`).
     pub async fn delete(mut self) -> Result<()> {
         self.cache.remove_log(self.cache_id);
-        let segments = std::mem::take(&mut self.segments);
-        for (_, segment) in segments {
-            segment.delete().await?;
-        }
-        crate::fsutil::remove_dir_all(&self.dir).await
+        // The segments' files closed before the rename.
+        drop(std::mem::take(&mut self.segments));
+        crate::trash::delete_dir(&self.dir).await
     }
 }
 

@@ -117,6 +117,9 @@ pub struct ShardConfig {
     /// the background, so bitrot in data nobody reads is found and repaired
     /// from the other replicas (`PartitionLog::scrub`). 0 turns it off.
     pub scrub_bytes_per_second: u64,
+    /// Bytes of deleted segments and partitions each core frees per second,
+    /// in the background (`trash`); 0 frees each file at once.
+    pub delete_bytes_per_second: u64,
     /// Bound on cross-core requests queued towards one shard from one peer.
     pub mesh_channel_capacity: usize,
     /// The core's log cleaner (compaction).
@@ -150,6 +153,7 @@ impl ShardConfig {
             checkpoint_interval: Duration::from_secs(60),
             retention_check_interval: Duration::from_secs(300),
             scrub_bytes_per_second: SCRUB_BYTES_PER_SECOND,
+            delete_bytes_per_second: crate::trash::DELETE_BYTES_PER_SECOND,
             mesh_channel_capacity: 1024,
             cleaner: CleanerConfig::default(),
             preempt_timer: PREEMPT_TIMER,
@@ -310,10 +314,10 @@ impl Shard {
             match Rc::try_unwrap(partition) {
                 Ok(p) => p.delete().await,
                 Err(shared) => {
-                    // In-flight requests still hold it: close, then remove the files.
+                    // In-flight requests still hold it: close, then delete the files.
                     shared.close().await?;
                     let dir = shard.config.data_dir.join(tp.dir_name());
-                    crate::fsutil::remove_dir_all(&dir).await
+                    crate::trash::delete_dir(&dir).await
                 }
             }
         })
@@ -684,6 +688,15 @@ async fn run_shard(
         stopping: Cell::new(false),
         stopped: Default::default(),
     });
+    crate::trash::attach(shard.config.delete_bytes_per_second);
+    if id == 0 {
+        // Partitions whose deletion a crash interrupted: shard 0 frees them.
+        match crate::trash::recover_dirs(&shard.config.data_dir) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(directories = n, "freeing partitions deleted before a crash"),
+            Err(e) => tracing::warn!(error = %e, "listing partitions deleted before a crash"),
+        }
+    }
     if let Err(e) = shard.open_owned().await {
         tracing::error!(shard = id, error = %e, "opening partitions failed");
         let _ = ready.send(Err(e));

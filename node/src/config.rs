@@ -97,6 +97,9 @@ pub struct NodeConfig {
     /// `skiff.log.scrub.bytes.per.second`: closed segments each core verifies
     /// per second in the background (0: off).
     pub scrub_bytes_per_second: u64,
+    /// `skiff.log.delete.bytes.per.second`: bytes of deleted segments and
+    /// partitions each core frees per second (0: each file at once).
+    pub delete_bytes_per_second: u64,
     pub batch_cache_bytes: usize,
     pub io_memory_bytes: usize,
     /// `max.incremental.fetch.session.cache.slots`: KIP-227 fetch sessions the
@@ -337,6 +340,7 @@ impl NodeConfig {
             checkpoint_interval_ms: 60_000,
             retention_check_interval_ms: 300_000,
             scrub_bytes_per_second: skiff_engine::shard::SCRUB_BYTES_PER_SECOND,
+            delete_bytes_per_second: skiff_engine::trash::DELETE_BYTES_PER_SECOND,
             batch_cache_bytes: 256 << 20,
             io_memory_bytes: 64 << 20,
             fetch_session_cache_slots: 1000,
@@ -680,6 +684,7 @@ impl NodeConfig {
             "log.flush.offset.checkpoint.interval.ms" => self.checkpoint_interval_ms = num!(),
             "log.retention.check.interval.ms" => self.retention_check_interval_ms = num!(),
             "skiff.log.scrub.bytes.per.second" => self.scrub_bytes_per_second = num!(),
+            "skiff.log.delete.bytes.per.second" => self.delete_bytes_per_second = num!(),
             "skiff.batch.cache.bytes" => self.batch_cache_bytes = num!(),
             "skiff.io.memory.bytes" => self.io_memory_bytes = num!(),
             "max.incremental.fetch.session.cache.slots" => self.fetch_session_cache_slots = num!(),

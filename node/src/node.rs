@@ -202,6 +202,7 @@ impl Node {
         shard_config.retention_check_interval =
             Duration::from_millis(config.retention_check_interval_ms.max(10));
         shard_config.scrub_bytes_per_second = config.scrub_bytes_per_second;
+        shard_config.delete_bytes_per_second = config.delete_bytes_per_second;
         shard_config.checkpoint_interval =
             Duration::from_millis(config.checkpoint_interval_ms.max(100));
         shard_config.cleaner = CleanerConfig {

@@ -406,9 +406,11 @@ impl Segment {
         drop(file);
         // The `.log` last: recovery lists segments by it, so a crash in between
         // leaves a whole segment or none, never index files without their log.
-        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
+        // The `.log` (up to a segment's size) is renamed, and freed by the
+        // core's trash task at its pace (`trash`).
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             fsutil::remove(&segment_path(&dir, base_offset, suffix)).await?;
         }
-        Ok(())
+        crate::trash::delete_file(&segment_path(&dir, base_offset, LOG_SUFFIX))
     }
 }
