@@ -1056,8 +1056,15 @@ impl PartitionLog {
         )
         .await?;
         if cut <= self.log_start_offset {
-            self.truncate_fully_and_start_at(self.log_start_offset)
-                .await?;
+            // Nothing good is left at or past the start: the log starts over,
+            // empty, at its start. First cut to the start (the batch holding
+            // it goes, and every segment from it on), which leaves the log
+            // ending at or below its start, the one state
+            // `truncate_fully_and_start_at` takes from a log with records; a
+            // crash between the two is recovery's "log ends below its start".
+            let start = self.log_start_offset;
+            self.truncate_inner(start, true).await?;
+            self.truncate_fully_and_start_at(start).await?;
         } else {
             self.truncate_inner(cut, true).await?;
         }

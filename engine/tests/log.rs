@@ -1381,3 +1381,69 @@ fn a_flipped_byte_on_disk_is_never_served_and_repair_cuts_before_it() {
         });
     }
 }
+
+/// Issue 14, seed 7301: a flipped byte in the batch holding the log start
+/// (the very first batch, or the batch DeleteRecords moved the start into)
+/// leaves nothing good at or past the start. The repair starts the log over,
+/// empty, at its start (the rest is fetched again from the leader), instead
+/// of failing with "offset out of range" and leaving the replica offline for
+/// good; appends and a reopen go on from the start.
+#[test]
+fn a_corrupt_batch_at_the_log_start_is_repaired_to_an_empty_log_at_the_start() {
+    // (log start to move to with DeleteRecords, or none).
+    for delete_to in [None, Some(5i64)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t-0");
+        run(move || async move {
+            let mut log = open(&path, small_config()).await.unwrap();
+            for i in 0..120u64 {
+                let b = batch(i, 2, 700, 1000 + i as i64);
+                log.append(mutable(&b), LEADER).await.unwrap();
+            }
+            assert!(log.segment_count() > 2, "small segment.bytes must roll");
+            let end = log.log_end_offset();
+            if let Some(start) = delete_to {
+                assert_eq!(log.delete_records(start, end).await.unwrap(), start);
+            }
+            let start = log.log_start_offset();
+            log.close().await.unwrap();
+
+            // Flip a record byte of the batch holding the start.
+            let first = path.join(format!("{:020}.log", segment_bases(&path)[0]));
+            let mut bytes = std::fs::read(&first).unwrap();
+            let (position, header) = BatchScanner::new(&bytes)
+                .find(|(_, h)| h.last_offset() >= start)
+                .unwrap();
+            assert!(header.base_offset <= start);
+            bytes[position + 61 + 9] ^= 0x01;
+            std::fs::write(&first, &bytes).unwrap();
+
+            let mut log = open_uncached(&path, small_config()).await.unwrap();
+            assert_eq!(log.log_start_offset(), start);
+            assert!(matches!(
+                log.read(start, 32 * 1024, i64::MAX).await,
+                Err(LogError::Corrupt(_))
+            ));
+            assert_eq!(log.repair_corruption().await.unwrap(), Some(start));
+            assert!(log.offline_reason().is_none());
+            assert_eq!(log.log_start_offset(), start);
+            assert_eq!(log.log_end_offset(), start);
+            assert!(read_all(&mut log, start).await.is_empty());
+            assert!(log.leader_epochs().entries().is_empty());
+            let info = log
+                .append(mutable(&batch(500, 2, 700, 0)), LEADER)
+                .await
+                .unwrap();
+            assert_eq!(info.base_offset, start);
+            log.close().await.unwrap();
+
+            let mut log = open_uncached(&path, small_config()).await.unwrap();
+            assert_eq!(log.log_start_offset(), start);
+            assert_eq!(log.log_end_offset(), start + 2);
+            let all = read_all(&mut log, start).await;
+            assert_eq!(all.len(), 1);
+            skiff_engine::batch::crc_matches(&all[0]).unwrap();
+            log.close().await.unwrap();
+        });
+    }
+}
