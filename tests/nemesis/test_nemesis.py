@@ -1,7 +1,8 @@
 """CI's short mix of the nemesis suite (issue 14): one seed with one cycle of
 every nemesis (kill -9 and restart, pause, isolate, a leader cut from its
 followers, one-way drops, a controller quorum split, a slow link, a full
-disk, a flipped byte in a closed segment) in a seeded order; a second seed
+disk, a flipped byte in a closed segment, a link that loses a share of its
+packets, one that reorders them) in a seeded order; a second seed
 with one cycle of each network and process nemesis; then three cycles of two
 nemeses at once; all under two idempotent acks=all producers, a live
 consumer, a consumer group committing offsets and topic churn. No anomaly

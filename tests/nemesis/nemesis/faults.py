@@ -18,7 +18,8 @@ import time
 from . import net
 from .nodes import CONTROLLER_PORT, NodeError
 
-NAMES = ("kill", "pause", "isolate", "partition-leader", "one-way", "quorum-split", "slow", "disk-full", "bitflip")
+NAMES = ("kill", "pause", "isolate", "partition-leader", "one-way", "quorum-split", "slow", "disk-full", "bitflip",
+         "lossy", "reorder")
 # Nemeses that need the topic's segments to roll during the run (segment.ms):
 # disk-full bites when a roll needs new blocks, bitflip needs closed segments.
 ROLLING = ("disk-full", "bitflip")
@@ -340,8 +341,8 @@ class Slow(_NetFault):
     (hundreds of ms to seconds of delay once the rate is exceeded); clients
     are not slowed. The rate (32 to 128 kbit/s, below what the
 workload's replication needs) follows the seeded
-    duration. No reordering, jitter or loss: no netem here (a user-space proxy
-    per link would be needed)."""
+    duration. In order and without loss: reorder and lossy take a share of
+    the packets instead."""
     name = "slow"
 
     def __init__(self, partition, duration):
@@ -374,6 +375,95 @@ workload's replication needs) follows the seeded
         if st:
             self.note += (f"{st[0] // 1024} KiB queued through, peak backlog {peak_b} B / {peak_p} pkts "
                           f"(~{peak_b * 8 / (self.rate_kbit * 1000):.1f}s of delay), {st[2]} dropped; ")
+
+
+# The share of packets the lossy nemesis drops, by the seeded duration: one in
+# 4, 8 or 16 (the IPv4 identification rule of net.py takes one in 2^k).
+LOSS_ONE_IN = (4, 8, 16)
+
+
+class Lossy(_NetFault):
+    """A grey link: one packet in 4, 8 or 16 (by the seeded duration) dropped
+    both ways between the leader and the other nodes; clients are not
+    touched. TCP retransmits after its timeouts, so replication and the
+    controller links stutter rather than stop: the leader may fall behind
+    its lease or its followers out of the ISR, or neither."""
+    name = "lossy"
+
+    def __init__(self, partition, duration):
+        super().__init__(partition, duration)
+        self.one_in = LOSS_ONE_IN[int(round(duration * 100)) % len(LOSS_ONE_IN)]
+
+    def target(self):
+        return f"node {self.node} (leader of p{self.partition}) <-> others, 1 in {self.one_in} packets dropped"
+
+    def start(self, run):
+        self._count_drops(run)
+        me = net.node_ns(self.node)
+        for other in run.nodes:
+            if other != self.node:
+                self.rules.append(run.net.drop(me, net.node_ns(other), one_in=self.one_in))
+                self.rules.append(run.net.drop(net.node_ns(other), me, one_in=self.one_in))
+
+
+# The rate of the class the reorder nemesis delays its packets through.
+REORDER_RATES_KBIT = (16, 32, 64)
+# The share of packets it delays: one in REORDER_ONE_IN.
+REORDER_ONE_IN = 4
+
+
+class Reorder(_NetFault):
+    """Reordering with jitter: one packet in 4, both ways between the leader
+    and the other nodes, goes through a low-rate htb class (16 to 64 kbit/s
+    by the seeded duration, below the quarter of the workload's replication
+    traffic it gets) with a long queue, the others straight on. A delayed
+    packet arrives after packets sent later, by what queues before it (from
+    tens of ms to seconds, growing while the fault lasts); TCP puts the
+    stream back in order, retransmitting what took too long (a retransmitted
+    segment has a new IP identification, so it mostly goes straight on). Nothing is dropped while the fault lasts; the heal drops
+    what is still queued (TCP sends it again)."""
+    name = "reorder"
+
+    def __init__(self, partition, duration):
+        super().__init__(partition, duration)
+        self.rate_kbit = REORDER_RATES_KBIT[int(round(duration * 100)) % len(REORDER_RATES_KBIT)]
+        self.peak_backlog = (0, 0)
+        self.next_sample = 0.0
+
+    def target(self):
+        return (f"node {self.node} (leader of p{self.partition}) <-> others, 1 in {REORDER_ONE_IN} packets "
+                f"at {self.rate_kbit} kbit")
+
+    def start(self, run):
+        me = net.node_ns(self.node)
+        others = [net.node_ns(o) for o in run.nodes if o != self.node]
+        self.rules = run.net.shape(me, others, self.rate_kbit, one_in=REORDER_ONE_IN)
+        for other in others:
+            self.rules += run.net.shape(other, [me], self.rate_kbit, one_in=REORDER_ONE_IN)
+        self.classes = [r for r in self.rules if str(r).startswith("class-")]
+
+    def _stats(self, run):
+        """Each class's stats that could be read."""
+        return [st for st in (run.net.class_stats(c) for c in self.classes) if st]
+
+    def tick(self, run):
+        """The longest queue of any one class (the longest delay)."""
+        if time.time() < self.next_sample:
+            return
+        self.next_sample = time.time() + 0.1
+        for st in self._stats(run):
+            if st[3] > self.peak_backlog[0]:
+                self.peak_backlog = (st[3], st[4])
+
+    def heal(self, run):
+        stats = self._stats(run)
+        run.net.remove(self.rules)
+        self.rules = []
+        peak_b, peak_p = self.peak_backlog
+        if stats:
+            st = tuple(map(sum, zip(*stats)))
+            self.note += (f"{st[1]} packets delayed ({st[0] // 1024} KiB), peak backlog {peak_b} B / {peak_p} pkts "
+                          f"(~{peak_b * 8 / (self.rate_kbit * 1000):.1f}s of delay); ")
 
 
 class DiskFull(Kill):
@@ -499,7 +589,8 @@ def scan_batches(path):
         pos += 12 + length
 
 
-KINDS = {k.name: k for k in (Kill, Pause, Isolate, PartitionLeader, OneWay, QuorumSplit, Slow, DiskFull, Bitflip)}
+KINDS = {k.name: k for k in (Kill, Pause, Isolate, PartitionLeader, OneWay, QuorumSplit, Slow, DiskFull, Bitflip,
+                             Lossy, Reorder)}
 assert tuple(KINDS) == NAMES
 
 

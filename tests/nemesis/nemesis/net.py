@@ -15,9 +15,19 @@ one service's traffic (the controller quorum's) is cut while the rest flows.
 
 Delay without netem: `shape` adds an htb class with a low rate whose leaf is
 a long pfifo queue and steers A's packets for the given destinations into it;
-what exceeds the rate waits in the queue (delay = backlog / rate). Reordering,
-jitter and a fraction of loss are not available this way: they need netem or
-a user-space proxy per link."""
+what exceeds the rate waits in the queue (delay = backlog / rate).
+
+A fraction of the packets (loss, reordering, jitter) without netem: a rule
+may also match the low bits of the IPv4 header's identification field, so
+it takes one packet in 2^k. Linux gives every TCP transmission (a
+retransmission too) the next value of its socket's counter, so a dropped
+segment's retransmission is taken no more often than any other packet
+(SYN-ACKs, always identification 0, are never taken). (The
+TCP checksum would look more random, but veth leaves it to the "hardware":
+at the qdisc it holds only the pseudo-header's sum, the same for every
+segment of one size, and a rule on it would drop one retransmission after
+another.) Dropped, that fraction is loss; steered into a `shape` class, it
+arrives after packets sent later: reordering with jitter."""
 
 import re
 import subprocess
@@ -147,7 +157,7 @@ class Net:
 
     # -- drop rules
 
-    def _filter(self, src_ns, dst_ns, flowid, sport=None, dport=None):
+    def _filter(self, src_ns, dst_ns, flowid, sport=None, dport=None, one_in=None):
         prio = self._next_prio
         self._next_prio += 1
         match = ["match", "ip", "dst", f"{self.hosts[dst_ns]}/32"]
@@ -155,15 +165,24 @@ class Net:
             match += ["match", "ip", "sport", str(sport), "0xffff"]
         if dport is not None:
             match += ["match", "ip", "dport", str(dport), "0xffff"]
+        if one_in is not None:
+            if one_in < 2 or one_in & (one_in - 1):
+                raise NetError(f"one_in must be a power of two >= 2, not {one_in}")
+            # The identification field (bytes 4-5 of the IPv4 header): its
+            # low bits equal to 1 in one packet of `one_in`. Not 0: SYN-ACKs
+            # (with DF) go out with identification 0, and a rule on 0 would
+            # take every one of them, so no connection could open.
+            match += ["match", "u16", "0x1", f"{one_in - 1:#x}", "at", "4"]
         run(["ip", "netns", "exec", src_ns, "tc", "filter", "add", "dev", "eth0", "parent", "1:",
              "protocol", "ip", "prio", str(prio), "u32", *match, "flowid", flowid])
         self.rules[prio] = (src_ns, dst_ns, prio)
         return prio
 
-    def drop(self, src_ns, dst_ns, sport=None, dport=None):
+    def drop(self, src_ns, dst_ns, sport=None, dport=None, one_in=None):
         """Drop every IPv4 packet src_ns sends to dst_ns (only those from TCP
-        port `sport` / to `dport` when given); returns the rule id."""
-        return self._filter(src_ns, dst_ns, "1:20", sport, dport)
+        port `sport` / to `dport` when given; one in `one_in` of them when
+        given, a power of two); returns the rule id."""
+        return self._filter(src_ns, dst_ns, "1:20", sport, dport, one_in)
 
     def cut_port(self, a_ns, b_ns, port):
         """Both directions of every TCP connection between a and b that has
@@ -171,11 +190,11 @@ class Net:
         return [self.drop(a_ns, b_ns, dport=port), self.drop(a_ns, b_ns, sport=port),
                 self.drop(b_ns, a_ns, dport=port), self.drop(b_ns, a_ns, sport=port)]
 
-    def shape(self, src_ns, dst_nss, rate_kbit, limit_packets=10000):
-        """What src_ns sends to dst_nss goes through one htb class of
-        rate_kbit (ceil the same) with a pfifo of limit_packets: a queue that
-        only grows when the traffic exceeds the rate. Returns the rule ids
-        (filters, then the class)."""
+    def shape(self, src_ns, dst_nss, rate_kbit, limit_packets=10000, one_in=None):
+        """What src_ns sends to dst_nss (one packet in `one_in` of it when
+        given) goes through one htb class of rate_kbit (ceil the same) with
+        a pfifo of limit_packets: a queue that only grows when the traffic
+        exceeds the rate. Returns the rule ids (filters, then the class)."""
         minor = self._next_class
         self._next_class += 1
         cls = f"1:{minor:x}"
@@ -186,7 +205,7 @@ class Net:
                   str(limit_packets)])
         rid = f"class-{minor:x}"
         self.classes[rid] = (src_ns, minor)
-        return [self._filter(src_ns, dst, cls) for dst in dst_nss] + [rid]
+        return [self._filter(src_ns, dst, cls, one_in=one_in) for dst in dst_nss] + [rid]
 
     def class_stats(self, rid):
         """(bytes sent, packets sent, dropped, backlog bytes, backlog packets)
