@@ -35,10 +35,12 @@ use kafka_protocol::ResponseError;
 use skiff_engine::batch::{decode_records, BatchBuilder};
 use skiff_engine::{AppendMode, LogError, Shard, TopicPartition};
 
-use super::records::{self, OffsetValue, RecordKey};
-use super::state::{Effects, Group, JoinRequest, JoinResult, Limits, Reply, SyncResult};
 use crate::handlers::{error_code, now_ms};
 use crate::state::CoreState;
+use skiff_coordinator::group::records::{self, OffsetValue, RecordKey};
+use skiff_coordinator::group::state::{
+    Effects, Group, JoinRequest, JoinResult, Limits, Reply, SyncResult,
+};
 
 /// How often each core applies group timeouts; session timeouts are enforced
 /// to within this.
@@ -414,7 +416,7 @@ impl Coordinator {
     pub fn describe(&self, group_id: &str) -> Option<GroupSummary> {
         let groups = self.groups.borrow();
         let group = &groups.get(group_id)?.group;
-        let stable = group.state() == super::state::GroupState::Stable;
+        let stable = group.state() == skiff_coordinator::group::state::GroupState::Stable;
         let protocol = group.protocol_name().unwrap_or_default().to_string();
         Some(GroupSummary {
             state: group.state().name(),
@@ -768,7 +770,8 @@ async fn load_partition(
     let partition = shard
         .local(tp)
         .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
-    let mut groups: BTreeMap<String, Option<super::state::StoredGroup>> = BTreeMap::new();
+    let mut groups: BTreeMap<String, Option<skiff_coordinator::group::state::StoredGroup>> =
+        BTreeMap::new();
     let mut offsets: BTreeMap<String, BTreeMap<(String, i32), Option<Committed>>> = BTreeMap::new();
     let end = partition.log_end_offset().await?;
     let mut offset = partition.log_start_offset().await?;
@@ -949,7 +952,7 @@ fn apply_record(
     log_offset: i64,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
-    groups: &mut BTreeMap<String, Option<super::state::StoredGroup>>,
+    groups: &mut BTreeMap<String, Option<skiff_coordinator::group::state::StoredGroup>>,
     offsets: &mut BTreeMap<String, BTreeMap<(String, i32), Option<Committed>>>,
 ) {
     let Some(key) = key else {

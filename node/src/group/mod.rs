@@ -8,16 +8,16 @@
 //! Requests for a group are forwarded to that core with `Shard::invoke_on`, so
 //! nothing about a group is shared between cores and nothing takes a lock.
 //!
-//! - `state.rs`: the membership protocol as a pure state machine (time passed in).
-//! - `records.rs`: Kafka's key/value formats of `__consumer_offsets` records.
+//! - `skiff_coordinator::group`: the membership protocol as a pure state
+//!   machine (time passed in) and Kafka's key/value formats of
+//!   `__consumer_offsets` records; what this module drives.
 //! - `coordinator.rs`: per-core glue: waiting members, timers, the log, loading.
 //! - `admin.rs`: `skiff group ...` (a client of the group APIs).
 
 pub mod admin;
 pub mod coordinator;
-pub mod records;
-pub mod state;
 
+use skiff_coordinator::partition_for;
 use skiff_engine::TopicPartition;
 
 use crate::state::CoreState;
@@ -25,21 +25,6 @@ use crate::topics::{self, CreateTopic, TopicError};
 
 /// Kafka's internal topic of group metadata and committed offsets.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
-
-/// Java's `String.hashCode` (over UTF-16 code units, wrapping).
-pub fn java_string_hash(s: &str) -> i32 {
-    s.encode_utf16().fold(0i32, |h, unit| {
-        h.wrapping_mul(31).wrapping_add(i32::from(unit))
-    })
-}
-
-/// The `__consumer_offsets` partition of a group: Kafka's
-/// `Utils.abs(groupId.hashCode) % partitions` (`Utils.abs(MIN_VALUE)` is 0).
-pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
-    let hash = java_string_hash(group_id);
-    let abs = if hash == i32::MIN { 0 } else { hash.abs() };
-    abs % partitions.max(1)
-}
 
 /// The offsets partition of a group and the core that owns it; `None` while
 /// the internal topic does not exist.
@@ -105,25 +90,5 @@ pub async fn ensure_offsets_topic(core: &CoreState) -> Result<i32, TopicError> {
             }
         }
         Err(e) => Err(e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn group_partition_matches_java() {
-        // Values of "...".hashCode() in Java.
-        assert_eq!(java_string_hash(""), 0);
-        assert_eq!(java_string_hash("a"), 97);
-        assert_eq!(java_string_hash("group"), 98_629_247);
-        assert_eq!(java_string_hash("my-group"), -1_906_497_762);
-        assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
-        assert_eq!(partition_for("my-group", 50), 1_906_497_762 % 50);
-        assert_eq!(partition_for("polygenelubricants", 50), 0);
-        assert_eq!(partition_for("group", 4), 98_629_247 % 4);
-        // Non-BMP characters hash as two UTF-16 units, as in Java.
-        assert_eq!(java_string_hash("\u{1F600}"), 0xD83D * 31 + 0xDE00);
     }
 }

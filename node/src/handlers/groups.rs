@@ -37,11 +37,11 @@ use skiff_engine::{Shard, TopicPartition};
 
 use super::{now_ms, str_bytes};
 use crate::group::coordinator::{self, Coordinator, GroupSummary};
-use crate::group::records::OffsetValue;
-use crate::group::state::{JoinRequest, JoinResult, Limits, Protocol};
 use crate::group::{self};
 use crate::state::CoreState;
 use crate::topics::{Role, NO_LEADER};
+use skiff_coordinator::group::records::OffsetValue;
+use skiff_coordinator::group::state::{JoinRequest, JoinResult, Limits, Protocol};
 
 fn code(error: Option<ResponseError>) -> i16 {
     error.map_or(0, |e| e.code())
@@ -185,7 +185,7 @@ pub async fn sync_group(
 ) -> SyncGroupResponse {
     let group_id = request.group_id.0.to_string();
     let result = if group_id.is_empty() {
-        crate::group::state::SyncResult::error(ResponseError::InvalidGroupId)
+        skiff_coordinator::group::state::SyncResult::error(ResponseError::InvalidGroupId)
     } else {
         let member_id = request.member_id.to_string();
         let instance = request.group_instance_id.as_ref().map(|s| s.to_string());
@@ -214,7 +214,7 @@ pub async fn sync_group(
                 .await
         })
         .await
-        .unwrap_or_else(crate::group::state::SyncResult::error)
+        .unwrap_or_else(skiff_coordinator::group::state::SyncResult::error)
     };
     let response = SyncGroupResponse::default()
         .with_error_code(code(result.error))
