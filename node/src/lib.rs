@@ -18,6 +18,7 @@ pub mod conn_limits;
 pub mod fetch_session;
 pub mod group;
 pub mod handlers;
+pub mod kafka;
 pub mod listeners;
 pub mod metrics;
 pub mod node;

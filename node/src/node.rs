@@ -239,7 +239,8 @@ impl Node {
         for core in 0..runtime.shards() {
             let node = node.clone();
             runtime.block_on(core, move |shard| async move {
-                CoreState::install(shard, node);
+                let core = CoreState::install(shard, node);
+                coordinator::attach(&core);
             })?;
         }
         // The metrics listener opens first, so `/health` says "starting" while

@@ -19,7 +19,7 @@ use kafka_protocol::ResponseError;
 use skiff_security::{plain, KafkaPrincipal, Mechanism, ScramServer};
 
 use crate::config::SecurityProtocol;
-use crate::handlers::str_bytes;
+use crate::kafka::str_bytes;
 use crate::security::Security;
 
 #[derive(Debug)]

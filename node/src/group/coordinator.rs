@@ -35,7 +35,8 @@ use kafka_protocol::ResponseError;
 use skiff_engine::batch::{decode_records, BatchBuilder};
 use skiff_engine::{AppendMode, LogError, Shard, TopicPartition};
 
-use crate::handlers::{error_code, now_ms};
+use crate::kafka::{error_code, now_ms};
+use crate::replica::RoleChange;
 use crate::state::CoreState;
 use skiff_coordinator::group::records::{self, OffsetValue, RecordKey};
 use skiff_coordinator::group::state::{
@@ -1080,6 +1081,33 @@ async fn append(
         tracing::warn!(group = %group_id, partition = %tp, error = %e, "writing to __consumer_offsets failed");
         e.code()
     })
+}
+
+/// Makes this core's coordinator follow the leadership of the
+/// `__consumer_offsets` partitions the core owns: it coordinates their
+/// groups while it leads them (loading them first), and drops them when it
+/// stops. Once per core, before the core takes any role.
+pub fn attach(core: &Rc<CoreState>) {
+    let core = Rc::downgrade(core);
+    crate::replica::on_role_change(move |tp, change| {
+        if tp.topic != super::OFFSETS_TOPIC {
+            return;
+        }
+        match change {
+            RoleChange::Leading { leader_epoch } => {
+                let Some(core) = core.upgrade() else {
+                    return;
+                };
+                Coordinator::current().on_leader(
+                    &core.shard,
+                    tp.clone(),
+                    leader_epoch,
+                    limits(&core),
+                );
+            }
+            RoleChange::NotLeading => Coordinator::current().on_resign(tp),
+        }
+    });
 }
 
 /// Starts this core's ticker (stops with the core).

@@ -28,7 +28,7 @@ use kafka_protocol::ResponseError;
 use skiff_controller::access::{self, AclFilterRecord, ScramAlteration};
 use skiff_controller::records::AclRecord;
 
-use super::str_bytes;
+use crate::kafka::str_bytes;
 use crate::state::CoreState;
 use crate::topics;
 

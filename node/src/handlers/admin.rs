@@ -24,7 +24,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::str_bytes;
+use crate::kafka::str_bytes;
 use crate::state::CoreState;
 use crate::topics::{self, ConfigOp, CreateTopic, TopicError};
 
@@ -50,7 +50,7 @@ fn topic_error(e: &TopicError) -> ResponseError {
         }
         // Retriable: the client tries again once a controller is elected.
         TopicError::Unavailable(_) => ResponseError::RequestTimedOut,
-        TopicError::Engine(e) => super::error_code(e),
+        TopicError::Engine(e) => crate::kafka::error_code(e),
     }
 }
 

@@ -216,7 +216,7 @@ pub fn produce_denied(response: &mut kafka_protocol::messages::ProduceResponse, 
     for (name, partitions) in denied {
         response.responses.push(
             TopicProduceResponse::default()
-                .with_name(TopicName(super::str_bytes(name)))
+                .with_name(TopicName(crate::kafka::str_bytes(name)))
                 .with_partition_responses(
                     partitions
                         .into_iter()
@@ -273,7 +273,7 @@ pub fn fetch_denied(response: &mut kafka_protocol::messages::FetchResponse, deni
     for (name, partitions) in denied {
         response.responses.push(
             FetchableTopicResponse::default()
-                .with_topic(TopicName(super::str_bytes(name)))
+                .with_topic(TopicName(crate::kafka::str_bytes(name)))
                 .with_partitions(
                     partitions
                         .into_iter()
@@ -318,7 +318,7 @@ pub fn list_offsets_denied(
     for (name, partitions) in denied {
         response.topics.push(
             ListOffsetsTopicResponse::default()
-                .with_name(TopicName(super::str_bytes(name)))
+                .with_name(TopicName(crate::kafka::str_bytes(name)))
                 .with_partitions(
                     partitions
                         .into_iter()
@@ -367,7 +367,7 @@ pub fn offset_for_leader_epoch_denied(
     for (name, partitions) in denied {
         response.topics.push(
             OffsetForLeaderTopicResult::default()
-                .with_topic(TopicName(super::str_bytes(name)))
+                .with_topic(TopicName(crate::kafka::str_bytes(name)))
                 .with_partitions(
                     partitions
                         .into_iter()
@@ -432,7 +432,7 @@ pub fn metadata_denied(
     for name in denied {
         response.topics.push(
             MetadataResponseTopic::default()
-                .with_name(Some(TopicName(super::str_bytes(name))))
+                .with_name(Some(TopicName(crate::kafka::str_bytes(name))))
                 .with_error_code(TOPIC_DENIED.code()),
         );
     }
@@ -468,7 +468,7 @@ pub fn offset_commit_denied(
     for (name, partitions) in denied {
         response.topics.push(
             OffsetCommitResponseTopic::default()
-                .with_name(TopicName(super::str_bytes(name)))
+                .with_name(TopicName(crate::kafka::str_bytes(name)))
                 .with_partitions(
                     partitions
                         .into_iter()
@@ -516,7 +516,7 @@ pub fn create_topics_add(
     for name in denied {
         response.topics.push(
             CreatableTopicResult::default()
-                .with_name(TopicName(super::str_bytes(name)))
+                .with_name(TopicName(crate::kafka::str_bytes(name)))
                 .with_error_code(TOPIC_DENIED.code())
                 .with_num_partitions(-1)
                 .with_replication_factor(-1),
@@ -553,7 +553,7 @@ pub fn delete_topics_add(
     for name in denied {
         response.responses.push(
             DeletableTopicResult::default()
-                .with_name(Some(TopicName(super::str_bytes(name))))
+                .with_name(Some(TopicName(crate::kafka::str_bytes(name))))
                 .with_error_code(TOPIC_DENIED.code()),
         );
     }
@@ -623,7 +623,7 @@ pub fn find_coordinator_denied(
     for key in denied.keys {
         response.coordinators.push(
             Coordinator::default()
-                .with_key(super::str_bytes(key))
+                .with_key(crate::kafka::str_bytes(key))
                 .with_node_id(BrokerId(-1))
                 .with_port(-1)
                 .with_error_code(denied.error.code()),
@@ -689,7 +689,9 @@ pub fn offset_fetch_denied(
         for g in denied.groups {
             response.groups.push(
                 OffsetFetchResponseGroup::default()
-                    .with_group_id(kafka_protocol::messages::GroupId(super::str_bytes(g)))
+                    .with_group_id(kafka_protocol::messages::GroupId(crate::kafka::str_bytes(
+                        g,
+                    )))
                     .with_error_code(code),
             );
         }
@@ -704,7 +706,7 @@ pub fn offset_fetch_denied(
     for (name, partitions) in denied.topics {
         response.topics.push(
             OffsetFetchResponseTopic::default()
-                .with_name(TopicName(super::str_bytes(name)))
+                .with_name(TopicName(crate::kafka::str_bytes(name)))
                 .with_partitions(
                     partitions
                         .into_iter()
@@ -791,7 +793,7 @@ pub fn describe_configs_denied(
             DescribeConfigsResult::default()
                 .with_error_code(config_error(t).code())
                 .with_resource_type(t)
-                .with_resource_name(super::str_bytes(name)),
+                .with_resource_name(crate::kafka::str_bytes(name)),
         );
     }
 }
@@ -824,7 +826,7 @@ pub fn alter_configs_denied(
             AlterConfigsResourceResponse::default()
                 .with_error_code(config_error(t).code())
                 .with_resource_type(t)
-                .with_resource_name(super::str_bytes(name)),
+                .with_resource_name(crate::kafka::str_bytes(name)),
         );
     }
 }
@@ -841,7 +843,7 @@ pub fn incremental_alter_configs_denied(
             AlterConfigsResourceResponse::default()
                 .with_error_code(config_error(t).code())
                 .with_resource_type(t)
-                .with_resource_name(super::str_bytes(name)),
+                .with_resource_name(crate::kafka::str_bytes(name)),
         );
     }
 }
@@ -868,7 +870,7 @@ pub fn create_partitions_denied(
     for name in denied {
         response.results.push(
             CreatePartitionsTopicResult::default()
-                .with_name(TopicName(super::str_bytes(name)))
+                .with_name(TopicName(crate::kafka::str_bytes(name)))
                 .with_error_code(TOPIC_DENIED.code()),
         );
     }
@@ -900,7 +902,7 @@ pub fn delete_records_denied(
     for (name, partitions) in denied {
         response.topics.push(
             DeleteRecordsTopicResult::default()
-                .with_name(TopicName(super::str_bytes(name)))
+                .with_name(TopicName(crate::kafka::str_bytes(name)))
                 .with_partitions(
                     partitions
                         .into_iter()
@@ -935,7 +937,7 @@ pub fn describe_producers_denied(
     for (name, partitions) in denied {
         response.topics.push(
             TopicResponse::default()
-                .with_name(TopicName(super::str_bytes(name)))
+                .with_name(TopicName(crate::kafka::str_bytes(name)))
                 .with_partitions(
                     partitions
                         .into_iter()
@@ -985,7 +987,9 @@ pub fn describe_groups_denied(
     for g in denied {
         response.groups.push(
             DescribedGroup::default()
-                .with_group_id(kafka_protocol::messages::GroupId(super::str_bytes(g)))
+                .with_group_id(kafka_protocol::messages::GroupId(crate::kafka::str_bytes(
+                    g,
+                )))
                 .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
         );
     }
@@ -1010,7 +1014,9 @@ pub fn delete_groups_denied(
     for g in denied {
         response.results.push(
             DeletableGroupResult::default()
-                .with_group_id(kafka_protocol::messages::GroupId(super::str_bytes(g)))
+                .with_group_id(kafka_protocol::messages::GroupId(crate::kafka::str_bytes(
+                    g,
+                )))
                 .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
         );
     }
@@ -1042,7 +1048,7 @@ pub fn offset_delete_denied(
     for (name, partitions) in denied {
         response.topics.push(
             OffsetDeleteResponseTopic::default()
-                .with_name(TopicName(super::str_bytes(name)))
+                .with_name(TopicName(crate::kafka::str_bytes(name)))
                 .with_partitions(
                     partitions
                         .into_iter()

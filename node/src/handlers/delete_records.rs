@@ -9,7 +9,7 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use skiff_engine::{LogError, TopicPartition};
 
-use super::error_code;
+use crate::kafka::error_code;
 use crate::state::CoreState;
 
 pub async fn handle(core: &CoreState, request: DeleteRecordsRequest) -> DeleteRecordsResponse {

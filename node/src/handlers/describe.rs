@@ -42,8 +42,8 @@ use kafka_protocol::ResponseError;
 
 use skiff_engine::TopicPartition;
 
-use super::str_bytes;
 use crate::cluster;
+use crate::kafka::str_bytes;
 use crate::state::CoreState;
 
 /// The metadata log's name in DescribeQuorum (Kafka's).
@@ -297,7 +297,7 @@ pub async fn describe_producers(
                         .collect(),
                 ),
                 Err(e) => response
-                    .with_error_code(super::error_code(&e).code())
+                    .with_error_code(crate::kafka::error_code(&e).code())
                     .with_error_message(Some(str_bytes(e.to_string()))),
             });
         }

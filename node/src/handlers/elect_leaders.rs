@@ -17,7 +17,7 @@ use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicN
 use kafka_protocol::ResponseError;
 use skiff_controller::decisions::ElectionType;
 
-use super::str_bytes;
+use crate::kafka::str_bytes;
 use crate::state::CoreState;
 use crate::topics::{self, Assignment, TopicTable, NO_LEADER};
 

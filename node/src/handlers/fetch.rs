@@ -24,8 +24,8 @@ use skiff_engine::{wait_for_any, LogError, LongPoll, Partition, Shard, TopicPart
 use skiff_protocol::splice::Splices;
 use skiff_replication::FollowerFetch;
 
-use super::error_code;
 use crate::fetch_session::{Answer, FetchContext, FetchParams, INVALID_SESSION_ID};
+use crate::kafka::error_code;
 use crate::replica::throttle::{self, Side};
 use crate::state::CoreState;
 

@@ -14,8 +14,8 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::str_bytes;
 use crate::group;
+use crate::kafka::str_bytes;
 use crate::state::CoreState;
 
 const KEY_TYPE_GROUP: i8 = 0;

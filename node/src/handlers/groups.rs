@@ -35,9 +35,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use skiff_engine::{Shard, TopicPartition};
 
-use super::{now_ms, str_bytes};
 use crate::group::coordinator::{self, Coordinator, GroupSummary};
 use crate::group::{self};
+use crate::kafka::{now_ms, str_bytes};
 use crate::state::CoreState;
 use crate::topics::{Role, NO_LEADER};
 use skiff_coordinator::group::records::OffsetValue;

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
 use skiff_engine::{OffsetQuery, TopicPartition};
 
-use super::error_code;
+use crate::kafka::error_code;
 use crate::state::CoreState;
 
 const LATEST: i64 = -1;

@@ -21,8 +21,8 @@ use std::collections::HashSet;
 use kafka_protocol::ResponseError;
 use skiff_engine::TopicPartition;
 
-use super::str_bytes;
 use crate::group;
+use crate::kafka::str_bytes;
 use crate::state::CoreState;
 use crate::topics::{self, Assignment, CreateTopic, TopicError, TopicInfo, TopicTable, NO_LEADER};
 

@@ -27,9 +27,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use skiff_engine::LogError;
 use skiff_protocol::response::{encode_response, ResponseFrame};
 use skiff_protocol::splice::Splices;
 use skiff_protocol::{request, versions};
@@ -526,41 +524,6 @@ async fn handle(
     }
     core.metrics.response(api_key, &response);
     encode(header.correlation_id, api_key, version, &response, &splices)
-}
-
-/// The Kafka error code for an engine error.
-pub fn error_code(e: &LogError) -> ResponseError {
-    match e {
-        LogError::InvalidBatch(_) => ResponseError::CorruptMessage,
-        LogError::BatchTooLarge { .. } => ResponseError::MessageTooLarge,
-        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        LogError::UnknownPartition(_) => ResponseError::UnknownTopicOrPartition,
-        LogError::NonContiguousAppend { .. } => ResponseError::InvalidRecord,
-        LogError::PartitionExists(_) => ResponseError::TopicAlreadyExists,
-        LogError::Io { .. }
-        | LogError::Offline(_)
-        | LogError::Corrupt(_)
-        | LogError::Recovery(_)
-        | LogError::Checkpoint { .. }
-        | LogError::DataDir(_) => ResponseError::KafkaStorageError,
-        LogError::BadPartitionDir(_) | LogError::SnapshotNotFlushed { .. } => {
-            ResponseError::KafkaStorageError
-        }
-        LogError::RuntimeStopped
-        | LogError::FencedLeaderEpoch { .. }
-        | LogError::StaleReplicaEpoch { .. } => ResponseError::NotLeaderOrFollower,
-    }
-}
-
-pub fn str_bytes(s: impl Into<String>) -> StrBytes {
-    StrBytes::from_string(s.into())
-}
-
-/// Unix time in milliseconds.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Whether this node serves `topic`/`partition` as its leader: the leader

@@ -13,7 +13,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use skiff_engine::{LogError, TopicPartition};
 
-use super::error_code;
+use crate::kafka::error_code;
 use crate::state::CoreState;
 
 pub async fn handle(

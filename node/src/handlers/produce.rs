@@ -24,7 +24,7 @@ use kafka_protocol::ResponseError;
 use skiff_engine::batch::{self, BatchHeader};
 use skiff_engine::{AppendMode, LogError, Partition, Shard, TopicPartition};
 
-use super::{error_code, now_ms, str_bytes};
+use crate::kafka::{error_code, now_ms, str_bytes};
 use crate::producer::{BatchMeta, ProducerStates, SequenceCheck};
 use crate::state::CoreState;
 

@@ -14,7 +14,7 @@ use skiff_controller::access::QuotaAlteration;
 use skiff_controller::records::{QuotaEntityPart, QUOTA_CLIENT_ID, QUOTA_USER};
 use skiff_security::quota::{EntityName, QuotaEntity};
 
-use super::str_bytes;
+use crate::kafka::str_bytes;
 use crate::state::CoreState;
 use crate::topics;
 

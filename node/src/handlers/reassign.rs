@@ -25,7 +25,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use skiff_controller::decisions::Reassignment;
 
-use super::str_bytes;
+use crate::kafka::str_bytes;
 use crate::state::CoreState;
 use crate::topics;
 

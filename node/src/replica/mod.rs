@@ -42,8 +42,6 @@ use skiff_replication::{
     AckWaiters, FollowerFetch, IsrChange, LeaderConfig, LeaderReplica, ReplicationError,
 };
 
-use crate::group::coordinator::Coordinator;
-use crate::group::OFFSETS_TOPIC;
 use crate::state::CoreState;
 use crate::topics::{TopicTable, NO_LEADER};
 
@@ -51,6 +49,37 @@ use crate::topics::{TopicTable, NO_LEADER};
 const ACK_WAITERS_MAX: usize = 100_000;
 /// How often leaders look for followers to drop from the ISR.
 const SHRINK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A change of this core's role for a partition, given to whatever runs on
+/// top of the partition (the group coordinator on `__consumer_offsets`):
+/// replication announces it and never calls up into them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleChange {
+    /// This core leads the partition from this leader epoch on.
+    Leading { leader_epoch: i32 },
+    /// It no longer leads it (it follows, or no longer replicates it).
+    NotLeading,
+}
+
+type RoleListener = Rc<dyn Fn(&TopicPartition, RoleChange)>;
+
+thread_local! {
+    static ROLE_LISTENERS: RefCell<Vec<RoleListener>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Registers `listener` for every role change of this core's partitions
+/// from now on: once per core, before the core takes any role.
+pub fn on_role_change(listener: impl Fn(&TopicPartition, RoleChange) + 'static) {
+    ROLE_LISTENERS.with(|l| l.borrow_mut().push(Rc::new(listener)));
+}
+
+fn announce(tp: &TopicPartition, change: RoleChange) {
+    // Called outside the borrow: a listener may register another.
+    let listeners = ROLE_LISTENERS.with(|l| l.borrow().clone());
+    for listener in listeners {
+        listener(tp, change);
+    }
+}
 
 /// A refusal a produce or fetch answers with.
 #[derive(Debug, Clone)]
@@ -619,15 +648,12 @@ async fn become_leader(
     ROLES.with(|r| r.borrow_mut().insert(tp.clone(), Role::Leader(leader)));
     COUNTERS.with(|c| bump(&c.leaderships, 1));
     tracing::info!(partition = %tp, leader_epoch = a.leader_epoch, isr = ?a.isr, "leading");
-    if tp.topic == OFFSETS_TOPIC {
-        // The groups of this partition are coordinated here from now on.
-        Coordinator::current().on_leader(
-            &core.shard,
-            tp.clone(),
-            a.leader_epoch,
-            crate::group::coordinator::limits(core),
-        );
-    }
+    announce(
+        tp,
+        RoleChange::Leading {
+            leader_epoch: a.leader_epoch,
+        },
+    );
 }
 
 /// A read found this replica's log corrupt (the engine logged where, and the
@@ -729,14 +755,14 @@ async fn become_follower(
         )
     });
     fetcher::add(core, tp.clone(), leader, leader_epoch, log);
-    Coordinator::current().on_resign(tp);
+    announce(tp, RoleChange::NotLeading);
     tracing::info!(partition = %tp, leader, leader_epoch, "following");
 }
 
 fn stop_replicating(tp: &TopicPartition) {
     fetcher::remove(tp);
     ROLES.with(|r| r.borrow_mut().remove(tp));
-    Coordinator::current().on_resign(tp);
+    announce(tp, RoleChange::NotLeading);
 }
 
 /// Leaders drop followers that fell behind from the ISR (per core, forever).
