@@ -186,7 +186,7 @@ impl Mute {
 /// an i32 for `throttle_time_ms`), the connection muted that long.
 pub fn charge(
     core: &crate::state::CoreState,
-    session: &crate::handlers::authz::Session,
+    session: &crate::security::Session,
     client_id: &str,
     key: QuotaKey,
     amount: impl FnOnce() -> f64,

@@ -5,11 +5,29 @@
 //! Rebuilt only when a metadata batch touched them (`Broker::security_dirty`).
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use skiff_controller::access;
 use skiff_controller::state::ClusterState;
 use skiff_security::quota::Quotas;
-use skiff_security::{AclBinding, Authorizer, ScramCredential, ScramMechanism};
+use skiff_security::{AclBinding, Authorizer, KafkaPrincipal, ScramCredential, ScramMechanism};
+
+/// Who sent a request, as authorization and quotas see it: one per
+/// connection (again after a re-authentication).
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub principal: KafkaPrincipal,
+    /// The client's IP address as ACL hosts name it ("127.0.0.1").
+    pub ip: String,
+    /// Kafka's client host string ("/127.0.0.1"), for group membership.
+    pub client_host: Rc<str>,
+    /// The listener the connection came in on: Metadata and FindCoordinator
+    /// answer with that listener's endpoints.
+    pub listener: Rc<str>,
+    /// The connection's quota mute (`crate::quota`): shared by the sessions
+    /// of one connection.
+    pub mute: Rc<crate::quota::Mute>,
+}
 
 /// How the node authorizes (`authorizer.class.name`, `super.users`,
 /// `allow.everyone.if.no.acl.found`); `None` in `Security::from_state`: it

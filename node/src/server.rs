@@ -31,9 +31,10 @@ use kafka_protocol::messages::{RequestKind, ResponseKind};
 
 use crate::config::Listener;
 use crate::conn_limits::ConnectionPermit;
-use crate::handlers::{self, authz, authz::Session};
+use crate::handlers::{self, authz};
 use crate::listeners;
 use crate::sasl::{ConnectionAuth, Next};
+use crate::security::Session;
 use crate::sendmsg;
 use crate::state::CoreState;
 use crate::tls;

@@ -32,25 +32,10 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, BrokerId, TopicName};
 use kafka_protocol::ResponseError;
-use skiff_security::{AclOperation as Op, KafkaPrincipal, ResourceType};
+use skiff_security::{AclOperation as Op, ResourceType};
 
+use crate::security::Session;
 use crate::topics::TopicTable;
-
-/// Who sent a request, as authorization sees it.
-#[derive(Debug, Clone)]
-pub struct Session {
-    pub principal: KafkaPrincipal,
-    /// The client's IP address as ACL hosts name it ("127.0.0.1").
-    pub ip: String,
-    /// Kafka's client host string ("/127.0.0.1"), for group membership.
-    pub client_host: Rc<str>,
-    /// The listener the connection came in on: Metadata and FindCoordinator
-    /// answer with that listener's endpoints.
-    pub listener: Rc<str>,
-    /// The connection's quota mute (`crate::quota`): shared by the sessions
-    /// of one connection.
-    pub mute: Rc<crate::quota::Mute>,
-}
 
 /// The APIs whose rules are written here (or that need none).
 pub fn covered(api_key: ApiKey) -> bool {

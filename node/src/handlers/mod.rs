@@ -85,7 +85,7 @@ impl Request {
 pub async fn start(
     core: Rc<CoreState>,
     request: Request,
-    session: Rc<authz::Session>,
+    session: Rc<crate::security::Session>,
 ) -> Pin<Box<dyn Future<Output = Option<ResponseFrame>>>> {
     let Request {
         header,
@@ -157,7 +157,7 @@ pub(crate) fn encode(
 async fn handle(
     core: Rc<CoreState>,
     request: Request,
-    session: Rc<authz::Session>,
+    session: Rc<crate::security::Session>,
 ) -> Option<ResponseFrame> {
     use skiff_security::AclOperation as Op;
     let access = authz::Access::new(core.topics(), session.clone());
