@@ -281,7 +281,7 @@ impl Node {
                 crate::replica::apply_table(core.clone(), core.topics()).await;
                 let loaded = Coordinator::current().wait_loaded().await;
                 crate::replica::start_shrink_timer(core.clone());
-                crate::handlers::produce::start_snapshot_timer(core.clone());
+                crate::producer::start_snapshot_timer(core.clone());
                 coordinator::start_ticker(core);
                 anyhow::Ok(loaded)
             })??;
@@ -392,7 +392,7 @@ fn snapshot_producers(runtime: &Runtime) -> anyhow::Result<()> {
     for core in 0..runtime.shards() {
         runtime.block_on(core, |_| async move {
             if let Some(core) = CoreState::current() {
-                crate::handlers::produce::snapshot_producers(&core).await;
+                crate::producer::snapshot_producers(&core).await;
             }
         })?;
     }

@@ -277,7 +277,7 @@ pub async fn describe_producers(
             let outcome = core
                 .shard
                 .invoke_on(owner, move |_| async move {
-                    super::produce::describe_producers(&tp).await
+                    crate::producer::describe_producers(&tp).await
                 })
                 .await
                 .and_then(|r| r);

@@ -11,7 +11,7 @@
 //! The state is rebuilt from the log itself (the batches carry producer id, epoch
 //! and sequence) the first time an idempotent batch arrives after the partition is
 //! opened or led again: from the latest producer snapshot the engine holds
-//! (`encode`/`decode` here, written by `handlers::produce::snapshot_producers`),
+//! (`encode`/`decode` here, written by `producer::snapshot_producers`),
 //! then the log after it; from the log's start when there is none.
 
 use std::collections::{HashMap, VecDeque};
