@@ -335,46 +335,68 @@ class QuorumSplit(_NetFault):
 SLOW_RATES_KBIT = (32, 64, 96, 128)
 
 
-class Slow(_NetFault):
-    """What the leader sends to the other nodes goes through a low-rate htb
-    class with a long pfifo: replication and controller traffic from it queue
-    (hundreds of ms to seconds of delay once the rate is exceeded); clients
-    are not slowed. The rate (32 to 128 kbit/s, below what the
-workload's replication needs) follows the seeded
-    duration. In order and without loss: reorder and lossy take a share of
-    the packets instead."""
-    name = "slow"
+class _Shaped(_NetFault):
+    """A fault that queues packets through htb classes (`net.shape`) at
+    `rate_kbit`: samples the longest queue of any class every 0.1 s while
+    it lasts (the longest delay) and sums the classes' counters at the
+    heal."""
 
-    def __init__(self, partition, duration):
+    def __init__(self, partition, duration, rates_kbit):
         super().__init__(partition, duration)
-        self.rate_kbit = SLOW_RATES_KBIT[int(round(duration * 100)) % len(SLOW_RATES_KBIT)]
+        self.rate_kbit = rates_kbit[int(round(duration * 100)) % len(rates_kbit)]
+        self.classes = []
         self.peak_backlog = (0, 0)
         self.next_sample = 0.0
 
-    def target(self):
-        return f"node {self.node} (leader of p{self.partition}) -> others at {self.rate_kbit} kbit"
+    def _shape(self, run, src, dsts, one_in=None):
+        rules = run.net.shape(src, dsts, self.rate_kbit, one_in=one_in)
+        self.rules += rules
+        self.classes.append(rules[-1])
 
-    def start(self, run):
-        me = net.node_ns(self.node)
-        self.rules = run.net.shape(me, [net.node_ns(o) for o in run.nodes if o != self.node], self.rate_kbit)
-        self.cls = self.rules[-1]
+    def _stats(self, run):
+        """Each class's stats that could be read."""
+        return [st for st in (run.net.class_stats(c) for c in self.classes) if st]
 
     def tick(self, run):
         if time.time() < self.next_sample:
             return
         self.next_sample = time.time() + 0.1
-        st = run.net.class_stats(self.cls)
-        if st and st[3] > self.peak_backlog[0]:
-            self.peak_backlog = (st[3], st[4])
+        for st in self._stats(run):
+            if st[3] > self.peak_backlog[0]:
+                self.peak_backlog = (st[3], st[4])
 
     def heal(self, run):
-        st = run.net.class_stats(self.cls)
+        stats = self._stats(run)
         run.net.remove(self.rules)
         self.rules = []
+        if stats:
+            self.note += self._summary(tuple(map(sum, zip(*stats))))
+
+    def _delay(self):
         peak_b, peak_p = self.peak_backlog
-        if st:
-            self.note += (f"{st[0] // 1024} KiB queued through, peak backlog {peak_b} B / {peak_p} pkts "
-                          f"(~{peak_b * 8 / (self.rate_kbit * 1000):.1f}s of delay), {st[2]} dropped; ")
+        return f"peak backlog {peak_b} B / {peak_p} pkts (~{peak_b * 8 / (self.rate_kbit * 1000):.1f}s of delay)"
+
+
+class Slow(_Shaped):
+    """What the leader sends to the other nodes goes through a low-rate htb
+    class with a long pfifo: replication and controller traffic from it queue
+    (hundreds of ms to seconds of delay once the rate is exceeded); clients
+    are not slowed. The rate (32 to 128 kbit/s, below what the workload's
+    replication needs) follows the seeded duration. In order and without
+    loss: reorder and lossy take a share of the packets instead."""
+    name = "slow"
+
+    def __init__(self, partition, duration):
+        super().__init__(partition, duration, SLOW_RATES_KBIT)
+
+    def target(self):
+        return f"node {self.node} (leader of p{self.partition}) -> others at {self.rate_kbit} kbit"
+
+    def start(self, run):
+        self._shape(run, net.node_ns(self.node), [net.node_ns(o) for o in run.nodes if o != self.node])
+
+    def _summary(self, st):
+        return f"{st[0] // 1024} KiB queued through, {self._delay()}, {st[2]} dropped; "
 
 
 # The share of packets the lossy nemesis drops, by the seeded duration: one in
@@ -412,7 +434,7 @@ REORDER_RATES_KBIT = (16, 32, 64)
 REORDER_ONE_IN = 4
 
 
-class Reorder(_NetFault):
+class Reorder(_Shaped):
     """Reordering with jitter: one packet in 4, both ways between the leader
     and the other nodes, goes through a low-rate htb class (16 to 64 kbit/s
     by the seeded duration, below the quarter of the workload's replication
@@ -420,15 +442,13 @@ class Reorder(_NetFault):
     packet arrives after packets sent later, by what queues before it (from
     tens of ms to seconds, growing while the fault lasts); TCP puts the
     stream back in order, retransmitting what took too long (a retransmitted
-    segment has a new IP identification, so it mostly goes straight on). Nothing is dropped while the fault lasts; the heal drops
-    what is still queued (TCP sends it again)."""
+    segment has a new IP identification, so it mostly goes straight on).
+    Nothing is dropped while the fault lasts; the heal drops what is still
+    queued (TCP sends it again)."""
     name = "reorder"
 
     def __init__(self, partition, duration):
-        super().__init__(partition, duration)
-        self.rate_kbit = REORDER_RATES_KBIT[int(round(duration * 100)) % len(REORDER_RATES_KBIT)]
-        self.peak_backlog = (0, 0)
-        self.next_sample = 0.0
+        super().__init__(partition, duration, REORDER_RATES_KBIT)
 
     def target(self):
         return (f"node {self.node} (leader of p{self.partition}) <-> others, 1 in {REORDER_ONE_IN} packets "
@@ -437,33 +457,12 @@ class Reorder(_NetFault):
     def start(self, run):
         me = net.node_ns(self.node)
         others = [net.node_ns(o) for o in run.nodes if o != self.node]
-        self.rules = run.net.shape(me, others, self.rate_kbit, one_in=REORDER_ONE_IN)
+        self._shape(run, me, others, one_in=REORDER_ONE_IN)
         for other in others:
-            self.rules += run.net.shape(other, [me], self.rate_kbit, one_in=REORDER_ONE_IN)
-        self.classes = [r for r in self.rules if str(r).startswith("class-")]
+            self._shape(run, other, [me], one_in=REORDER_ONE_IN)
 
-    def _stats(self, run):
-        """Each class's stats that could be read."""
-        return [st for st in (run.net.class_stats(c) for c in self.classes) if st]
-
-    def tick(self, run):
-        """The longest queue of any one class (the longest delay)."""
-        if time.time() < self.next_sample:
-            return
-        self.next_sample = time.time() + 0.1
-        for st in self._stats(run):
-            if st[3] > self.peak_backlog[0]:
-                self.peak_backlog = (st[3], st[4])
-
-    def heal(self, run):
-        stats = self._stats(run)
-        run.net.remove(self.rules)
-        self.rules = []
-        peak_b, peak_p = self.peak_backlog
-        if stats:
-            st = tuple(map(sum, zip(*stats)))
-            self.note += (f"{st[1]} packets delayed ({st[0] // 1024} KiB), peak backlog {peak_b} B / {peak_p} pkts "
-                          f"(~{peak_b * 8 / (self.rate_kbit * 1000):.1f}s of delay); ")
+    def _summary(self, st):
+        return f"{st[1]} packets delayed ({st[0] // 1024} KiB), {self._delay()}; "
 
 
 class DiskFull(Kill):
