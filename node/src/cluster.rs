@@ -150,7 +150,7 @@ impl Broker {
 /// partitions it is a replica of, and waits until the controller unfences it.
 /// Then the follower and heartbeat tasks keep it current.
 ///
-/// A stop asked for meanwhile (`node::request_stop`) ends it within
+/// A stop asked for meanwhile (`state::request_stop`) ends it within
 /// `STOP_POLL` with `ClusterError::Stopped`, whatever it waits on: a single
 /// registration attempt against silent controllers lasts a whole request
 /// timeout, and the start's bound is two minutes.
@@ -161,7 +161,7 @@ pub async fn start(
 ) -> Result<(), ClusterError> {
     let join = std::pin::pin!(join(core, quorum, request_timeout));
     let stop = std::pin::pin!(async {
-        while !crate::node::stop_requested() {
+        while !crate::state::stop_requested() {
             sleep(STOP_POLL).await;
         }
     });

@@ -1054,6 +1054,34 @@ impl NodeConfig {
     }
 }
 
+/// The broker configs of the replication throttle's rates (bytes/s) and the
+/// topic configs naming the replicas it applies to (`replica::throttle`), on
+/// the leader's side and the follower's (Kafka's names).
+pub const LEADER_RATE: &str = "leader.replication.throttled.rate";
+pub const FOLLOWER_RATE: &str = "follower.replication.throttled.rate";
+pub const LEADER_REPLICAS: &str = "leader.replication.throttled.replicas";
+pub const FOLLOWER_REPLICAS: &str = "follower.replication.throttled.replicas";
+
+/// Checks a throttled replicas value: empty, "*", or "partition:node" pairs
+/// separated by commas.
+pub fn check_replicas(value: &str) -> Result<(), String> {
+    let value = value.trim();
+    if value.is_empty() || value == "*" {
+        return Ok(());
+    }
+    for pair in value.split(',') {
+        let ok = pair.trim().split_once(':').is_some_and(|(p, n)| {
+            p.trim().parse::<u32>().is_ok() && n.trim().parse::<u32>().is_ok()
+        });
+        if !ok {
+            return Err(format!(
+                "{pair:?} is not partition:node (the value is \"*\" or a comma-separated list of them)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Topic-level config keys skiff knows, with what values they take.
 pub fn check_topic_config(key: &str, value: &str) -> Result<(), String> {
     let number = |min: i64| match value.parse::<i64>() {
@@ -1070,9 +1098,7 @@ pub fn check_topic_config(key: &str, value: &str) -> Result<(), String> {
             format!("min.cleanable.dirty.ratio must be a number in [0, 1], got {value:?}")
         }),
         "min.insync.replicas" => number(1),
-        crate::replica::throttle::LEADER_REPLICAS | crate::replica::throttle::FOLLOWER_REPLICAS => {
-            crate::replica::throttle::check_replicas(value)
-        }
+        LEADER_REPLICAS | FOLLOWER_REPLICAS => check_replicas(value),
         "unclean.leader.election.enable" => match value {
             "true" | "false" => Ok(()),
             _ => Err(format!("{key} must be true or false, got {value:?}")),

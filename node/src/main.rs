@@ -696,13 +696,13 @@ fn run_node(mut args: NodeArgs) -> anyhow::Result<()> {
         .name("skiff-signals".into())
         .spawn(move || {
             let signal = signals.forever().next();
-            skiff_node::node::request_stop();
+            skiff_node::state::request_stop();
             let _ = stopped_tx.send(signal);
         })
         .context("starting the signal waiter")?;
     let node = match Node::start(config) {
         Ok(node) => node,
-        Err(e) if skiff_node::node::stop_requested() => {
+        Err(e) if skiff_node::state::stop_requested() => {
             tracing::info!(error = %format!("{e:#}"), "stopped while starting");
             return Ok(());
         }

@@ -36,22 +36,6 @@ thread_local! {
     static METRICS_LISTENER: RefCell<Option<(local_channel::LocalSender<()>, JoinHandle<()>)>> = const { RefCell::new(None) };
 }
 
-/// Set by the stop signal's waiter while the node starts: the start's waits
-/// on the controllers give up at their next retry instead of after
-/// `cluster::START_TIMEOUT` (a SIGTERM to a node that could not register
-/// took two minutes to stop it).
-static STOP_REQUESTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Asks a starting node to give up (see `STOP_REQUESTED`).
-pub fn request_stop() {
-    STOP_REQUESTED.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Whether a stop was asked for (see `STOP_REQUESTED`).
-pub fn stop_requested() -> bool {
-    STOP_REQUESTED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// A running node.
 pub struct Node {
     /// The broker's shard runtime (None: a controller-only node).

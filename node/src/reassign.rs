@@ -40,6 +40,7 @@ use kafka_protocol::ResponseError;
 use serde::{Deserialize, Serialize};
 
 use crate::admin_client::AdminClient;
+use crate::config::{FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS};
 
 /// A Kafka error with the server's message, if it sent one.
 fn refusal(e: ResponseError, message: Option<&str>) -> String {
@@ -434,10 +435,6 @@ fn alter(
         .collect())
 }
 
-const LEADER_RATE: &str = "leader.replication.throttled.rate";
-const FOLLOWER_RATE: &str = "follower.replication.throttled.rate";
-const LEADER_REPLICAS: &str = "leader.replication.throttled.replicas";
-const FOLLOWER_REPLICAS: &str = "follower.replication.throttled.replicas";
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 

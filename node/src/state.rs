@@ -17,6 +17,22 @@ use crate::metrics::{CoreMetrics, Phase};
 use crate::producer::ProducerStates;
 use crate::topics::TopicTable;
 
+/// Set by the stop signal's waiter while the node starts: the start's waits
+/// on the controllers give up at their next retry instead of after
+/// `cluster::START_TIMEOUT` (a SIGTERM to a node that could not register
+/// took two minutes to stop it).
+static STOP_REQUESTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Asks a starting node to give up (see `STOP_REQUESTED`).
+pub fn request_stop() {
+    STOP_REQUESTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a stop was asked for (see `STOP_REQUESTED`).
+pub fn stop_requested() -> bool {
+    STOP_REQUESTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Shared by every core; immutable except the producer id allocator, which is
 /// only used by InitProducerId (not the hot path).
 pub struct NodeContext {

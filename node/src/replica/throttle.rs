@@ -18,12 +18,8 @@
 use std::cell::RefCell;
 use std::time::Instant;
 
+use crate::config::{FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS};
 use crate::topics::{TopicInfo, TopicTable};
-
-pub const LEADER_RATE: &str = "leader.replication.throttled.rate";
-pub const FOLLOWER_RATE: &str = "follower.replication.throttled.rate";
-pub const LEADER_REPLICAS: &str = "leader.replication.throttled.replicas";
-pub const FOLLOWER_REPLICAS: &str = "follower.replication.throttled.replicas";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -45,26 +41,6 @@ impl Side {
             Side::Follower => FOLLOWER_REPLICAS,
         }
     }
-}
-
-/// Checks a throttled replicas value: empty, "*", or "partition:node" pairs
-/// separated by commas.
-pub fn check_replicas(value: &str) -> Result<(), String> {
-    let value = value.trim();
-    if value.is_empty() || value == "*" {
-        return Ok(());
-    }
-    for pair in value.split(',') {
-        let ok = pair.trim().split_once(':').is_some_and(|(p, n)| {
-            p.trim().parse::<u32>().is_ok() && n.trim().parse::<u32>().is_ok()
-        });
-        if !ok {
-            return Err(format!(
-                "{pair:?} is not partition:node (the value is \"*\" or a comma-separated list of them)"
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Whether `value` names the replica of `partition` on `node`.
@@ -175,6 +151,7 @@ pub fn throttled_bytes() -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::check_replicas;
 
     #[test]
     fn replica_lists_parse_and_match() {
