@@ -171,7 +171,7 @@ pub struct NodeConfig {
     pub ssl_client_auth: ClientAuth,
     /// `ssl.principal.mapping.rules`: how a client certificate's subject
     /// becomes a principal (default `DEFAULT`: the subject itself).
-    pub ssl_principal_mapping: crate::tls::PrincipalMapper,
+    pub ssl_principal_mapping: skiff_security::PrincipalMapper,
     /// `max.connections`: while the node holds this many, it accepts no
     /// more (`crate::conn_limits`); `usize::MAX`: no limit (Kafka's
     /// 2147483647).
@@ -370,7 +370,7 @@ impl NodeConfig {
             ssl_keystore: None,
             ssl_truststore: None,
             ssl_client_auth: ClientAuth::None,
-            ssl_principal_mapping: crate::tls::PrincipalMapper::default(),
+            ssl_principal_mapping: skiff_security::PrincipalMapper::default(),
             max_connections: usize::MAX,
             max_connections_per_ip: usize::MAX,
             max_connections_per_ip_overrides: Default::default(),
@@ -552,7 +552,7 @@ impl NodeConfig {
             }
             "ssl.principal.mapping.rules" => {
                 self.ssl_principal_mapping =
-                    crate::tls::PrincipalMapper::parse(value).map_err(|_| {
+                    skiff_security::PrincipalMapper::parse(value).map_err(|_| {
                         bad(
                             "DEFAULT or RULE:pattern/replacement/[L|U] rules, comma-separated, \
                              each pattern a valid regular expression",

@@ -21,6 +21,7 @@ pub mod acl;
 pub mod peer_auth;
 pub mod plain;
 pub mod principal;
+pub mod principal_mapping;
 pub mod quota;
 pub mod scram;
 
@@ -31,6 +32,7 @@ pub use acl::{
 pub use peer_auth::{PeerAuthError, SharedSecret};
 pub use plain::{PlainError, PlainMessage};
 pub use principal::{KafkaPrincipal, PrincipalError};
+pub use principal_mapping::{MappingError, PrincipalMapper};
 pub use scram::{ScramClient, ScramCredential, ScramError, ScramMechanism, ScramServer};
 
 /// A SASL mechanism a listener may offer (SaslHandshake).
