@@ -23,6 +23,7 @@ pub mod decisions;
 mod format_v1;
 mod format_v2;
 mod format_v3;
+mod lag;
 pub mod node;
 pub mod records;
 pub mod rpc;

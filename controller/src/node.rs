@@ -295,6 +295,17 @@ impl QuorumNode {
         self.raw.raft.state == StateRole::Leader
     }
 
+    /// Forgets who leads this term until the leader's next message: raft-rs
+    /// then no longer holds its leader lease against a vote request (it
+    /// ignores one for a later term while it heard from a leader within the
+    /// election timeout). For a leader its followers agree answers too late
+    /// (`lag`); the candidate still needs a majority and an up-to-date log.
+    pub fn forget_leader(&mut self) {
+        if !self.is_leader() {
+            self.raw.raft.leader_id = raft::INVALID_ID;
+        }
+    }
+
     pub fn leader_id(&self) -> Option<u64> {
         Some(self.raw.raft.leader_id).filter(|id| *id != 0)
     }
@@ -675,6 +686,79 @@ mod tests {
             );
         }
         assert!(node.storage().latest_snapshot().get_metadata().index > 0);
+    }
+
+    /// Three members in memory; messages go straight to their target (a
+    /// vote request to a member in `lift` first makes it forget its leader,
+    /// as the service does when it sees the leader lag).
+    /// `ticks` rounds of one tick each (none: one round, no tick).
+    fn run_three(nodes: &mut [QuorumNode], lift: &[u64], ticks: usize) {
+        for _ in 0..ticks.max(1) {
+            let mut messages = Vec::new();
+            for node in nodes.iter_mut() {
+                if ticks > 0 {
+                    node.tick();
+                }
+                messages.extend(node.poll().unwrap().messages);
+            }
+            while !messages.is_empty() {
+                for m in std::mem::take(&mut messages) {
+                    let to = &mut nodes[m.to as usize - 1];
+                    let vote = matches!(
+                        m.get_msg_type(),
+                        raft::prelude::MessageType::MsgRequestPreVote
+                            | raft::prelude::MessageType::MsgRequestVote
+                    );
+                    if vote && lift.contains(&m.to) {
+                        to.forget_leader();
+                    }
+                    let _ = to.step(m);
+                }
+                for node in nodes.iter_mut() {
+                    messages.extend(node.poll().unwrap().messages);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_follower_replaces_its_leader_only_with_a_voter_that_forgot_it() {
+        let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut nodes: Vec<QuorumNode> = (1..=3u64)
+            .map(|id| {
+                let config = QuorumConfig::new(id, vec![1, 2, 3]);
+                QuorumNode::open(dirs[id as usize - 1].path(), &config).unwrap()
+            })
+            .collect();
+        nodes[0].campaign().unwrap();
+        run_three(&mut nodes, &[], 3);
+        assert!(nodes[0].is_leader());
+        let term = nodes[0].term();
+
+        // Raft's leader lease: the others heard from node 1 within the
+        // election timeout, so node 2's election goes nowhere.
+        nodes[1].campaign().unwrap();
+        run_three(&mut nodes, &[], 3);
+        assert!(nodes[0].is_leader());
+        assert_eq!(nodes[0].term(), term);
+        assert_eq!(nodes[2].leader_id(), Some(1));
+
+        // Node 3 sees the leader lag too and lifts the lease for a vote:
+        // node 2 wins the next term (no tick meanwhile: a heartbeat of node
+        // 1's arriving first would turn the pre-candidate back into its
+        // follower) and node 1 follows it.
+        nodes[1].campaign().unwrap();
+        run_three(&mut nodes, &[3], 0);
+        run_three(&mut nodes, &[], 3);
+        assert!(nodes[1].is_leader());
+        assert!(nodes[1].term() > term);
+        assert!(!nodes[0].is_leader());
+        assert_eq!(nodes[0].leader_id(), Some(2));
+        assert_eq!(nodes[2].leader_id(), Some(2));
+
+        // A leader never forgets itself.
+        nodes[1].forget_leader();
+        assert_eq!(nodes[1].leader_id(), Some(2));
     }
 
     #[test]

@@ -197,6 +197,9 @@ pub enum Request {
         entries: Vec<QuotaAlteration>,
         validate_only: bool,
     },
+    /// Answered `Pong` at once by any member: a follower times its leader's
+    /// answers with it (`lag::LeaderLag`).
+    Ping,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -243,6 +246,8 @@ pub enum Response {
     NotController {
         leader: Option<(u64, String)>,
     },
+    /// The answer to `Ping`.
+    Pong,
 }
 
 /// Everything that travels in a frame.
@@ -487,6 +492,14 @@ mod tests {
                     offset: 3,
                     records: sample_records(),
                 }])),
+            },
+            RpcMessage::Request {
+                correlation_id: 10,
+                request: Request::Ping,
+            },
+            RpcMessage::Response {
+                correlation_id: 10,
+                response: Response::Pong,
             },
             RpcMessage::Response {
                 correlation_id: 8,

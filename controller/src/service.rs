@@ -71,6 +71,7 @@ use crate::decisions::{
     self, AlterPartition, ControllerConfig, ControllerError, CreateTopic, ElectionType, Heartbeat,
     Reassignment, Registration, Sessions,
 };
+use crate::lag::{self, LeaderLag};
 use crate::node::{Committed, NodeError, Output, QuorumConfig, QuorumNode, SyncTicket};
 use crate::records::{self, AclRecord, MetadataRecord, NodeId, TopicId, NO_LEADER};
 use crate::rpc::{self, CreateTopicRequest, MetadataFetch, Request, Response, RpcMessage};
@@ -94,6 +95,14 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How often a follower probes its leader's answers (`leader_probe`).
+const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a follower's leader must lag before it starts an election:
+/// two observations past the bound (a late wake of its own thread is one).
+const LAG_PERSIST: Duration = Duration::from_millis(200);
+/// At most one election over a lagging leader per this long (Raft's
+/// election timeout at the default tick is 1-2 s).
+const LAG_CAMPAIGN_COOLDOWN: Duration = Duration::from_secs(2);
 
 /// How to run one controller.
 #[derive(Debug)]
@@ -327,6 +336,7 @@ async fn run(
             next_rebalance_ms: None,
             unclean_elections: 0,
             leader_contact: None,
+            leader_lag: LeaderLag::default(),
         }),
         kick,
         tasks: RefCell::new(BTreeMap::new()),
@@ -339,6 +349,10 @@ async fn run(
         shared.core.borrow_mut().outboxes.insert(to, tx);
         let s = shared.clone();
         let task = glommio::spawn_local(peer_sender(s, to, addr, rx)).detach();
+        shared.add_task(task);
+    }
+    if peers.len() > 1 {
+        let task = glommio::spawn_local(leader_probe(shared.clone())).detach();
         shared.add_task(task);
     }
     tracing::info!(id = config.quorum.id, voters = ?config.quorum.voters, "controller started");
@@ -503,6 +517,9 @@ struct Core {
     /// member last heard from it: where that node's broker session starts if
     /// this member becomes the active controller (see `track_leadership`).
     leader_contact: Option<(u64, u64)>,
+    /// How late the Raft leader answers this member's probes
+    /// (`leader_probe`): a follower replaces a leader that lags.
+    leader_lag: LeaderLag,
 }
 
 /// One frame for a peer.
@@ -551,12 +568,14 @@ impl Core {
             if message.from != self.id && self.node.leader_id() == Some(message.from) {
                 self.leader_contact = Some((message.from, self.now_ms()));
             }
+            self.lift_lease_if_leader_lags(&message);
             if let Err(e) = self.node.step(message) {
                 tracing::debug!(error = %e, "raft message not stepped");
             }
         }
         if ticked {
             self.node.tick();
+            self.replace_leader_if_it_lags();
         }
         let mut fence_due = ticked;
         loop {
@@ -570,6 +589,67 @@ impl Core {
         }
         self.publish_status(ticked);
         Ok(())
+    }
+
+    /// The leader this follower probes, if it is another member.
+    fn probed_leader(&self) -> Option<u64> {
+        if self.node.is_leader() {
+            return None;
+        }
+        self.node.leader_id().filter(|l| *l != self.id)
+    }
+
+    /// A follower whose probes of the leader have lagged past `lag::max_lag`
+    /// for `LAG_PERSIST` starts an election (pre-vote first: it wins only if
+    /// a majority sees the same lag; see `lift_lease_if_leader_lags`).
+    fn replace_leader_if_it_lags(&mut self) {
+        let Some(leader) = self.probed_leader() else {
+            return;
+        };
+        let max = lag::max_lag(self.config.session_timeout_ms);
+        let now = Instant::now();
+        if self
+            .leader_lag
+            .observe(leader, now, max, LAG_PERSIST, LAG_CAMPAIGN_COOLDOWN)
+        {
+            tracing::warn!(
+                leader,
+                lag_ms = self.leader_lag.lag(leader, now).as_millis() as u64,
+                max_ms = max.as_millis() as u64,
+                "the active controller answers too late: starting an election to replace it"
+            );
+            if let Err(e) = self.node.campaign() {
+                tracing::warn!(error = %e, "starting an election");
+            }
+        }
+    }
+
+    /// A vote request for a later term is ignored while Raft's leader lease
+    /// holds (this member heard from its leader within the election
+    /// timeout); a member that sees the leader lag itself lifts the lease
+    /// for it, so a majority that agrees the leader lags can replace it.
+    fn lift_lease_if_leader_lags(&mut self, message: &Message) {
+        let vote = matches!(
+            message.get_msg_type(),
+            MessageType::MsgRequestPreVote | MessageType::MsgRequestVote
+        );
+        if !vote || message.term <= self.node.term() {
+            return;
+        }
+        let Some(leader) = self.probed_leader().filter(|l| *l != message.from) else {
+            return;
+        };
+        let max = lag::max_lag(self.config.session_timeout_ms);
+        let now = Instant::now();
+        if self.leader_lag.lagging(leader, now, max) {
+            tracing::info!(
+                leader,
+                candidate = message.from,
+                lag_ms = self.leader_lag.lag(leader, now).as_millis() as u64,
+                "the active controller answers too late: a candidate may have this member's vote"
+            );
+            self.node.forget_leader();
+        }
     }
 
     fn poll(&mut self) -> Result<(), NodeError> {
@@ -1273,6 +1353,7 @@ fn refusals(
 async fn handle(shared: &Rc<Shared>, request: Request) -> Response {
     let decision = match request {
         Request::Status => return Response::Status(shared.core.borrow().build_status()),
+        Request::Ping => return Response::Pong,
         Request::FetchMetadata {
             from_offset,
             max_wait_ms,
@@ -1354,14 +1435,19 @@ async fn fetch_metadata(
 }
 
 /// Sends frames to one peer over one connection, reconnecting with backoff.
+#[derive(Debug)]
 enum ConnectError {
     Io(String),
     Auth(rpc::RpcError),
 }
 
 /// A connection to a controller peer, authenticated when we have a secret.
-async fn connect_peer(shared: &Shared, addr: SocketAddr) -> Result<TcpStream, ConnectError> {
-    let mut s = TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
+async fn connect_peer(
+    shared: &Shared,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<TcpStream, ConnectError> {
+    let mut s = TcpStream::connect_timeout(addr, timeout)
         .await
         .map_err(|e| ConnectError::Io(e.to_string()))?;
     let _ = s.set_nodelay(true);
@@ -1374,6 +1460,92 @@ async fn connect_peer(shared: &Shared, addr: SocketAddr) -> Result<TcpStream, Co
         }
     }
     Ok(s)
+}
+
+/// Times the Raft leader's answers from this follower: a `Ping` on a
+/// connection of its own every `PROBE_INTERVAL` (at once again after a slow
+/// answer), one at a time, its round trip into `Core::leader_lag`. The answer
+/// leaves the leader on the same outbound link as its answers to brokers and
+/// its Raft messages, so a leader whose link queues shows it here even while
+/// its messages still arrive. Connecting counts as part of the probe.
+async fn leader_probe(shared: Rc<Shared>) {
+    let mut conn: Option<(u64, TcpStream)> = None;
+    let mut correlation_id = 0u64;
+    let mut pause = PROBE_INTERVAL;
+    loop {
+        glommio::timer::sleep(pause).await;
+        pause = PROBE_INTERVAL;
+        let (leader, addr, timeout) = {
+            let core = shared.core.borrow();
+            let Some(leader) = core.probed_leader() else {
+                conn = None;
+                continue;
+            };
+            let Some(addr) = core.peers.get(&leader).copied() else {
+                continue;
+            };
+            (
+                leader,
+                addr,
+                Duration::from_millis(core.config.session_timeout_ms),
+            )
+        };
+        let sent = Instant::now();
+        shared.core.borrow_mut().leader_lag.sent(leader, sent);
+        if conn.as_ref().map(|(to, _)| *to) != Some(leader) {
+            conn = None;
+            match connect_peer(&shared, addr, timeout).await {
+                Ok(s) => conn = Some((leader, s)),
+                Err(e) => {
+                    tracing::debug!(leader, %addr, error = ?e, "probing the leader: cannot connect");
+                    shared.core.borrow_mut().leader_lag.failed(leader);
+                    continue;
+                }
+            }
+        }
+        let Some((_, stream)) = conn.as_mut() else {
+            continue;
+        };
+        correlation_id += 1;
+        let frame = match rpc::encode_frame(&RpcMessage::Request {
+            correlation_id,
+            request: Request::Ping,
+        }) {
+            Ok(frame) => frame,
+            Err(e) => {
+                tracing::warn!(error = %e, "probing the leader: cannot encode a ping");
+                return;
+            }
+        };
+        let answer = with_timeout(timeout, async {
+            stream.write_all(&frame).await?;
+            stream.flush().await?;
+            rpc::read_frame(stream)
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))
+        })
+        .await;
+        let now = Instant::now();
+        let mut core = shared.core.borrow_mut();
+        match answer {
+            Some(Ok(Some(RpcMessage::Response {
+                correlation_id: id,
+                response: Response::Pong,
+            }))) if id == correlation_id => {
+                core.leader_lag.answered(leader, now);
+                if now - sent > lag::max_lag(core.config.session_timeout_ms) {
+                    pause = Duration::ZERO;
+                }
+            }
+            other => {
+                // A leader of an older build (no Ping), a lost connection,
+                // or no answer within a whole session: no figure.
+                tracing::debug!(leader, answer = ?other.map(|a| a.map(|m| m.is_some())), "probing the leader: no answer");
+                core.leader_lag.failed(leader);
+                conn = None;
+            }
+        }
+    }
 }
 
 async fn peer_sender(shared: Rc<Shared>, to: u64, addr: SocketAddr, rx: LocalReceiver<Outbound>) {
@@ -1394,7 +1566,7 @@ async fn peer_sender(shared: Rc<Shared>, to: u64, addr: SocketAddr, rx: LocalRec
                 shared.unreachable(to, out.snapshot);
                 continue;
             }
-            match connect_peer(&shared, addr).await {
+            match connect_peer(&shared, addr, CONNECT_TIMEOUT).await {
                 Ok(s) => {
                     tracing::debug!(to, %addr, "connected to controller peer");
                     stream = Some(s);

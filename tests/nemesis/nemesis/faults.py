@@ -19,7 +19,7 @@ from . import net
 from .nodes import CONTROLLER_PORT, NodeError
 
 NAMES = ("kill", "pause", "isolate", "partition-leader", "one-way", "quorum-split", "slow", "disk-full", "bitflip",
-         "lossy", "reorder")
+         "lossy", "reorder", "slow-controller")
 # Nemeses that need the topic's segments to roll during the run (segment.ms):
 # disk-full bites when a roll needs new blocks, bitflip needs closed segments.
 ROLLING = ("disk-full", "bitflip")
@@ -399,6 +399,47 @@ class Slow(_Shaped):
         return f"{st[0] // 1024} KiB queued through, {self._delay()}, {st[2]} dropped; "
 
 
+# The slowed controller's rates: 32 kbit/s queued ~3 s of delay in seed 9101's
+# cycle 423 (`slow` on a leader that was also the active controller).
+SLOW_CONTROLLER_RATES_KBIT = (32, 64)
+
+
+class SlowController(Slow):
+    """`slow` aimed at the active controller: everything it sends to the other
+    nodes (Raft messages, answers to their heartbeats and metadata polls,
+    and replication from the partitions it leads) queues behind a low-rate
+    htb class, while its messages keep arriving, seconds late. Raft alone
+    keeps such a leader (check-quorum and the election timeout see it talk);
+    the brokers' heartbeats time out on it, and before skiff's followers
+    probed their leader's answers (`controller/src/lag.rs`) every broker's
+    lease ran out and every partition stepped down (seed 9101 cycle 423).
+    Expected: the other voters replace it and no partition led elsewhere
+    stalls. Noted at the heal: whom the others name as active controller."""
+    name = "slow-controller"
+
+    def __init__(self, partition, duration):
+        _Shaped.__init__(self, partition, duration, SLOW_CONTROLLER_RATES_KBIT)
+
+    def resolve(self, leaders, nodes, controller=None):
+        if controller is None:
+            self.note = "active controller unknown; "
+            return super().resolve(leaders, nodes)
+        self.node = controller
+        return controller
+
+    def target(self):
+        return f"node {self.node} (active controller) -> others at {self.rate_kbit} kbit"
+
+    def heal(self, run):
+        waits = {i: controller_status(run, i) for i in run.nodes if i != self.node}
+        named = {v.get("leader") for v in (w() for w in waits.values()) if v.get("leader") is not None}
+        super().heal(run)
+        if named:
+            moved = named - {self.node}
+            self.note += (f"others name node {','.join(map(str, sorted(named)))} as controller"
+                          f"{' (replaced)' if moved and self.node not in named else ''}; ")
+
+
 # The share of packets the lossy nemesis drops, by the seeded duration: one in
 # 4, 8 or 16 (the IPv4 identification rule of net.py takes one in 2^k).
 LOSS_ONE_IN = (4, 8, 16)
@@ -589,7 +630,7 @@ def scan_batches(path):
 
 
 KINDS = {k.name: k for k in (Kill, Pause, Isolate, PartitionLeader, OneWay, QuorumSplit, Slow, DiskFull, Bitflip,
-                             Lossy, Reorder)}
+                             Lossy, Reorder, SlowController)}
 assert tuple(KINDS) == NAMES
 
 
