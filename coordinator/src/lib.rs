@@ -13,6 +13,7 @@
 
 pub mod group;
 pub mod txn;
+mod wire;
 
 /// Java's `String.hashCode` (over UTF-16 code units, wrapping).
 pub fn java_string_hash(s: &str) -> i32 {

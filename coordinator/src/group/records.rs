@@ -21,22 +21,13 @@
 //! JSON schemas say; skiff reads it and writes v3, which every Kafka since 2.3
 //! reads. A null value is a tombstone: the key's offset or group is deleted.
 
-use bytes::{BufMut, Bytes};
-use thiserror::Error;
+use bytes::BufMut;
+
+use crate::wire::{put_nullable_string, put_string, Reader};
 
 use super::state::{StoredGroup, StoredMember};
 
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum RecordError {
-    #[error("record ends early: {needed} bytes needed at byte {position}")]
-    Truncated { position: usize, needed: usize },
-    #[error("unknown {what} schema version {version}")]
-    UnknownVersion { what: &'static str, version: i16 },
-    #[error("bad length {length} at byte {position}")]
-    BadLength { position: usize, length: i64 },
-    #[error("string at byte {position} is not UTF-8")]
-    NotUtf8 { position: usize },
-}
+pub use crate::wire::RecordError;
 
 /// What a record is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -228,145 +219,11 @@ pub fn decode_group_value(bytes: &[u8]) -> Result<StoredGroup, RecordError> {
     })
 }
 
-fn put_string(out: &mut Vec<u8>, s: &str) {
-    out.put_i16(s.len() as i16);
-    out.put_slice(s.as_bytes());
-}
-
-fn put_nullable_string(out: &mut Vec<u8>, s: Option<&str>) {
-    match s {
-        Some(s) => put_string(out, s),
-        None => out.put_i16(-1),
-    }
-}
-
-/// A bounds-checked reader of Kafka's primitive types, plain or flexible.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    position: usize,
-    flexible: bool,
-}
-
-impl<'a> Reader<'a> {
-    fn new(bytes: &'a [u8], flexible: bool) -> Self {
-        Reader {
-            bytes,
-            position: 0,
-            flexible,
-        }
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
-        let slice = self
-            .bytes
-            .get(self.position..self.position.saturating_add(n))
-            .ok_or(RecordError::Truncated {
-                position: self.position,
-                needed: n,
-            })?;
-        self.position += n;
-        Ok(slice)
-    }
-
-    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], RecordError> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    fn i16(&mut self) -> Result<i16, RecordError> {
-        Ok(i16::from_be_bytes(self.fixed()?))
-    }
-    fn i32(&mut self) -> Result<i32, RecordError> {
-        Ok(i32::from_be_bytes(self.fixed()?))
-    }
-    fn i64(&mut self) -> Result<i64, RecordError> {
-        Ok(i64::from_be_bytes(self.fixed()?))
-    }
-
-    fn uvarint(&mut self) -> Result<u32, RecordError> {
-        let mut value: u32 = 0;
-        for shift in (0..5).map(|i| i * 7) {
-            let [byte] = self.fixed::<1>()?;
-            value |= u32::from(byte & 0x7f).wrapping_shl(shift);
-            if byte < 0x80 {
-                return Ok(value);
-            }
-        }
-        Ok(value)
-    }
-
-    /// A length: i16 (strings) or i32 (bytes, arrays) when plain, uvarint+1
-    /// when flexible. `None` is null.
-    fn length(&mut self, wide: bool) -> Result<Option<usize>, RecordError> {
-        let position = self.position;
-        let length: i64 = if self.flexible {
-            i64::from(self.uvarint()?) - 1
-        } else if wide {
-            i64::from(self.i32()?)
-        } else {
-            i64::from(self.i16()?)
-        };
-        match length {
-            -1 => Ok(None),
-            l if l >= 0 => Ok(Some(l as usize)),
-            l => Err(RecordError::BadLength {
-                position,
-                length: l,
-            }),
-        }
-    }
-
-    fn nullable_string(&mut self) -> Result<Option<String>, RecordError> {
-        let Some(length) = self.length(false)? else {
-            return Ok(None);
-        };
-        let position = self.position;
-        let raw = self.take(length)?;
-        String::from_utf8(raw.to_vec())
-            .map(Some)
-            .map_err(|_| RecordError::NotUtf8 { position })
-    }
-
-    fn string(&mut self) -> Result<String, RecordError> {
-        Ok(self.nullable_string()?.unwrap_or_default())
-    }
-
-    fn bytes(&mut self) -> Result<Bytes, RecordError> {
-        let length = self.length(true)?.unwrap_or(0);
-        Ok(Bytes::copy_from_slice(self.take(length)?))
-    }
-
-    fn array_count(&mut self, element_min_bytes: usize) -> Result<usize, RecordError> {
-        let position = self.position;
-        let count = self.length(true)?.unwrap_or(0);
-        let left = self.bytes.len() - self.position;
-        if count.saturating_mul(element_min_bytes) > left {
-            return Err(RecordError::BadLength {
-                position,
-                length: count as i64,
-            });
-        }
-        Ok(count)
-    }
-
-    fn tagged_fields(&mut self) -> Result<(), RecordError> {
-        if !self.flexible {
-            return Ok(());
-        }
-        for _ in 0..self.uvarint()? {
-            let _tag = self.uvarint()?;
-            let size = self.uvarint()? as usize;
-            self.take(size)?;
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     /// OffsetCommitKey v1 {group "g1", topic "orders", partition 3}, byte by
     /// byte from Kafka's schema (what `GroupMetadataManager.offsetCommitKey`

@@ -27,6 +27,8 @@
 //! ([`TxnState::may_follow`]); a transition that breaks them is a bug, and is
 //! refused as [`TxnError::IllegalState`] rather than applied.
 
+pub mod records;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 pub type ProducerId = i64;
@@ -634,5 +636,4 @@ fn markers_of(id: &str, record: &TxnRecord) -> Option<Markers> {
 }
 
 #[cfg(test)]
-#[path = "txn_tests.rs"]
 mod tests;
