@@ -35,6 +35,14 @@ pub enum IndexError {
         position: u32,
         log_size: u64,
     },
+    #[error("transaction index entry {entry} has version {version}; only 0 is known")]
+    TxnVersion { entry: usize, version: i16 },
+    #[error("transaction index entry {entry} ends at offset {last_offset}, before its segment's base offset {base_offset}")]
+    TxnBeforeSegment {
+        entry: usize,
+        last_offset: i64,
+        base_offset: i64,
+    },
     #[error("time index entry {entry} names relative offset {relative_offset}, past the segment's end {next_relative_offset}")]
     PastSegment {
         entry: usize,

@@ -1,5 +1,6 @@
 //! One segment of a partition log: `<base offset, 20 digits>.log` with its
-//! `.index` and `.timeindex` (formats in `index`).
+//! `.index` and `.timeindex` (formats in `index`); `txn_index` is the
+//! `.txnindex` format (aborted transactions), not yet written by segments.
 //!
 //! The `.log` holds RecordBatch v2 bytes back to back, exactly as they travel on
 //! the wire (base offset and partition leader epoch stamped by the leader). While a
@@ -9,6 +10,7 @@
 pub mod appender;
 pub mod index;
 pub mod scan;
+pub mod txn_index;
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
