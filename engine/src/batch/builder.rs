@@ -3,7 +3,10 @@
 
 use bytes::Bytes;
 
-use super::header::{write_crc, BatchHeader, BATCH_HEADER_LEN, LOG_OVERHEAD, MAGIC_V2};
+use super::header::{
+    write_crc, BatchHeader, BATCH_HEADER_LEN, CONTROL_BIT, LOG_OVERHEAD, MAGIC_V2,
+    TRANSACTIONAL_BIT,
+};
 use super::records::{write_varint, write_varlong};
 use super::{compress, BatchError, Compression};
 
@@ -18,6 +21,8 @@ pub struct BatchBuilder {
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
+    transactional: bool,
+    control: bool,
     /// Encoded records, uncompressed, ready to be the records section.
     records: Vec<u8>,
     records_count: i32,
@@ -42,6 +47,8 @@ impl BatchBuilder {
             producer_id: -1,
             producer_epoch: -1,
             base_sequence: -1,
+            transactional: false,
+            control: false,
             records: Vec::new(),
             records_count: 0,
             base_timestamp: -1,
@@ -59,6 +66,18 @@ impl BatchBuilder {
         self.producer_id = producer_id;
         self.producer_epoch = producer_epoch;
         self.base_sequence = base_sequence;
+        self
+    }
+
+    /// Sets the transactional attribute (records of a transaction).
+    pub fn transactional(mut self, transactional: bool) -> Self {
+        self.transactional = transactional;
+        self
+    }
+
+    /// Sets the control attribute (a batch of control records: markers).
+    pub fn control(mut self, control: bool) -> Self {
+        self.control = control;
         self
     }
 
@@ -129,7 +148,13 @@ impl BatchBuilder {
             partition_leader_epoch: self.partition_leader_epoch,
             magic: MAGIC_V2,
             crc: 0, // computed below, once the whole batch is in place
-            attributes: self.compression.as_attribute_bits(),
+            attributes: self.compression.as_attribute_bits()
+                | if self.transactional {
+                    TRANSACTIONAL_BIT
+                } else {
+                    0
+                }
+                | if self.control { CONTROL_BIT } else { 0 },
             last_offset_delta: self.records_count - 1,
             base_timestamp: self.base_timestamp,
             max_timestamp: self.max_timestamp,

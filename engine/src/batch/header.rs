@@ -31,8 +31,8 @@ pub(crate) const RECORDS_COUNT_AT: usize = 57;
 const BATCH_LENGTH_MIN: i32 = (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32;
 
 const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
-const TRANSACTIONAL_BIT: i16 = 1 << 4;
-const CONTROL_BIT: i16 = 1 << 5;
+pub(crate) const TRANSACTIONAL_BIT: i16 = 1 << 4;
+pub(crate) const CONTROL_BIT: i16 = 1 << 5;
 pub(crate) const DELETE_HORIZON_BIT: i16 = 1 << 6;
 
 /// Which clock a batch's timestamps come from (attributes bit 3).

@@ -21,12 +21,14 @@
 
 mod builder;
 mod compression;
+mod control;
 mod header;
 mod records;
 mod rewrite;
 
 pub use builder::BatchBuilder;
 pub use compression::{compress, decompress, Compression};
+pub use control::{marker_batch, parse_marker, EndTxnMarker};
 pub use header::{
     check_compressed_records, crc_matches, stamp, stamp_log_append_time, validate, validate_deep,
     BatchHeader, BatchScanner, TimestampType, BATCH_HEADER_LEN, LOG_OVERHEAD, MAGIC_V2,
