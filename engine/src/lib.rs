@@ -30,6 +30,7 @@ pub mod segment;
 pub mod snapshot;
 pub mod stats;
 pub mod trash;
+pub mod txn;
 
 pub use cleaner::{CleanStats, Cleaner, CleanerConfig};
 pub use config::{Durability, LogConfig};
