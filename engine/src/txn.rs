@@ -26,6 +26,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use bytes::Bytes;
+
+use crate::batch::{parse_marker, BatchError, BatchHeader};
 use crate::segment::txn_index::AbortedTxn;
 
 /// The open and the completed-but-unreplicated transactions of one log.
@@ -69,6 +72,26 @@ impl TxnTracker {
             last_offset: offset,
             last_stable_offset,
         })
+    }
+
+    /// Applies one batch of the log (`batch` is exactly the batch, `header`
+    /// its header): a marker completes its producer's transaction (an
+    /// aborted one is returned), transactional data opens one, anything
+    /// else changes nothing. For rebuilding from the log and checking it.
+    pub fn replay(
+        &mut self,
+        header: &BatchHeader,
+        batch: &Bytes,
+    ) -> Result<Option<AbortedTxn>, BatchError> {
+        if header.is_control() {
+            return Ok(parse_marker(batch)?.and_then(|marker| {
+                self.on_marker(header.producer_id, header.base_offset, marker.commit)
+            }));
+        }
+        if header.is_transactional() {
+            self.on_data(header.producer_id, header.base_offset);
+        }
+        Ok(None)
     }
 
     /// The high watermark moved to `hw`: transactions whose marker is below
@@ -192,6 +215,36 @@ mod tests {
         assert!(t.on_marker(7, 8, false).is_some());
         // Written again (a coordinator moved): nothing more.
         assert_eq!(t.on_marker(7, 9, false), None);
+    }
+
+    #[test]
+    fn replay_reads_data_and_markers_from_batches() {
+        use crate::batch::{marker_batch, BatchBuilder, EndTxnMarker};
+        let stamped = |mut bytes: Vec<u8>, offset: i64| {
+            bytes[..8].copy_from_slice(&offset.to_be_bytes());
+            let bytes = Bytes::from(bytes);
+            (BatchHeader::parse(&bytes).unwrap(), bytes)
+        };
+        let mut data = BatchBuilder::new().producer(9, 0, 0).transactional(true);
+        data.push(0, None, Some(b"v"), &[]);
+        let mut plain = BatchBuilder::new().producer(8, 0, 0);
+        plain.push(0, None, Some(b"v"), &[]);
+        let abort = EndTxnMarker {
+            commit: false,
+            coordinator_epoch: 1,
+        };
+        let mut t = TxnTracker::default();
+        for (bytes, offset) in [
+            (data.build().unwrap().to_vec(), 40),
+            (plain.build().unwrap().to_vec(), 41),
+        ] {
+            let (header, batch) = stamped(bytes, offset);
+            assert_eq!(t.replay(&header, &batch).unwrap(), None);
+        }
+        assert_eq!(t.open().collect::<Vec<_>>(), [(9, 40)]);
+        let (header, batch) = stamped(marker_batch(9, 0, abort, 0).unwrap().to_vec(), 42);
+        let aborted = t.replay(&header, &batch).unwrap().unwrap();
+        assert_eq!((aborted.first_offset, aborted.last_offset), (40, 42));
     }
 
     #[test]

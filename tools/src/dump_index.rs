@@ -1,5 +1,6 @@
-//! `dump-index` and `dump-timeindex`: index entries with absolute offsets, each
-//! checked against the sibling `.log` (see [`crate::index_check`]).
+//! `dump-index`, `dump-timeindex` and `dump-txnindex`: index entries with
+//! absolute offsets, each checked against the sibling `.log` (see
+//! [`crate::index_check`]; the aborted transaction index in [`dump_txn_index`]).
 //!
 //! ```text
 //! Dumping 00000000000000000000.index
@@ -20,9 +21,10 @@ use skiff_engine::segment::index::{
     decode_offset_entries, decode_time_entries, IndexError, OffsetEntry, TimeEntry,
     OFFSET_ENTRY_LEN, TIME_ENTRY_LEN,
 };
+use skiff_engine::segment::txn_index::{decode_txn_entries, AbortedTxn, TXN_ENTRY_LEN};
 
 use crate::index_check::{EntryReport, OffsetIndexCheck, TimeIndexCheck};
-use crate::layout::{segment_base_offset, INDEX_EXT, LOG_EXT, TIME_INDEX_EXT};
+use crate::layout::{segment_base_offset, INDEX_EXT, LOG_EXT, TIME_INDEX_EXT, TXN_INDEX_EXT};
 use crate::log_scan::{LogScanner, ScanMode, Step};
 use crate::ToolError;
 
@@ -56,6 +58,10 @@ pub fn read_offset_index(path: &Path) -> Result<IndexFile<OffsetEntry>, ToolErro
 
 pub fn read_time_index(path: &Path) -> Result<IndexFile<TimeEntry>, ToolError> {
     read_index(path, TIME_ENTRY_LEN, decode_time_entries)
+}
+
+pub fn read_txn_index(path: &Path) -> Result<IndexFile<AbortedTxn>, ToolError> {
+    read_index(path, TXN_ENTRY_LEN, decode_txn_entries)
 }
 
 fn base_offset_of(path: &Path, expected_ext: &'static str) -> Result<i64, ToolError> {
@@ -111,6 +117,18 @@ struct TimeEntryLine<'a> {
     kind: &'static str,
     timestamp: i64,
     offset: i64,
+    problems: &'a [String],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TxnEntryLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    producer_id: i64,
+    first_offset: i64,
+    last_offset: i64,
+    last_stable_offset: i64,
     problems: &'a [String],
 }
 
@@ -257,4 +275,73 @@ pub fn dump_time_index(path: &Path, json: bool, out: &mut dyn Write) -> Result<b
         index.trailing_bytes,
     )?;
     Ok(index.trailing_bytes == 0 && reports.iter().all(|r| r.problems.is_empty()))
+}
+
+/// Dumps a `.txnindex` file (Kafka's `AbortedTxn` lines). Each entry is
+/// checked on its own (it ends in this segment, begins no later than it
+/// ends, comes after the previous one) and against the sibling log's batch
+/// headers (a control batch of its producer at its last offset); `verify`
+/// recomputes the whole index from the partition's markers. Returns true
+/// when no entry was flagged.
+pub fn dump_txn_index(path: &Path, json: bool, out: &mut dyn Write) -> Result<bool, ToolError> {
+    let base_offset = base_offset_of(path, TXN_INDEX_EXT)?;
+    let index = read_txn_index(path)?;
+    let mut controls = std::collections::BTreeSet::new();
+    let log = walk_sibling_log(path, |_, header| {
+        if header.is_control() {
+            controls.insert((header.base_offset, header.producer_id));
+        }
+    })?;
+    write_header(out, json, path, base_offset, &log)?;
+    let mut clean = index.trailing_bytes == 0;
+    let mut previous_last = None;
+    for txn in &index.entries {
+        let mut problems = Vec::new();
+        if txn.last_offset < base_offset {
+            problems.push(format!(
+                "ends before the segment (base offset {base_offset})"
+            ));
+        }
+        if txn.first_offset > txn.last_offset {
+            problems.push("begins after it ends".to_string());
+        }
+        if previous_last.is_some_and(|last| txn.last_offset < last) {
+            problems.push("ends before the previous entry".to_string());
+        }
+        if log.is_some() && !controls.contains(&(txn.last_offset, txn.producer_id)) {
+            problems.push(format!(
+                "no control batch of producer {} at offset {} in the log",
+                txn.producer_id, txn.last_offset
+            ));
+        }
+        previous_last = Some(txn.last_offset);
+        clean &= problems.is_empty();
+        if json {
+            write_json(
+                out,
+                &TxnEntryLine {
+                    kind: "entry",
+                    producer_id: txn.producer_id,
+                    first_offset: txn.first_offset,
+                    last_offset: txn.last_offset,
+                    last_stable_offset: txn.last_stable_offset,
+                    problems: &problems,
+                },
+            )?;
+        } else {
+            write!(
+                out,
+                "version: 0 producerId: {} firstOffset: {} lastOffset: {} lastStableOffset: {}",
+                txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset
+            )?;
+            write_problems(out, &problems)?;
+        }
+    }
+    write_trailing(
+        out,
+        json,
+        index.entries.len() * TXN_ENTRY_LEN,
+        index.trailing_bytes,
+    )?;
+    Ok(clean)
 }

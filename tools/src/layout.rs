@@ -18,6 +18,7 @@ pub use skiff_engine::checkpoint::{
 };
 pub use skiff_engine::segment::{
     INDEX_SUFFIX as INDEX_EXT, LOG_SUFFIX as LOG_EXT, TIME_INDEX_SUFFIX as TIME_INDEX_EXT,
+    TXN_INDEX_SUFFIX as TXN_INDEX_EXT,
 };
 
 /// Per data directory: `version`, `node.id`, `cluster.id`.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use skiff_tools::dump_index::{dump_offset_index, dump_time_index};
+use skiff_tools::dump_index::{dump_offset_index, dump_time_index, dump_txn_index};
 use skiff_tools::dump_log::{dump_log, DumpLogOptions};
 use skiff_tools::dump_metadata::dump_metadata;
 use skiff_tools::verify::{verify, VerifyOptions};
@@ -44,6 +44,13 @@ enum Command {
     },
     /// Print a .timeindex file's entries, checked against the sibling .log.
     DumpTimeindex {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a .txnindex file's aborted transactions, checked against the
+    /// sibling .log.
+    DumpTxnindex {
         file: PathBuf,
         #[arg(long)]
         json: bool,
@@ -103,6 +110,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Command::DumpIndex { file, json } => dump_offset_index(&file, json, &mut out)?,
         Command::DumpTimeindex { file, json } => dump_time_index(&file, json, &mut out)?,
+        Command::DumpTxnindex { file, json } => dump_txn_index(&file, json, &mut out)?,
         Command::DumpMetadata { dir, json } => {
             let summary = dump_metadata(&dir, json, &mut out)?;
             if !summary.is_clean() {

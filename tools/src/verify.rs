@@ -15,6 +15,11 @@
 //!   never go backwards and agree with `leader-epoch-checkpoint` (each batch's
 //!   epoch is listed there, and the batch lies within that epoch's offsets);
 //! - `.index` and `.timeindex` entries agree with the log ([`crate::index_check`]);
+//! - `.txnindex` holds exactly the aborted transactions the log's markers end
+//!   in that segment (recomputed by replaying the partition's transactional
+//!   batches and markers from its first segment; not checked for compacted
+//!   logs, whose cleaner may have removed records), and a segment whose log
+//!   ends aborted transactions has one;
 //! - `leader-epoch-checkpoint` parses, with increasing epochs and start offsets;
 //! - `recovery-point-offset-checkpoint` names this partition and does not point past
 //!   the log end (data below the recovery point was flushed: it must be there).
@@ -33,6 +38,8 @@ use std::path::{Path, PathBuf};
 
 use skiff_engine::batch::{decode_records, BatchHeader};
 use skiff_engine::segment::index::{OFFSET_ENTRY_LEN, TIME_ENTRY_LEN};
+use skiff_engine::segment::txn_index::{AbortedTxn, TxnIndex};
+use skiff_engine::txn::TxnTracker;
 
 use crate::checkpoint::{
     check_leader_epochs, parse_leader_epochs, parse_meta_properties, parse_recovery_points,
@@ -43,6 +50,7 @@ use crate::index_check::{EntryReport, OffsetIndexCheck, TimeIndexCheck};
 use crate::layout::{
     parse_partition_dir_name, segment_base_offset, segment_file_name, INDEX_EXT,
     LEADER_EPOCH_CHECKPOINT, LOG_EXT, META_PROPERTIES, RECOVERY_POINT_CHECKPOINT, TIME_INDEX_EXT,
+    TXN_INDEX_EXT,
 };
 use crate::log_scan::{LogEnd, LogScanner, ScanMode, ScannedBatch, Step, Tail};
 use crate::{ToolError, RECORDS_BYTES_MAX};
@@ -291,6 +299,7 @@ struct SegmentFiles {
     log: bool,
     index: bool,
     time_index: bool,
+    txn_index: bool,
 }
 
 /// Carried from batch to batch and segment to segment of one partition.
@@ -308,6 +317,8 @@ struct PartitionState {
     /// From `recovery-point-offset-checkpoint`: says what recovery will do about a
     /// damaged batch.
     recovery_point: Option<i64>,
+    /// The partition's transactions replayed from its first segment.
+    txns: TxnTracker,
 }
 
 impl PartitionState {
@@ -352,7 +363,7 @@ fn verify_partition(
             .extension()
             .and_then(|e| e.to_str())
             .unwrap_or("");
-        if ![LOG_EXT, INDEX_EXT, TIME_INDEX_EXT].contains(&ext) {
+        if ![LOG_EXT, INDEX_EXT, TIME_INDEX_EXT, TXN_INDEX_EXT].contains(&ext) {
             continue;
         }
         let Some(base_offset) = segment_base_offset(&entry.path) else {
@@ -367,11 +378,16 @@ fn verify_partition(
         match ext {
             LOG_EXT => files.log = true,
             INDEX_EXT => files.index = true,
+            TXN_INDEX_EXT => files.txn_index = true,
             _ => files.time_index = true,
         }
     }
     for (&base_offset, files) in segments.iter().filter(|(_, f)| !f.log) {
-        for (present, ext) in [(files.index, INDEX_EXT), (files.time_index, TIME_INDEX_EXT)] {
+        for (present, ext) in [
+            (files.index, INDEX_EXT),
+            (files.time_index, TIME_INDEX_EXT),
+            (files.txn_index, TXN_INDEX_EXT),
+        ] {
             if present {
                 let path = dir.join(segment_file_name(base_offset, ext));
                 findings.report(&path, Location::File, "index without a .log segment")?;
@@ -458,7 +474,10 @@ fn verify_segment(
             .log_end_offset
             .map_or(base_offset, |end| end.max(base_offset)),
     );
-    let end = match scan_segment(
+    let mut txns = std::mem::take(&mut state.txns);
+    let mut aborted: Vec<AbortedTxn> = Vec::new();
+    let mut bad_markers: Vec<(u64, i64, String)> = Vec::new();
+    let end = scan_segment(
         &log_path,
         base_offset,
         options,
@@ -472,12 +491,38 @@ fn verify_segment(
             if let Some(check) = &mut time_index {
                 check.observe(&batch.header);
             }
+            if batch.crc_valid() && !batch.bytes.is_empty() {
+                match txns.replay(&batch.header, &batch.bytes) {
+                    Ok(Some(txn)) => aborted.push(txn),
+                    Ok(None) => {}
+                    Err(e) => bad_markers.push((
+                        batch.position,
+                        batch.header.base_offset,
+                        format!("malformed control batch: {e}"),
+                    )),
+                }
+            }
         },
-    )? {
+    )?;
+    state.txns = txns;
+    for (position, offset, problem) in bad_markers {
+        findings.report(
+            &log_path,
+            Location::Position {
+                position,
+                offset: Some(offset),
+            },
+            problem,
+        )?;
+    }
+    let end = match end {
         Some(end) => end,
         // Unreadable log (already reported): its indexes cannot be checked.
         None => return Ok(()),
     };
+    if !options.compacted {
+        verify_txn_index(dir, base_offset, files.txn_index, &aborted, findings)?;
+    }
     if let Tail::Garbage {
         position,
         bytes,
@@ -510,6 +555,59 @@ fn verify_segment(
             TIME_ENTRY_LEN,
             check.finish(true),
             findings,
+        )?;
+    }
+    Ok(())
+}
+
+/// The segment's `.txnindex` against the aborted transactions its markers
+/// end (`aborted`, recomputed from the log).
+fn verify_txn_index(
+    dir: &Path,
+    base_offset: i64,
+    present: bool,
+    aborted: &[AbortedTxn],
+    findings: &mut Findings<'_>,
+) -> Result<(), ToolError> {
+    let path = dir.join(segment_file_name(base_offset, TXN_INDEX_EXT));
+    if !present {
+        if !aborted.is_empty() {
+            findings.report(
+                &path,
+                Location::File,
+                format!(
+                    "missing: the log's markers end {} aborted transaction(s) in this segment",
+                    aborted.len()
+                ),
+            )?;
+        }
+        return Ok(());
+    }
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) => return findings.report_unreadable(&path, ToolError::io(&path, e)),
+    };
+    let index = match TxnIndex::decode(&bytes, base_offset) {
+        Ok(index) => index,
+        Err(e) => return findings.report(&path, Location::File, e.to_string()),
+    };
+    if index.entries() != aborted {
+        let first = index
+            .entries()
+            .iter()
+            .zip(aborted)
+            .position(|(a, b)| a != b)
+            .unwrap_or(index.entries().len().min(aborted.len()));
+        findings.report(
+            &path,
+            Location::File,
+            format!(
+                "holds {} aborted transaction(s), the log's markers end {} here; first difference at entry {first}: index {:?}, log {:?}",
+                index.entries().len(),
+                aborted.len(),
+                index.entries().get(first),
+                aborted.get(first)
+            ),
         )?;
     }
     Ok(())

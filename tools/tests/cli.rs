@@ -490,3 +490,119 @@ fn dump_log_shows_transaction_markers() {
         "{text}"
     );
 }
+
+/// A partition whose one segment holds an aborted transaction of producer 5
+/// (offsets 0-1 and 3, ABORT at 4), a plain batch at 2, and producer 6's
+/// committed transaction (5, COMMIT at 6).
+fn transactional_partition() -> (tempfile::TempDir, std::path::PathBuf) {
+    use skiff_engine::batch::{marker_batch, stamp, EndTxnMarker};
+    let tmp = tempfile::tempdir().unwrap();
+    let partition = tmp.path().join("orders-0");
+    std::fs::create_dir_all(&partition).unwrap();
+    let data = |offset: i64, records: i64, producer: i64, transactional: bool| {
+        let mut b = BatchBuilder::new()
+            .base_offset(offset)
+            .partition_leader_epoch(0)
+            .producer(producer, 0, offset as i32)
+            .transactional(transactional);
+        for o in offset..offset + records {
+            b.push(1_000 + o, None, Some(b"v"), &[]);
+        }
+        b.build().unwrap()
+    };
+    let marker = |offset: i64, producer: i64, commit: bool| {
+        let m = EndTxnMarker {
+            commit,
+            coordinator_epoch: 0,
+        };
+        let mut bytes = marker_batch(producer, 0, m, 1_000 + offset)
+            .unwrap()
+            .to_vec();
+        stamp(&mut bytes, offset, 0).unwrap();
+        bytes::Bytes::from(bytes)
+    };
+    write_segment(
+        &partition,
+        0,
+        &[
+            data(0, 2, 5, true),
+            data(2, 1, 9, false),
+            data(3, 1, 5, true),
+            marker(4, 5, false),
+            data(5, 1, 6, true),
+            marker(6, 6, true),
+        ],
+    );
+    std::fs::write(partition.join("leader-epoch-checkpoint"), "0\n1\n0 0\n").unwrap();
+    (tmp, partition)
+}
+
+fn txn_index_bytes(entries: &[(i64, i64, i64, i64)]) -> Vec<u8> {
+    use skiff_engine::segment::txn_index::AbortedTxn;
+    let mut out = Vec::new();
+    for &(producer_id, first_offset, last_offset, last_stable_offset) in entries {
+        AbortedTxn {
+            producer_id,
+            first_offset,
+            last_offset,
+            last_stable_offset,
+        }
+        .encode_into(&mut out);
+    }
+    out
+}
+
+#[test]
+fn verify_recomputes_the_txn_index_from_the_markers() {
+    let (_tmp, partition) = transactional_partition();
+    let txnindex = partition.join(segment_name(0, "txnindex"));
+
+    // Aborted transactions and no .txnindex.
+    let out = verify(&partition);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stdout(&out).contains("missing: the log's markers end 1 aborted transaction(s)"),
+        "{}",
+        describe(&out)
+    );
+
+    // The right one: producer 5, offsets 0 to 4, LSO 5 (nothing else open).
+    std::fs::write(&txnindex, txn_index_bytes(&[(5, 0, 4, 5)])).unwrap();
+    let out = verify(&partition);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let out = skiff_tools(&["dump-txnindex", txnindex.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "Dumping {}\nversion: 0 producerId: 5 firstOffset: 0 lastOffset: 4 lastStableOffset: 5\n",
+            txnindex.display()
+        )
+    );
+
+    // A wrong first offset, and an entry with no marker behind it.
+    std::fs::write(&txnindex, txn_index_bytes(&[(5, 1, 4, 5), (7, 5, 5, 6)])).unwrap();
+    let out = verify(&partition);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stdout(&out).contains("holds 2 aborted transaction(s), the log's markers end 1 here; first difference at entry 0"),
+        "{}",
+        describe(&out)
+    );
+    let out = skiff_tools(&["dump-txnindex", txnindex.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stdout(&out).contains("<- PROBLEM: no control batch of producer 7 at offset 5 in the log"),
+        "{}",
+        describe(&out)
+    );
+
+    // Not a whole entry, and a version skiff does not know.
+    std::fs::write(&txnindex, [0u8; 20]).unwrap();
+    assert_eq!(verify(&partition).status.code(), Some(1));
+    let mut bad = txn_index_bytes(&[(5, 0, 4, 5)]);
+    bad[1] = 3;
+    std::fs::write(&txnindex, bad).unwrap();
+    let out = verify(&partition);
+    assert!(stdout(&out).contains("has version 3"), "{}", describe(&out));
+}

@@ -31,6 +31,8 @@ pub const LOG_SUFFIX: &str = "log";
 pub const READ_PIECE_BYTES: usize = 1 << 20;
 pub const INDEX_SUFFIX: &str = "index";
 pub const TIME_INDEX_SUFFIX: &str = "timeindex";
+/// The aborted transaction index (`txn_index`); not yet written by segments.
+pub const TXN_INDEX_SUFFIX: &str = "txnindex";
 
 /// `dir/<base offset, 20 digits>.<suffix>`.
 pub fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {

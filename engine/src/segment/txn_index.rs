@@ -67,6 +67,26 @@ impl AbortedTxn {
     }
 }
 
+/// A `.txnindex` file's entries, with only the length and each entry's
+/// version checked (for dumps, which show what is there).
+pub fn decode_txn_entries(bytes: &[u8]) -> Result<Vec<AbortedTxn>, IndexError> {
+    if bytes.len() % TXN_ENTRY_LEN != 0 {
+        return Err(IndexError::Length {
+            len: bytes.len(),
+            entry_len: TXN_ENTRY_LEN,
+        });
+    }
+    bytes
+        .chunks_exact(TXN_ENTRY_LEN)
+        .enumerate()
+        .map(|(entry, chunk)| {
+            let mut raw = [0u8; TXN_ENTRY_LEN];
+            raw.copy_from_slice(chunk);
+            AbortedTxn::decode(entry, &raw)
+        })
+        .collect()
+}
+
 /// The aborted transaction index of one segment, in memory.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct TxnIndex {
@@ -77,17 +97,8 @@ impl TxnIndex {
     /// Decodes and checks a `.txnindex` file's bytes for the segment that
     /// starts at `base_offset`.
     pub fn decode(bytes: &[u8], base_offset: i64) -> Result<TxnIndex, IndexError> {
-        if bytes.len() % TXN_ENTRY_LEN != 0 {
-            return Err(IndexError::Length {
-                len: bytes.len(),
-                entry_len: TXN_ENTRY_LEN,
-            });
-        }
         let mut index = TxnIndex::default();
-        for (entry, chunk) in bytes.chunks_exact(TXN_ENTRY_LEN).enumerate() {
-            let mut raw = [0u8; TXN_ENTRY_LEN];
-            raw.copy_from_slice(chunk);
-            let txn = AbortedTxn::decode(entry, &raw)?;
+        for (entry, txn) in decode_txn_entries(bytes)?.into_iter().enumerate() {
             if txn.last_offset < base_offset {
                 return Err(IndexError::TxnBeforeSegment {
                     entry,
