@@ -8,6 +8,14 @@
 //! INVALID_PRODUCER_EPOCH (fenced); a producer this partition has never seen must
 //! start at sequence 0, else UNKNOWN_PRODUCER_ID (the client then resets).
 //!
+//! Transactions (issue 18, not yet driven by the node): a transactional data
+//! batch opens its producer's transaction (`record_txn_data`); a COMMIT or
+//! ABORT marker from the coordinator is checked against the producer's
+//! epoch (`check_marker`: an older one is fenced) and completes it
+//! (`record_marker`, which returns an aborted transaction's `.txnindex`
+//! entry). The open transactions (engine's `TxnTracker`) give the last
+//! stable offset and are kept in snapshots.
+//!
 //! The state is rebuilt from the log itself (the batches carry producer id, epoch
 //! and sequence) the first time an idempotent batch arrives after the partition is
 //! opened or led again: from the latest producer snapshot the engine holds
@@ -15,6 +23,9 @@
 //! then the log after it; from the log's start when there is none.
 
 use std::collections::{HashMap, VecDeque};
+
+use skiff_engine::segment::txn_index::AbortedTxn;
+use skiff_engine::txn::TxnTracker;
 
 /// Kafka keeps the last five batches per producer (max.in.flight = 5).
 pub const BATCHES_KEPT: usize = 5;
@@ -52,12 +63,28 @@ pub enum SequenceCheck {
     UnknownProducer,
 }
 
+/// A COMMIT or ABORT marker's check against the producer's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerCheck {
+    Append,
+    /// The producer has moved to a later epoch: INVALID_PRODUCER_EPOCH.
+    Fenced {
+        current_epoch: i16,
+    },
+}
+
 #[derive(Debug, Default)]
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
+    txns: TxnTracker,
 }
 
-const SNAPSHOT_VERSION: u8 = 1;
+/// Version 2 adds the open transactions; version 1 (no transactions) is
+/// still read.
+const SNAPSHOT_VERSION: u8 = 2;
+const SNAPSHOT_VERSION_NO_TXNS: u8 = 1;
+/// Bytes of one open transaction in a snapshot.
+const OPEN_TXN_LEN: usize = 8 + 8;
 /// Bytes of a producer's fixed part and of one batch in a snapshot.
 const ENTRY_LEN: usize = 8 + 2 + 1;
 const META_LEN: usize = 4 + 4 + 8 + 8;
@@ -158,6 +185,53 @@ impl ProducerStates {
         }
     }
 
+    /// A transactional data batch of `producer_id` was appended at
+    /// `base_offset` (after `record`): opens its transaction if none is.
+    pub fn record_txn_data(&mut self, producer_id: i64, base_offset: i64) {
+        self.txns.on_data(producer_id, base_offset);
+    }
+
+    /// Whether a marker of `producer_id` at `epoch` may be written: not
+    /// from an epoch older than the producer's (a fenced producer's
+    /// transaction was already ended by the coordinator at the newer one).
+    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> MarkerCheck {
+        match self.producers.get(&producer_id) {
+            Some(entry) if epoch < entry.epoch => MarkerCheck::Fenced {
+                current_epoch: entry.epoch,
+            },
+            _ => MarkerCheck::Append,
+        }
+    }
+
+    /// A marker of `producer_id` at `epoch` was appended at `offset`: the
+    /// producer takes the epoch (a later one forgets its sequences, as a
+    /// bump does) and its transaction completes; an aborted one is returned
+    /// for the segment's `.txnindex`.
+    pub fn record_marker(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        offset: i64,
+        commit: bool,
+    ) -> Option<AbortedTxn> {
+        let entry = self.producers.entry(producer_id).or_default();
+        if epoch != entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        self.txns.on_marker(producer_id, offset, commit)
+    }
+
+    /// The partition's open and unreplicated transactions (the LSO).
+    pub fn txns(&self) -> &TxnTracker {
+        &self.txns
+    }
+
+    /// The high watermark moved: completed transactions below it are stable.
+    pub fn on_high_watermark(&mut self, hw: i64) {
+        self.txns.on_high_watermark(hw);
+    }
+
     /// Every producer with its epoch, last sequence and the offset of its
     /// last batch (DescribeProducers), by producer id.
     pub fn describe(&self) -> Vec<(i64, i16, i32, i64)> {
@@ -173,10 +247,12 @@ impl ProducerStates {
         out
     }
 
-    /// The state as snapshot bytes: `version u8 (1) | producers u32 BE`, then
+    /// The state as snapshot bytes: `version u8 (2) | producers u32 BE`, then
     /// per producer (by id) `id i64 | epoch i16 | batches u8`, then per batch
-    /// `first_seq i32 | last_seq i32 | base_offset i64 | last_offset i64`
-    /// (big-endian). The engine frames it with a CRC.
+    /// `first_seq i32 | last_seq i32 | base_offset i64 | last_offset i64`,
+    /// then `open transactions u32 BE` and per one (by first offset)
+    /// `producer id i64 | first offset i64` (big-endian). The engine frames it
+    /// with a CRC.
     pub fn encode(&self) -> Vec<u8> {
         let mut ids: Vec<i64> = self.producers.keys().copied().collect();
         ids.sort_unstable();
@@ -195,6 +271,12 @@ impl ProducerStates {
                 out.extend_from_slice(&b.last_offset.to_be_bytes());
             }
         }
+        let open: Vec<(i64, i64)> = self.txns.open().collect();
+        out.extend_from_slice(&(open.len() as u32).to_be_bytes());
+        for (producer_id, first_offset) in open {
+            out.extend_from_slice(&producer_id.to_be_bytes());
+            out.extend_from_slice(&first_offset.to_be_bytes());
+        }
         out
     }
 
@@ -203,7 +285,7 @@ impl ProducerStates {
     pub fn decode(bytes: &[u8]) -> Result<ProducerStates, String> {
         let mut r = Reader { bytes, pos: 0 };
         let version = r.take::<1>()?[0];
-        if version != SNAPSHOT_VERSION {
+        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_NO_TXNS {
             return Err(format!("unknown producer snapshot version {version}"));
         }
         let count = u32::from_be_bytes(r.take()?) as usize;
@@ -239,18 +321,40 @@ impl ProducerStates {
                 return Err(format!("producer {id} appears twice"));
             }
         }
+        let mut txns = TxnTracker::default();
+        if version == SNAPSHOT_VERSION {
+            let open = u32::from_be_bytes(r.take()?) as usize;
+            if open > r.left() / OPEN_TXN_LEN {
+                return Err(format!(
+                    "{open} open transactions cannot fit in {} bytes",
+                    r.left()
+                ));
+            }
+            for _ in 0..open {
+                let producer_id = i64::from_be_bytes(r.take()?);
+                let first_offset = i64::from_be_bytes(r.take()?);
+                if txns.open_of(producer_id).is_some() {
+                    return Err(format!("producer {producer_id} has two open transactions"));
+                }
+                txns.on_data(producer_id, first_offset);
+            }
+        }
         if r.left() != 0 {
             return Err(format!("{} bytes after the last producer", r.left()));
         }
-        Ok(ProducerStates { producers })
+        Ok(ProducerStates { producers, txns })
     }
 
-    /// Forgets batches at or past `offset` (the log was truncated).
+    /// Forgets batches and transactions at or past `offset` (the log was
+    /// truncated; a transaction whose marker was cut is open again).
     pub fn truncate(&mut self, offset: i64) {
         for entry in self.producers.values_mut() {
             entry.batches.retain(|b| b.base_offset < offset);
         }
-        self.producers.retain(|_, e| !e.batches.is_empty());
+        self.txns.truncate(offset);
+        let txns = &self.txns;
+        self.producers
+            .retain(|id, e| !e.batches.is_empty() || txns.open_of(*id).is_some());
     }
 }
 
@@ -262,7 +366,7 @@ mod tests {
     #[test]
     fn snapshot_encoding_round_trips_and_refuses_garbage() {
         let empty = ProducerStates::default();
-        assert_eq!(empty.encode(), vec![1, 0, 0, 0, 0]);
+        assert_eq!(empty.encode(), vec![2, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert!(ProducerStates::decode(&empty.encode())
             .unwrap()
             .producers
@@ -299,9 +403,11 @@ mod tests {
         }
         assert!(ProducerStates::decode(&[]).is_err());
         assert!(
-            ProducerStates::decode(&[2, 0, 0, 0, 0]).is_err(),
+            ProducerStates::decode(&[3, 0, 0, 0, 0, 0, 0, 0, 0]).is_err(),
             "unknown version"
         );
+        // Version 1 (before transactions) is read.
+        assert!(ProducerStates::decode(&[1, 0, 0, 0, 0]).is_ok());
         assert!(
             ProducerStates::decode(&[1, 0xff, 0xff, 0xff, 0xff]).is_err(),
             "huge count"
@@ -414,5 +520,86 @@ mod tests {
         }
         s.truncate(200);
         assert_eq!(s.check(7, 1, 1, 1), SequenceCheck::UnknownProducer);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod txn_tests {
+    use super::*;
+
+    fn meta(seq: i32, base: i64) -> BatchMeta {
+        BatchMeta {
+            first_seq: seq,
+            last_seq: seq,
+            base_offset: base,
+            last_offset: base,
+        }
+    }
+
+    #[test]
+    fn markers_complete_transactions_and_fence_older_epochs() {
+        let mut s = ProducerStates::default();
+        s.record(7, 2, meta(0, 10));
+        s.record_txn_data(7, 10);
+        s.record(7, 2, meta(1, 11));
+        s.record_txn_data(7, 11);
+        assert_eq!(s.txns().last_stable_offset(20), 10);
+        assert_eq!(
+            s.check_marker(7, 1),
+            MarkerCheck::Fenced { current_epoch: 2 }
+        );
+        assert_eq!(s.check_marker(7, 2), MarkerCheck::Append);
+        // The coordinator aborts at a bumped epoch (a timed-out transaction):
+        // the producer takes it and its sequences restart.
+        assert_eq!(s.check_marker(7, 3), MarkerCheck::Append);
+        let aborted = s.record_marker(7, 3, 12, false).unwrap();
+        assert_eq!((aborted.first_offset, aborted.last_offset), (10, 12));
+        assert_eq!(
+            s.check(7, 2, 2, 2),
+            SequenceCheck::Fenced { current_epoch: 3 }
+        );
+        assert_eq!(s.check(7, 3, 0, 0), SequenceCheck::Append);
+        s.on_high_watermark(13);
+        assert_eq!(s.txns().last_stable_offset(13), 13);
+        // A marker of a producer never seen (its data was deleted) is
+        // written and completes nothing.
+        assert_eq!(s.check_marker(99, 0), MarkerCheck::Append);
+        assert_eq!(s.record_marker(99, 0, 14, true), None);
+    }
+
+    #[test]
+    fn open_transactions_survive_snapshots_and_truncation_reopens() {
+        let mut s = ProducerStates::default();
+        s.record(7, 0, meta(0, 10));
+        s.record_txn_data(7, 10);
+        s.record(8, 0, meta(0, 11));
+        s.record_txn_data(8, 11);
+        s.record_marker(8, 0, 12, true);
+        let back = ProducerStates::decode(&s.encode()).unwrap();
+        assert_eq!(back.encode(), s.encode());
+        assert_eq!(back.txns().open().collect::<Vec<_>>(), [(7, 10)]);
+        assert_eq!(back.txns().last_stable_offset(30), 10);
+
+        // The marker of 8 cut: its transaction is open again.
+        s.truncate(12);
+        assert_eq!(s.txns().open().collect::<Vec<_>>(), [(7, 10), (8, 11)]);
+        // Everything of 8 cut: gone; 7 keeps its transaction.
+        s.truncate(11);
+        assert_eq!(s.txns().open().collect::<Vec<_>>(), [(7, 10)]);
+
+        // Snapshot garbage about transactions: errors, never panics.
+        let mut two = s.encode();
+        let n = two.len();
+        two[n - 20..n - 16].copy_from_slice(&2u32.to_be_bytes());
+        two.extend_from_within(n - 16..n);
+        assert!(
+            ProducerStates::decode(&two).is_err(),
+            "the same producer twice"
+        );
+        let mut huge = s.encode();
+        let n = huge.len();
+        huge[n - 20..n - 16].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(ProducerStates::decode(&huge).is_err());
     }
 }
