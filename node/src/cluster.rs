@@ -40,9 +40,9 @@ use skiff_controller::ControllerStatus;
 use skiff_engine::{shard::list_partition_dirs, TopicPartition};
 use uuid::Uuid;
 
-use crate::metrics::Phase;
+use crate::metrics::counters::Phase;
 use crate::state::CoreState;
-use crate::topics::{self, Assignment, BrokerInfo, TopicError, TopicInfo, TopicTable};
+use crate::topics::table::{Assignment, BrokerInfo, TopicError, TopicInfo, TopicTable};
 
 /// Kafka's error codes the heartbeat reacts to.
 const STALE_BROKER_EPOCH: i16 = 77;
@@ -235,7 +235,9 @@ async fn join(
     let table = Arc::new(derive_table(&broker));
     open_assigned(&core, &TopicTable::default(), &table, true).await?;
     let offset = table.metadata_offset;
-    topics::broadcast(&core.shard, table).await?;
+    crate::state::publish_table(&core.shard, table)
+        .await
+        .map_err(TopicError::from)?;
     broker.published.set(offset);
 
     glommio::spawn_local(follow(core.clone(), broker.clone())).detach();
@@ -365,7 +367,7 @@ async fn follow(core: Rc<CoreState>, broker: Rc<Broker>) {
                 if let Err(e) = open_assigned(&core, &old, &new, false).await {
                     tracing::error!(error = %e, "opening the partitions the metadata assigns here");
                 }
-                match topics::broadcast(&core.shard, new.clone()).await {
+                match crate::state::publish_table(&core.shard, new.clone()).await {
                     Ok(()) => broker.published.set(new.metadata_offset),
                     Err(e) => tracing::warn!(error = %e, "sending the new metadata to the cores"),
                 }
@@ -488,7 +490,7 @@ async fn lease_watchdog(core: Rc<CoreState>, broker: Rc<Broker>) {
                     tracing::info!("unfenced: leading again where the metadata says so");
                 }
                 let table = Arc::new(derive_table(&broker));
-                if let Err(e) = topics::broadcast(&core.shard, table).await {
+                if let Err(e) = crate::state::publish_table(&core.shard, table).await {
                     tracing::warn!(error = %e, "sending the new metadata to the cores");
                 }
             }
@@ -568,7 +570,7 @@ pub async fn shut_down() {
         // timeout (the session timeout); the stop waits no longer than its
         // own deadline (a controller whose disk is full is gone for good).
         let left = deadline.saturating_duration_since(Instant::now());
-        let answer = crate::replica::within(left, broker.heartbeats.heartbeat(beat)).await;
+        let answer = crate::timeout::within(left, broker.heartbeats.heartbeat(beat)).await;
         match answer {
             Some(Ok(reply)) if reply.should_shut_down => {
                 tracing::info!("controlled shutdown done: this node leads nothing");

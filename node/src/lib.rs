@@ -32,6 +32,7 @@ pub mod security;
 mod sendmsg;
 pub mod server;
 pub mod state;
+pub mod timeout;
 pub mod tls;
 pub mod topic_io;
 pub mod topics;

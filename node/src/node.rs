@@ -224,6 +224,7 @@ impl Node {
             let node = node.clone();
             runtime.block_on(core, move |shard| async move {
                 let core = CoreState::install(shard, node);
+                crate::replica::attach();
                 coordinator::attach(&core);
             })?;
         }

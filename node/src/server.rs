@@ -78,7 +78,7 @@ pub async fn serve(
     let deadline = std::time::Instant::now() + DRAIN_TIMEOUT;
     for (_, c) in connections {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if crate::replica::within(left, c).await.is_none() {
+        if crate::timeout::within(left, c).await.is_none() {
             tracing::warn!(
                 "connections still busy after {DRAIN_TIMEOUT:?} of stopping; stopping anyway"
             );
@@ -137,7 +137,7 @@ async fn serve_connection(core: &Rc<CoreState>, stream: TcpStream, listener: &Li
     };
     // Garbage, a stalled client or a refused certificate ends this
     // connection alone.
-    let stream = match crate::replica::within(TLS_HANDSHAKE_TIMEOUT, tls.acceptor.accept(stream))
+    let stream = match crate::timeout::within(TLS_HANDSHAKE_TIMEOUT, tls.acceptor.accept(stream))
         .await
     {
         Some(Ok(stream)) => stream,
@@ -289,7 +289,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
             .then(|| (request.header.client_id.clone(), std::time::Instant::now()));
         let rest = handlers::start(core.clone(), request, session.clone()).await;
         if let Some((client_id, started)) = timed {
-            crate::quota::charge(
+            crate::handlers::throttle::charge(
                 core,
                 &session,
                 client_id.as_deref().unwrap_or(""),

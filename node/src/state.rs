@@ -13,9 +13,9 @@ use skiff_engine::{Shard, TopicPartition};
 
 use crate::config::NodeConfig;
 use crate::fetch_session::SessionCache;
-use crate::metrics::{CoreMetrics, Phase};
-use crate::producer::ProducerStates;
-use crate::topics::TopicTable;
+use crate::metrics::counters::{CoreMetrics, Phase};
+use crate::producer::state::ProducerStates;
+use crate::topics::table::TopicTable;
 
 /// Set by the stop signal's waiter while the node starts: the start's waits
 /// on the controllers give up at their next retry instead of after
@@ -216,4 +216,41 @@ impl CoreState {
     pub fn forget_partition(&self, tp: &TopicPartition) {
         self.producers.borrow_mut().remove(tp);
     }
+}
+
+/// What runs on a core when a new topic table arrives there.
+type TableListener = Rc<dyn Fn(Rc<CoreState>, Arc<TopicTable>)>;
+
+thread_local! {
+    static TABLE_LISTENERS: RefCell<Vec<TableListener>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Registers, on the calling core, what runs when a new topic table is
+/// published to it (the replica roles follow it: `replica::attach`). The
+/// table reaches drivers as an event; nothing here calls up into them.
+pub fn on_table_change(listener: impl Fn(Rc<CoreState>, Arc<TopicTable>) + 'static) {
+    TABLE_LISTENERS.with(|l| l.borrow_mut().push(Rc::new(listener)));
+}
+
+/// Sends a new topic table to every core: each makes it its table, then
+/// tells its listeners.
+pub async fn publish_table(
+    shard: &Rc<Shard>,
+    table: Arc<TopicTable>,
+) -> Result<(), skiff_engine::LogError> {
+    for core in 0..shard.table().shards() {
+        let table = table.clone();
+        shard
+            .invoke_on(core, move |_| async move {
+                if let Some(state) = CoreState::current() {
+                    state.set_topics(table.clone());
+                    let listeners = TABLE_LISTENERS.with(|l| l.borrow().clone());
+                    for listener in listeners {
+                        listener(state.clone(), table.clone());
+                    }
+                }
+            })
+            .await?;
+    }
+    Ok(())
 }

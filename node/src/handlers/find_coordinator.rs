@@ -90,7 +90,7 @@ pub async fn handle(
 ) -> FindCoordinatorResponse {
     if request.key_type == KEY_TYPE_GROUP && core.topics().get(group::OFFSETS_TOPIC).is_none() {
         // A failure leaves the keys unanswerable below: COORDINATOR_NOT_AVAILABLE.
-        match crate::replica::within(OFFSETS_TOPIC_CREATE_WAIT, group::ensure_offsets_topic(core))
+        match crate::timeout::within(OFFSETS_TOPIC_CREATE_WAIT, group::ensure_offsets_topic(core))
             .await
         {
             Some(Ok(_)) => {}

@@ -19,6 +19,7 @@ mod offsets_for_leader_epoch;
 pub mod produce;
 mod quotas;
 mod reassign;
+pub mod throttle;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -101,7 +102,7 @@ pub async fn start(
             let access = authz::Access::new(core.topics(), session.clone());
             let denied = authz::produce(&access, &mut r);
             // Charged as the request arrives, as Kafka does.
-            let throttle = crate::quota::charge(
+            let throttle = throttle::charge(
                 &core,
                 &session,
                 header.client_id.as_deref().unwrap_or(""),
@@ -195,7 +196,7 @@ async fn handle(
                 let mut response = fetch::handle(&core, r, version, &mut splices).await;
                 authz::fetch_denied(&mut response, denied);
                 if !follower {
-                    let throttle = crate::quota::charge(
+                    let throttle = throttle::charge(
                         &core,
                         &session,
                         header.client_id.as_deref().unwrap_or(""),

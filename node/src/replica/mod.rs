@@ -43,7 +43,8 @@ use skiff_replication::{
 };
 
 use crate::state::CoreState;
-use crate::topics::{TopicTable, NO_LEADER};
+use crate::timeout::within;
+use crate::topics::table::{TopicTable, NO_LEADER};
 
 /// acks=all writes waiting for the replicas, per partition.
 const ACK_WAITERS_MAX: usize = 100_000;
@@ -65,6 +66,14 @@ type RoleListener = Rc<dyn Fn(&TopicPartition, RoleChange)>;
 
 thread_local! {
     static ROLE_LISTENERS: RefCell<Vec<RoleListener>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Makes this core's leader and follower roles follow every topic table
+/// published to it (`state::publish_table`). Called once per core at start.
+pub fn attach() {
+    crate::state::on_table_change(|core, table| {
+        glommio::spawn_local(apply_table(core, table)).detach();
+    });
 }
 
 /// Registers `listener` for every role change of this core's partitions
@@ -241,16 +250,6 @@ thread_local! {
     static ROLES: RefCell<HashMap<TopicPartition, Role>> = RefCell::new(HashMap::new());
     /// One table applied at a time, in the order they arrive.
     static APPLYING: Rc<Semaphore> = Rc::new(Semaphore::new(1));
-}
-
-/// `f`'s output, or None once `d` has passed.
-pub async fn within<T>(d: Duration, f: impl std::future::Future<Output = T>) -> Option<T> {
-    match futures_util::future::select(std::pin::pin!(f), std::pin::pin!(glommio::timer::sleep(d)))
-        .await
-    {
-        futures_util::future::Either::Left((v, _)) => Some(v),
-        futures_util::future::Either::Right(_) => None,
-    }
 }
 
 fn now_ms() -> u64 {
@@ -522,7 +521,7 @@ pub async fn apply_table(core: Rc<CoreState>, table: std::sync::Arc<TopicTable>)
     }
 }
 
-fn leader_config(core: &CoreState, info: &crate::topics::TopicInfo) -> LeaderConfig {
+fn leader_config(core: &CoreState, info: &crate::topics::table::TopicInfo) -> LeaderConfig {
     let config = &core.node.config;
     let min_isr = info
         .configs
@@ -539,8 +538,8 @@ async fn become_leader(
     core: &Rc<CoreState>,
     tp: &TopicPartition,
     partition: &Rc<Partition>,
-    a: &crate::topics::Assignment,
-    info: &crate::topics::TopicInfo,
+    a: &crate::topics::table::Assignment,
+    info: &crate::topics::table::TopicInfo,
     ineligible: &[i32],
 ) {
     let current = with_role(tp, |role| match role {

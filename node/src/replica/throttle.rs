@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::time::Instant;
 
 use crate::config::{FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS};
-use crate::topics::{TopicInfo, TopicTable};
+use crate::topics::table::{TopicInfo, TopicTable};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
