@@ -275,3 +275,16 @@ def test_quorum_split_status_parsing():
     none = text.replace("node 3\n", "none (election in progress)\n")
     assert faults.parse_status(none)["leader"] is None
     assert "error" in faults.parse_status("error: connecting: refused")
+
+
+def test_machine_stalls_need_two_nodes_at_once():
+    ticks = [
+        (100.0, 1, 4000),            # node 1 alone: its own pause
+        (200.0, 1, 1500), (201.5, 2, 3500), (202.9, 3, 1100),
+        (300.0, 2, 1200), (304.0, 3, 1200),  # too far apart
+    ]
+    assert checker.machine_stalls(ticks) == [(200.0, [1, 2, 3], 3500)]
+    cycles = [{"cycle": 7, "fault_start": 190.0, "window_end": 199.0},
+              {"cycle": 8, "fault_start": 199.5, "window_end": 210.0}]
+    assert checker.cycles_at([200.0], cycles) == [8]
+    assert checker.machine_stalls([]) == []

@@ -387,3 +387,42 @@ def at_corruption(detail_places, corrupt):
             if o is not None and base <= o <= last:
                 return True
     return False
+
+
+# A controller thread late by at least this much on several nodes within
+# STALL_WINDOW_S of each other is a machine-wide stall (the host, not a
+# node: a SIGSTOPped node reports its own late ticks alone).
+STALL_LATE_MS = 1000
+STALL_WINDOW_S = 3.0
+
+
+def machine_stalls(late_ticks, nodes_min=2, window_s=STALL_WINDOW_S):
+    """late_ticks: [(time, node, late_ms)] from the nodes' "ticks came late"
+    lines. Returns [(first time, sorted nodes, max late_ms)]: each cluster of
+    reports within `window_s` of its first that comes from at least
+    `nodes_min` different nodes (a figure for reading gaps, not an
+    anomaly)."""
+    out = []
+    ticks = sorted(t for t in late_ticks if t[2] >= STALL_LATE_MS)
+    i = 0
+    while i < len(ticks):
+        start = ticks[i][0]
+        j = i
+        while j < len(ticks) and ticks[j][0] - start <= window_s:
+            j += 1
+        group = ticks[i:j]
+        nodes = sorted({n for _, n, _ in group})
+        if len(nodes) >= nodes_min:
+            out.append((start, nodes, max(ms for _, _, ms in group)))
+        i = j
+    return out
+
+
+def cycles_at(times, cycles):
+    """The cycle numbers whose window (fault start to window end) holds any
+    of `times`; cycles: [{"cycle", "fault_start", "window_end"}]."""
+    hit = []
+    for c in cycles:
+        if any(c["fault_start"] <= t <= c["window_end"] for t in times):
+            hit.append(c["cycle"])
+    return hit

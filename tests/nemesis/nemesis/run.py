@@ -5,6 +5,7 @@ directory (node logs, data directories, workload records, summary.json)."""
 
 import atexit
 import dataclasses
+import datetime
 import fcntl
 import glob
 import json
@@ -569,12 +570,18 @@ class Run:
         ERROR and WARN lines with their counts (the message up to its first
         key=value field, digits folded)."""
         panics, kinds = [], {}
+        self.late_ticks = []
         for n in self.nodes.values():
             try:
                 with open(n.log_path, errors="replace") as f:
                     for line in f:
                         if "panicked" in line:
                             panics.append(f"node {n.id}: {line.strip()[:300]}")
+                        if "ticks came late" in line:
+                            late = re.search(r"late_ms=(\d+)", line)
+                            at = _log_time(line)
+                            if late and at is not None:
+                                self.late_ticks.append((at, n.id, int(late.group(1))))
                         m = re.match(r"^\S+\s+(ERROR|WARN)\s+(.*)$", line.rstrip())
                         if m:
                             msg = re.split(r"\s\w[\w.]*=", m.group(2), maxsplit=1)[0]
@@ -780,6 +787,10 @@ class Run:
             c["serving_s"] = None if any(v is None for v in sv) else max(sv)
         fatal = {tag: d.get("fatal") for tag, d in wl.get("producers", {}).items() if d.get("fatal")}
         panics, log_kinds = self.scan_logs()
+        stalls_at = checker.machine_stalls(self.late_ticks)
+        stalled_cycles = checker.cycles_at([t for t, _, _ in stalls_at], self.cycles)
+        for c in self.cycles:
+            c["machine_stall"] = c["cycle"] in stalled_cycles
         kinds = [f["kind"] for f in self.findings]
         over_gap = [c for c in self.cycles if self.cfg.max_gap_s > 0 and c["longest_gap_s"] > self.cfg.max_gap_s]
         anomalies = {
@@ -838,6 +849,9 @@ class Run:
                          if f["kind"] == "unrecovered"],
             "fault_phase_s": round(self.t_end - self.t0, 1),
             "panics": panics[:10], "node_log_kinds": log_kinds,
+            "machine_stalls": [{"at": round(t - self.t0, 1), "nodes": ns, "late_ms": ms}
+                               for t, ns, ms in stalls_at],
+            "machine_stall_cycles": stalled_cycles,
         }
         self.print_summary(result, errors, consumer_errors)
         return result
@@ -938,6 +952,14 @@ class Run:
                 o(f"  !! {f}")
         for p in r["panics"]:
             o(f"  !! panic: {p}")
+        if r["machine_stalls"]:
+            over = [c["cycle"] for c in self.cycles
+                    if c.get("machine_stall") and self.cfg.max_gap_s > 0 and c["longest_gap_s"] > self.cfg.max_gap_s]
+            o(f"machine-wide stalls   {len(r['machine_stalls'])} (the controller threads of "
+              f"{'/'.join(str(len(s['nodes'])) for s in r['machine_stalls'][:10])} nodes late by "
+              f"{checker.STALL_LATE_MS // 1000}s or more within {checker.STALL_WINDOW_S:.0f}s: the host, "
+              f"not a node), in cycles {r['machine_stall_cycles'][:20]}"
+              + (f"; over --max-gap among them: {over}" if over else ""))
         if r["node_log_kinds"]:
             o("node logs, ERROR and WARN lines by kind (all nodes, all starts):")
             for kind, count in list(r["node_log_kinds"].items())[:12]:
@@ -947,6 +969,17 @@ class Run:
 
 def _fmt(x):
     return "-" if x is None else f"{x:.1f}"
+
+
+def _log_time(line):
+    """The epoch seconds of a node log line's RFC 3339 UTC timestamp."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z", line)
+    if not m:
+        return None
+    stamp = m.group(1)
+    whole, _, frac = stamp.partition(".")
+    t = datetime.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+    return t.timestamp() + (float("0." + frac) if frac else 0.0)
 
 
 def _raise_interrupt(signum, frame):
