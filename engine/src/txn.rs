@@ -137,8 +137,8 @@ impl TxnTracker {
             .filter(|(first, (_, marker))| **first < offset && *marker >= offset)
             .map(|(first, (pid, _))| (*first, *pid))
             .collect();
-        self.unreplicated.retain(|first, _| *first < offset);
-        self.unreplicated.retain(|_, (_, marker)| *marker < offset);
+        self.unreplicated
+            .retain(|first, (_, marker)| *first < offset && *marker < offset);
         self.open.retain(|first, _| *first < offset);
         for (first, pid) in reopened {
             self.open.insert(first, pid);

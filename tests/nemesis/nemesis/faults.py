@@ -233,6 +233,16 @@ ELECTION_BOUND_S = 10.0
 ELECTION_POLL_S = 0.25
 
 
+def _resolve_controller(fault, leader_of, leaders, nodes, controller):
+    """For the nemeses that hit the active controller: it, or (unknown) the
+    leader of the drawn partition as any other nemesis picks."""
+    if controller is None:
+        fault.note = "active controller unknown; "
+        return leader_of(leaders, nodes)
+    fault.node = controller
+    return controller
+
+
 class QuorumSplit(_NetFault):
     """The active controller cut from the other two on the controller port
     only (both directions, either side the client): the quorum splits 1 | 2
@@ -244,11 +254,7 @@ class QuorumSplit(_NetFault):
     name = "quorum-split"
 
     def resolve(self, leaders, nodes, controller=None):
-        if controller is None:
-            self.note = "active controller unknown; "
-            return super().resolve(leaders, nodes)
-        self.node = controller
-        return controller
+        return _resolve_controller(self, super().resolve, leaders, nodes, controller)
 
     def target(self):
         return f"node {self.node} (active controller) | others, controller port"
@@ -421,11 +427,7 @@ class SlowController(Slow):
         _Shaped.__init__(self, partition, duration, SLOW_CONTROLLER_RATES_KBIT)
 
     def resolve(self, leaders, nodes, controller=None):
-        if controller is None:
-            self.note = "active controller unknown; "
-            return super().resolve(leaders, nodes)
-        self.node = controller
-        return controller
+        return _resolve_controller(self, super().resolve, leaders, nodes, controller)
 
     def target(self):
         return f"node {self.node} (active controller) -> others at {self.rate_kbit} kbit"
