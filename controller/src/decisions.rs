@@ -173,6 +173,16 @@ impl Sessions {
         self.last_heartbeat_ms.insert(node, now_ms);
     }
 
+    /// The controller's own thread stood still for `stalled_ms` (its ticks
+    /// came that late: a blocked disk, a starved CPU, a SIGSTOP). Heartbeats
+    /// that arrived meanwhile wait unread in its sockets, so no session runs
+    /// out on that time: each is moved on by the stall, never past `now_ms`.
+    pub fn excuse(&mut self, stalled_ms: u64, now_ms: u64) {
+        for last in self.last_heartbeat_ms.values_mut() {
+            *last = last.saturating_add(stalled_ms).min(now_ms).max(*last);
+        }
+    }
+
     /// Forget nodes that no longer exist.
     pub fn retain_registered(&mut self, state: &ClusterState) {
         self.last_heartbeat_ms

@@ -216,6 +216,38 @@ fn session_timeout_fences_and_moves_leaderships_to_isr() {
     assert!(fence_one_expired(&h.state, &mut h.sessions, 9001, &CFG).is_empty());
 }
 
+#[test]
+fn a_stall_of_the_controller_itself_fences_nobody() {
+    let mut h = Harness::cluster(3, None);
+    h.create("t", 1, 3, 3).unwrap();
+    for node in 1..=3 {
+        h.heartbeat(node, 1000, false).unwrap();
+    }
+    // The controller's thread stood still from 1,500 to 11,500 ms: every
+    // session would have run out meanwhile; the stall is excused.
+    h.sessions.excuse(10_000, 11_500);
+    assert!(fence_one_expired(&h.state, &mut h.sessions, 11_500, &CFG).is_empty());
+    // Time the controller was awake still counts: 1 and 2 heartbeat, 3
+    // stays silent a whole session after the stall.
+    for now in [12_000, 16_000, 20_000] {
+        h.heartbeat(1, now, false).unwrap();
+        h.heartbeat(2, now, false).unwrap();
+    }
+    assert!(fence_one_expired(&h.state, &mut h.sessions, 20_000, &CFG).is_empty());
+    let fence = fence_one_expired(&h.state, &mut h.sessions, 20_001, &CFG);
+    assert!(
+        !fence.is_empty(),
+        "3 was silent for a session of waking time"
+    );
+    h.commit(&fence);
+    assert!(h.state.node(3).unwrap().fenced);
+    // A stall never moves a session past now.
+    h.heartbeat(1, 20_500, false).unwrap();
+    h.sessions.excuse(60_000, 21_000);
+    assert!(fence_one_expired(&h.state, &mut h.sessions, 30_000, &CFG).is_empty());
+    assert!(!fence_one_expired(&h.state, &mut h.sessions, 30_001, &CFG).is_empty());
+}
+
 /// Issue 14, item 5: a node whose log for a partition went offline reports
 /// it; the controller moves that partition's leadership and the node's ISR
 /// place away, and nothing else of the node's.

@@ -1179,6 +1179,13 @@ async fn drive(
         let ticked = now >= next_tick;
         if ticked {
             let late = now - next_tick;
+            if late > tick {
+                // Sessions must not run out on time this thread stood still.
+                let mut core = shared.core.borrow_mut();
+                let now_ms = core.now_ms();
+                core.sessions
+                    .excuse(u64::try_from(late.as_millis()).unwrap_or(u64::MAX), now_ms);
+            }
             if late >= LATE_TICK_WARN {
                 // Raft's clocks stood still meanwhile (elections, check-quorum,
                 // sessions): a blocked fdatasync or a starved CPU.

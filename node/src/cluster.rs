@@ -24,7 +24,7 @@
 //! answers clients from that.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -87,8 +87,16 @@ pub struct Broker {
     lease_from: Cell<Instant>,
     /// This node gave up its leaderships (fenced, or its lease ran out: the
     /// controller may have elected other leaders by now). Tables derived
-    /// meanwhile show none of its partitions led by it and itself fenced.
+    /// meanwhile show none of its partitions led by it but `held`, and
+    /// itself fenced when it holds none.
     stepped_down: Cell<bool>,
+    /// The last heartbeat answer said fenced (or refused the broker epoch):
+    /// the controller has moved this node's leaderships, none is held.
+    told_fenced: Cell<bool>,
+    /// Leaderships kept while the lease has run out but the controller never
+    /// said fenced: every other in-sync replica still follows them
+    /// (`lease_watchdog`). Only shrinks until a heartbeat is acknowledged.
+    held: RefCell<HashSet<TopicPartition>>,
     /// One table derivation and broadcast at a time (the follower and the
     /// lease watchdog both publish), so the last one derived lands last.
     publishing: Rc<glommio::sync::Semaphore>,
@@ -206,6 +214,8 @@ async fn join(
         fenced: Cell::new(true),
         lease_from: Cell::new(Instant::now()),
         stepped_down: Cell::new(false),
+        told_fenced: Cell::new(false),
+        held: RefCell::new(HashSet::new()),
         publishing: Rc::new(glommio::sync::Semaphore::new(1)),
         stopping: Cell::new(false),
         security: RefCell::new(Arc::default()),
@@ -424,12 +434,14 @@ async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
                     );
                 }
                 broker.fenced.set(reply.is_fenced);
+                broker.told_fenced.set(reply.is_fenced);
             }
             Err(ClientError::Refused { code, message })
                 if code == STALE_BROKER_EPOCH || code == BROKER_ID_NOT_REGISTERED =>
             {
                 tracing::warn!(%message, "heartbeat refused; registering again");
                 broker.fenced.set(true);
+                broker.told_fenced.set(true);
                 set_phase(&core, &broker);
                 if let Err(e) = register(&core, &broker, Instant::now() + START_TIMEOUT).await {
                     tracing::warn!(error = %e, "registering again");
@@ -462,15 +474,34 @@ async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
 /// How often the lease is checked against the clock.
 const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Steps down from every leadership when this node is fenced or its lease
-/// ran out (no heartbeat acknowledged for a session: the controller may
-/// already have moved its leaderships, or the quorum is gone), and takes
-/// them back from the metadata when a heartbeat is acknowledged unfenced.
-/// Clients of a stepped-down node get NOT_LEADER_OR_FOLLOWER at once, and its
-/// Metadata shows no partition led by it, so they move to the new leaders
+/// How recently every other in-sync replica must have caught up for a
+/// leadership to outlive the lease: a third of the session, at least twice a
+/// follower's fetch wait (an idle follower is caught up at each fetch).
+fn hold_window(session: Duration) -> Duration {
+    (session / 3).max(Duration::from_millis(1000))
+}
+
+/// Steps down from leaderships when this node is fenced or its lease ran
+/// out (no heartbeat acknowledged for a session: the controller may already
+/// have moved them, or the quorum is slow or gone), and takes them back
+/// from the metadata when a heartbeat is acknowledged unfenced. Clients of
+/// a stepped-down partition get NOT_LEADER_OR_FOLLOWER at once, and
+/// Metadata shows it led by nobody here, so they move to the new leader
 /// instead of waiting for an answer that cannot come.
+///
+/// A lease that ran out without the controller saying "fenced" keeps the
+/// leaderships every other in-sync replica still follows (caught up within
+/// `hold_window`): none of them has been told it leads, so nobody else
+/// does, and a controller quorum that is slow to elect (a stalled thread, a
+/// busy disk) no longer stops every broker at once (seed 9301: all three
+/// nodes' leases ran out together while their replication was healthy).
+/// Once the controller elects a successor, it stops fetching here and the
+/// leadership is given up within the window; a leader cut off from its
+/// followers holds nothing. The high watermark waits for every ISR member
+/// either way, so holding never acknowledges what a successor lacks.
 async fn lease_watchdog(core: Rc<CoreState>, broker: Rc<Broker>) {
     let session = Duration::from_millis(core.node.config.broker_session_timeout_ms);
+    let window = hold_window(session);
     while !broker.stopping.get() {
         let expired = broker.lease_from.get().elapsed() > session;
         if expired && !broker.fenced.get() {
@@ -481,14 +512,50 @@ async fn lease_watchdog(core: Rc<CoreState>, broker: Rc<Broker>) {
             set_phase(&core, &broker);
         }
         let down = broker.fenced.get() || expired;
-        if down != broker.stepped_down.get() {
+        let held = if down && !broker.told_fenced.get() {
+            match crate::state::followed_leaderships(&core.shard, window).await {
+                // The set only shrinks: a leadership given up is not taken
+                // back before a heartbeat is acknowledged.
+                Ok(followed) if broker.stepped_down.get() => broker
+                    .held
+                    .borrow()
+                    .intersection(&followed)
+                    .cloned()
+                    .collect(),
+                Ok(followed) => followed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "asking the cores which leaderships are followed");
+                    HashSet::new()
+                }
+            }
+        } else {
+            HashSet::new()
+        };
+        if down != broker.stepped_down.get() || held != *broker.held.borrow() {
             if let Ok(_permit) = broker.publishing.acquire_permit(1).await {
-                broker.stepped_down.set(down);
-                if down {
-                    tracing::warn!("fenced or out of touch with the controller: stepping down from every leadership");
+                if down && !broker.stepped_down.get() {
+                    tracing::warn!(
+                        keeping = held.len(),
+                        "fenced or out of touch with the controller: stepping down from every leadership but those every in-sync follower still follows"
+                    );
+                } else if down {
+                    let mut dropped: Vec<String> = broker
+                        .held
+                        .borrow()
+                        .difference(&held)
+                        .map(|tp| tp.to_string())
+                        .collect();
+                    dropped.sort();
+                    tracing::warn!(
+                        partitions = ?dropped,
+                        keeping = held.len(),
+                        "out of touch with the controller and no longer followed by every in-sync replica: stepping down"
+                    );
                 } else {
                     tracing::info!("unfenced: leading again where the metadata says so");
                 }
+                broker.stepped_down.set(down);
+                *broker.held.borrow_mut() = held;
                 let table = Arc::new(derive_table(&broker));
                 if let Err(e) = crate::state::publish_table(&core.shard, table).await {
                     tracing::warn!(error = %e, "sending the new metadata to the cores");
@@ -594,6 +661,7 @@ pub async fn shut_down() {
 fn derive_table(broker: &Broker) -> TopicTable {
     let state = broker.state.borrow();
     let stepped_down = broker.stepped_down.get();
+    let held = broker.held.borrow();
     let brokers = state
         .nodes()
         .map(|n| {
@@ -608,8 +676,9 @@ fn derive_table(broker: &Broker) -> TopicTable {
                     .map(|e| (e.name.clone(), e.host.clone(), e.port))
                     .collect(),
                 rack: n.rack.clone(),
-                // A node that stepped down counts itself out.
-                fenced: n.fenced || (n.node_id == broker.node_id && stepped_down),
+                // A node that stepped down from everything counts itself out.
+                fenced: n.fenced
+                    || (n.node_id == broker.node_id && stepped_down && held.is_empty()),
                 in_controlled_shutdown: n.in_controlled_shutdown,
             }
         })
@@ -622,7 +691,10 @@ fn derive_table(broker: &Broker) -> TopicTable {
                     Some(p) => Assignment {
                         replicas: p.replicas.clone(),
                         isr: p.isr.clone(),
-                        leader: if stepped_down && p.leader == broker.node_id {
+                        leader: if stepped_down
+                            && p.leader == broker.node_id
+                            && !held.contains(&TopicPartition::new(t.name.clone(), i as i32))
+                        {
                             NO_LEADER
                         } else {
                             p.leader

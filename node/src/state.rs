@@ -2,10 +2,11 @@
 //! executor thread, reached through a thread-local: thread-per-core).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use glommio::sync::Semaphore;
 use skiff_controller::service::StatusReader;
@@ -221,8 +222,38 @@ impl CoreState {
 /// What runs on a core when a new topic table arrives there.
 type TableListener = Rc<dyn Fn(Rc<CoreState>, Arc<TopicTable>)>;
 
+/// Names the leaderships of a core that its followers still follow.
+type FollowedProbe = Rc<dyn Fn(Duration) -> Vec<TopicPartition>>;
+
 thread_local! {
     static TABLE_LISTENERS: RefCell<Vec<TableListener>> = const { RefCell::new(Vec::new()) };
+    static FOLLOWED_PROBE: RefCell<Option<FollowedProbe>> = const { RefCell::new(None) };
+}
+
+/// Registers, on the calling core, what names the partitions it leads whose
+/// in-sync followers all caught up within a window (`replica::attach`).
+pub fn on_followed_query(probe: impl Fn(Duration) -> Vec<TopicPartition> + 'static) {
+    FOLLOWED_PROBE.with(|p| *p.borrow_mut() = Some(Rc::new(probe)));
+}
+
+/// Asks every core which partitions it leads are still followed by every
+/// other in-sync replica within `within` (the lease watchdog's question:
+/// cluster.rs), without calling into the replication driver.
+pub async fn followed_leaderships(
+    shard: &Rc<Shard>,
+    within: Duration,
+) -> Result<HashSet<TopicPartition>, skiff_engine::LogError> {
+    let mut out = HashSet::new();
+    for core in 0..shard.table().shards() {
+        let found = shard
+            .invoke_on(core, move |_| async move {
+                let probe = FOLLOWED_PROBE.with(|p| p.borrow().clone());
+                probe.map_or_else(Vec::new, |probe| probe(within))
+            })
+            .await?;
+        out.extend(found);
+    }
+    Ok(out)
 }
 
 /// Registers, on the calling core, what runs when a new topic table is

@@ -248,6 +248,32 @@ impl LeaderReplica {
         &self.replicas
     }
 
+    /// Whether every other member of the maximal ISR fetched at this leader
+    /// epoch and was caught up within the last `within_ms`: the replicas the
+    /// controller could elect instead of this one are all still following
+    /// it, so none of them leads yet. A node whose lease on its leaderships
+    /// ran out (no heartbeat acknowledged: the controller is slow, electing,
+    /// or cut off from it) keeps leading such a partition; one that is cut
+    /// off from its followers, or whose successor stopped fetching, does
+    /// not. Never true without another ISR member (nobody else to ask).
+    /// Safety does not rest on it: the high watermark still waits for every
+    /// member, so a deposed leader cannot acknowledge what its successor
+    /// lacks.
+    pub fn followed_within(&self, now_ms: u64, within_ms: u64) -> bool {
+        let mut others = self
+            .maximal_isr()
+            .into_iter()
+            .filter(|n| *n != self.me)
+            .peekable();
+        others.peek().is_some()
+            && others.all(|n| {
+                self.followers.get(&n).is_some_and(|f| {
+                    f.log_end_offset != UNKNOWN_OFFSET
+                        && now_ms.saturating_sub(f.last_caught_up_ms) <= within_ms
+                })
+            })
+    }
+
     /// The committed ISR plus the members of a pending change (KIP-497's
     /// maximal ISR): the set the high watermark waits for while an
     /// AlterPartition is in flight. In replica order.

@@ -549,3 +549,51 @@ fn an_added_replica_catches_up_joins_the_isr_and_never_holds_the_high_watermark_
     l.set_replicas(vec![1, 2, 4], 6);
     assert_eq!(l.follower_log_end_offset(3), None);
 }
+
+#[test]
+fn followed_within_needs_every_other_isr_member_caught_up_at_this_epoch() {
+    const WITHIN: u64 = 1000;
+    let mut l = leader(&[1, 2, 3], 0, 0);
+    l.on_local_durable(10);
+    // A new leadership counts nobody as following until they fetch, though
+    // each gets a full lag window for the ISR.
+    assert!(!l.followed_within(0, WITHIN));
+    fetch(&mut l, 2, 10, 100);
+    assert!(!l.followed_within(100, WITHIN), "3 has not fetched");
+    fetch(&mut l, 3, 10, 200);
+    assert!(l.followed_within(200, WITHIN));
+    assert!(
+        l.followed_within(100 + WITHIN, WITHIN),
+        "exactly `within` is still within"
+    );
+    // 2 stops fetching (its own leadership, a cut): past the window, no.
+    fetch(&mut l, 3, 10, 1000);
+    assert!(!l.followed_within(100 + WITHIN + 1, WITHIN));
+    // A follower that fetches but stays behind is not following.
+    l.on_local_durable(50);
+    fetch(&mut l, 2, 10, 2000);
+    fetch(&mut l, 3, 50, 2000);
+    fetch(&mut l, 2, 10, 2500);
+    fetch(&mut l, 3, 50, 2500);
+    assert!(!l.followed_within(2500 + WITHIN, WITHIN), "2 stayed at 10");
+    fetch(&mut l, 2, 50, 2600);
+    assert!(l.followed_within(2600, WITHIN));
+    // Without another ISR member there is nobody following.
+    let mut alone = leader(&[1], 0, 0);
+    alone.on_local_durable(10);
+    assert!(!alone.followed_within(100, WITHIN), "an ISR of one");
+    // A pending expansion's member counts too: the controller may have
+    // committed it unheard.
+    let mut growing = leader(&[1, 2], 0, 0);
+    growing.on_local_durable(10);
+    fetch(&mut growing, 2, 10, 100);
+    assert!(growing.followed_within(100, WITHIN));
+    let out = fetch(&mut growing, 3, 10, 150);
+    assert!(out.expand.is_some(), "3 caught up: expansion proposed");
+    assert!(growing.followed_within(200, WITHIN));
+    fetch(&mut growing, 2, 10, 1500);
+    assert!(
+        !growing.followed_within(1500, WITHIN),
+        "3 stopped after its expansion"
+    );
+}

@@ -11,6 +11,8 @@ stop naming itself leader in Metadata, so clients move to the new leaders.
 After the heal it rejoins, and every write acknowledged with acks=all is there
 once."""
 
+import os
+import signal
 import threading
 import time
 
@@ -133,6 +135,87 @@ def test_a_leader_cut_off_from_the_controller_steps_aside(topic_name):
         c.cleanup()
         if proxy is not None:
             proxy.close()
+
+
+STALL_S = 2.5 * SESSION_MS / 1000
+
+
+def test_a_stalled_controller_stops_no_broker(topic_name):
+    """The only controller stops answering (SIGSTOP) for over two sessions:
+    every broker's lease runs out, but each partition's in-sync followers
+    still follow its leader, so the leaders keep leading and acks=all writes
+    go on through the stall (before: every broker stepped down at once,
+    seed 9301). When the controller wakes it fences nobody (its own stall is
+    excused) and no leadership has moved."""
+    c = Cluster(controllers=1, brokers=3, settings=SETTINGS)
+    try:
+        c.start()
+        bootstrap = ",".join(n.bootstrap for n in c.brokers)
+        ck.create_topic(c.node(2).bootstrap, topic_name, PARTITIONS, replication_factor=3)
+        full = lambda d: all(len(d[p][2]) == 3 for p in range(PARTITIONS))  # noqa: E731
+        before = wait_partition(bootstrap, topic_name, full, "full ISRs")
+        acked_at = {p: [] for p in range(PARTITIONS)}
+        errors = []
+        stop = threading.Event()
+
+        def on_delivery(err, msg):
+            if err is None:
+                acked_at[msg.partition()].append(time.monotonic())
+            else:
+                errors.append(err)
+
+        def produce():
+            p = ck.producer(bootstrap, {
+                "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                "request.timeout.ms": 4000, "socket.timeout.ms": 4000,
+                "message.timeout.ms": 60000,
+            })
+            i = 0
+            while not stop.is_set():
+                try:
+                    p.produce(topic_name, value=b"s%08d" % i, partition=i % PARTITIONS,
+                              on_delivery=on_delivery)
+                    i += 1
+                except BufferError:
+                    pass
+                p.poll(0.005)
+            assert p.flush(60) == 0, "messages still undelivered"
+
+        writer = threading.Thread(target=produce)
+        writer.start()
+        controller = c.node(1)
+        try:
+            time.sleep(1.0)
+            os.kill(controller.proc.pid, signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            try:
+                time.sleep(STALL_S)
+            finally:
+                os.kill(controller.proc.pid, signal.SIGCONT)
+            resumed_at = time.monotonic()
+            time.sleep(2.0)
+        finally:
+            stop.set()
+            writer.join(timeout=120)
+        assert not errors, errors[:5]
+        # Every lease ran out by a session (plus a heartbeat interval) after
+        # the stop: each partition took writes after that, while the
+        # controller was still stopped.
+        after_leases = stopped_at + SESSION_MS / 1000 + 1.0
+        assert after_leases < resumed_at - 0.5
+        for p, times in acked_at.items():
+            during = [t for t in times if after_leases <= t <= resumed_at]
+            assert during, (
+                f"partition {p}: no write acknowledged between {after_leases - stopped_at:.1f}s "
+                f"and {resumed_at - stopped_at:.1f}s into the controller's stall"
+            )
+        with open(controller.log_path, "rb") as f:
+            log = f.read().decode(errors="replace")
+        assert "session expired: fencing node" not in log, "the controller fenced a broker for its own stall"
+        after = describe(bootstrap, topic_name)
+        assert {p: after[p][0] for p in after} == {p: before[p][0] for p in before}, (before, after)
+    finally:
+        c.cleanup()
 
 
 FULL_DISK_LIMIT = 4 << 20

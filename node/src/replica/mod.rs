@@ -69,11 +69,14 @@ thread_local! {
 }
 
 /// Makes this core's leader and follower roles follow every topic table
-/// published to it (`state::publish_table`). Called once per core at start.
+/// published to it (`state::publish_table`), and answer the lease
+/// watchdog's question (`state::followed_leaderships`). Called once per
+/// core at start.
 pub fn attach() {
     crate::state::on_table_change(|core, table| {
         glommio::spawn_local(apply_table(core, table)).detach();
     });
+    crate::state::on_followed_query(followed_leaderships);
 }
 
 /// Registers `listener` for every role change of this core's partitions
@@ -806,6 +809,26 @@ pub fn led_partitions() -> Vec<(TopicPartition, i32, usize, usize)> {
                     l.replicas.len(),
                 )),
                 Role::Follower(_) => None,
+            })
+            .collect()
+    })
+}
+
+/// The replicated partitions this core leads whose other in-sync replicas
+/// all fetched and caught up within `within` (`LeaderReplica::followed_within`):
+/// what the lease watchdog (cluster.rs) keeps leading while no controller
+/// acknowledges this node's heartbeats.
+pub fn followed_leaderships(within: Duration) -> Vec<TopicPartition> {
+    let now = now_ms();
+    let within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+    ROLES.with(|r| {
+        r.borrow()
+            .iter()
+            .filter_map(|(tp, role)| match role {
+                Role::Leader(l) if l.replicated && l.state.followed_within(now, within_ms) => {
+                    Some(tp.clone())
+                }
+                _ => None,
             })
             .collect()
     })
