@@ -148,9 +148,14 @@ pub struct SyncTicket {
 }
 
 impl SyncTicket {
-    /// The fdatasync (blocking).
+    /// The write and the fdatasync (blocking).
     pub fn sync(&self) -> std::io::Result<()> {
         self.storage.sync()
+    }
+
+    /// The write alone: what a crash before the fdatasync leaves (tests).
+    pub fn write_unsynced(&self) -> std::io::Result<()> {
+        self.storage.write_unsynced()
     }
 }
 

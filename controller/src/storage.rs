@@ -33,11 +33,15 @@
 //!
 //! The controller is off the data path and its writes are small (a few hundred
 //! bytes per batch), so this module uses std::fs instead of glommio's DMA
-//! files. A sync is two halves: `write_pending` writes the frames and marker
-//! (page cache, microseconds) and returns a `SyncTicket` whose fdatasync runs
-//! on any thread (the service uses glommio's blocking pool: a busy disk took
-//! over a second per fdatasync in the nemesis runs, and the controller's
-//! thread must go on ticking meanwhile); `synced` records the result.
+//! files. A sync is two halves: `write_pending` frames what was appended
+//! since the last one plus a commit marker and returns a `SyncTicket` whose
+//! write and fdatasync run on any thread (the service uses glommio's blocking
+//! pool: a busy disk took over a second per fdatasync in the nemesis runs,
+//! and even a buffered write blocks when the kernel throttles dirty pages
+//! (seed 9301: another node filling its disk); the controller's thread must
+//! go on ticking meanwhile); `synced` records the result. One ticket at a
+//! time: while one is out, nothing else is appended to that file (an inline
+//! `sync` rewrites the log instead), so frames land in order.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -322,8 +326,11 @@ pub struct MetadataLog {
     conf_state: ConfState,
     snapshot: Snapshot,
     entries: Vec<Entry>,
-    /// Frames written since the last sync (in the file's page cache, not durable).
+    /// Frames appended since the last `write_pending` (in memory only).
     pending: Vec<u8>,
+    /// A ticket of this generation is out, its frames not yet written:
+    /// nothing else may be appended to the file before `synced`.
+    ticket_out: bool,
     sync_sequence: u64,
     /// Bytes in `raft.log` (written), used for the log-size snapshot trigger.
     log_bytes: u64,
@@ -334,28 +341,38 @@ pub struct MetadataLog {
     generation: u64,
 }
 
-/// What one sync must make durable: `raft.log` up to `log_bytes`, through
-/// its own descriptor so the fdatasync can run on another thread.
+/// What one sync must write and make durable: `data` appended to
+/// `raft.log`, which then holds `log_bytes`, through its own descriptor so
+/// both can run on another thread.
 #[derive(Debug)]
 pub struct SyncTicket {
     file: File,
     path: PathBuf,
-    bytes: usize,
+    data: Vec<u8>,
     log_bytes: u64,
     generation: u64,
 }
 
 impl SyncTicket {
-    /// The fdatasync (blocking); one that held its caller up is logged.
+    /// The write alone, without the fdatasync: what a crash between the
+    /// two leaves behind (the simulation's crashes).
+    pub fn write_unsynced(&self) -> std::io::Result<()> {
+        (&self.file).write_all(&self.data)
+    }
+
+    /// The write and the fdatasync (blocking); one that held its caller up
+    /// is logged.
     pub fn sync(&self) -> std::io::Result<()> {
         let started = std::time::Instant::now();
-        let result = self.file.sync_data();
+        let result = (&self.file)
+            .write_all(&self.data)
+            .and_then(|()| self.file.sync_data());
         let took = started.elapsed();
         if took >= SLOW_SYNC {
             tracing::warn!(
-                path = %self.path.display(), bytes = self.bytes,
+                path = %self.path.display(), bytes = self.data.len(),
                 took_ms = took.as_millis() as u64,
-                "the metadata log's fdatasync was slow"
+                "the metadata log's write and fdatasync were slow"
             );
         }
         result
@@ -391,6 +408,7 @@ impl MetadataLog {
             log_path,
             file,
             pending: Vec::new(),
+            ticket_out: false,
             sync_sequence: 0,
             log_bytes: 0,
             synced_bytes: 0,
@@ -604,6 +622,11 @@ impl MetadataLog {
     /// An error leaves the log's durable state unknown: the caller must stop
     /// (the controller is not allowed to acknowledge anything after it).
     pub fn sync(&mut self) -> Result<()> {
+        if self.ticket_out {
+            // Appending now would put these frames before the ticket's:
+            // the rewrite holds both, in order, durable.
+            return self.rewrite_log();
+        }
         if let Some(ticket) = self.write_pending()? {
             let result = ticket.sync();
             self.synced(&ticket, result)?;
@@ -612,30 +635,28 @@ impl MetadataLog {
     }
 
     /// The first half of a sync that need not hold up the caller's thread:
-    /// writes everything since the last sync plus a commit marker (into the
-    /// page cache) and returns what to fdatasync, on any thread. None when
-    /// nothing was written since the last one. `synced` finishes it.
+    /// frames everything appended since the last one plus a commit marker
+    /// and returns what to write and fdatasync, on any thread. None when
+    /// nothing was appended, or while the previous ticket is out (one at a
+    /// time, so frames land in order). `synced` finishes it.
     pub fn write_pending(&mut self) -> Result<Option<SyncTicket>> {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() || self.ticket_out {
             return Ok(None);
         }
-        self.sync_sequence += 1;
-        let marker = frame_bytes(KIND_COMMIT, &self.sync_sequence.to_le_bytes());
-        self.pending.extend_from_slice(&marker);
-        self.file
-            .write_all(&self.pending)
-            .map_err(io_err("write", &self.log_path))?;
-        self.log_bytes += self.pending.len() as u64;
-        let bytes = self.pending.len();
-        self.pending.clear();
         let file = self
             .file
             .try_clone()
             .map_err(io_err("dup", &self.log_path))?;
+        self.sync_sequence += 1;
+        let marker = frame_bytes(KIND_COMMIT, &self.sync_sequence.to_le_bytes());
+        let mut data = std::mem::take(&mut self.pending);
+        data.extend_from_slice(&marker);
+        self.log_bytes += data.len() as u64;
+        self.ticket_out = true;
         Ok(Some(SyncTicket {
             file,
             path: self.log_path.clone(),
-            bytes,
+            data,
             log_bytes: self.log_bytes,
             generation: self.generation,
         }))
@@ -645,7 +666,10 @@ impl MetadataLog {
     /// the ticket is durable. A failed fdatasync leaves the durable state
     /// unknown (a second one proves nothing): the caller must stop.
     pub fn synced(&mut self, ticket: &SyncTicket, result: std::io::Result<()>) -> Result<()> {
-        result.map_err(io_err("fdatasync", &ticket.path))?;
+        if ticket.generation == self.generation {
+            self.ticket_out = false;
+        }
+        result.map_err(io_err("write or fdatasync", &ticket.path))?;
         if ticket.generation == self.generation {
             self.synced_bytes = self.synced_bytes.max(ticket.log_bytes);
         }
@@ -725,6 +749,13 @@ impl MetadataLog {
             &snap_path,
             &frame_bytes(KIND_SNAPSHOT, &encode(&self.snapshot)),
         )?;
+        self.rewrite_log()
+    }
+
+    /// Replaces `raft.log` atomically with the conf state, the hard state and
+    /// every entry after the snapshot, durable. A ticket still out writes to
+    /// the file replaced (harmless: the new one holds its frames).
+    fn rewrite_log(&mut self) -> Result<()> {
         let mut image = frame_bytes(KIND_CONF_STATE, &encode(&self.conf_state));
         image.extend_from_slice(&frame_bytes(KIND_HARD_STATE, &encode(&self.hard_state)));
         for e in &self.entries {
@@ -743,6 +774,7 @@ impl MetadataLog {
         self.log_bytes = image.len() as u64;
         self.synced_bytes = self.log_bytes;
         self.generation += 1;
+        self.ticket_out = false;
         tracing::debug!(
             index = self.snapshot.get_metadata().index,
             log_bytes = self.log_bytes,

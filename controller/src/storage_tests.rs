@@ -260,3 +260,42 @@ fn corrupted_snapshot_is_an_error() {
         Err(StorageError::Corrupt { .. })
     ));
 }
+
+#[test]
+fn a_ticket_out_writes_its_frames_off_thread_and_nothing_jumps_ahead_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = MetadataLog::open(dir.path()).unwrap();
+    log.bootstrap(&[1]).unwrap();
+    let before = std::fs::metadata(dir.path().join(LOG_DIR).join(LOG_FILE))
+        .unwrap()
+        .len();
+    log.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
+    let ticket = log.write_pending().unwrap().unwrap();
+    // Nothing reaches the file on the caller's thread.
+    let len = || {
+        std::fs::metadata(dir.path().join(LOG_DIR).join(LOG_FILE))
+            .unwrap()
+            .len()
+    };
+    assert_eq!(len(), before);
+    // One ticket at a time.
+    log.append(&[entry(3, 1, b"c")]).unwrap();
+    assert!(log.write_pending().unwrap().is_none());
+    // An inline sync while it is out rewrites the log, in order, durable.
+    log.sync().unwrap();
+    assert_eq!(log.synced_bytes(), len());
+    // The ticket finishing late writes to the replaced file: harmless, and
+    // it says nothing about the new one.
+    ticket.sync().unwrap();
+    let synced = log.synced_bytes();
+    log.synced(&ticket, Ok(())).unwrap();
+    assert_eq!(log.synced_bytes(), synced);
+    log.append(&[entry(4, 1, b"d")]).unwrap();
+    let next = log.write_pending().unwrap().expect("the next ticket");
+    next.sync().unwrap();
+    log.synced(&next, Ok(())).unwrap();
+    assert_eq!(log.synced_bytes(), len());
+    drop(log);
+    let log = MetadataLog::open(dir.path()).unwrap();
+    assert_eq!(indexes(&log), vec![(1, 1), (2, 1), (3, 1), (4, 1)]);
+}

@@ -340,7 +340,12 @@ impl Sim {
         let i = self.rng.usize(..self.nodes.len());
         if let Some(node) = self.nodes[i].take() {
             self.stats.crashes += 1;
-            self.syncing[i] = None;
+            if let Some((ticket, _)) = self.syncing[i].take() {
+                // The sync in flight had written its frames, or not yet.
+                if self.rng.bool() {
+                    ticket.write_unsynced().unwrap();
+                }
+            }
             let synced = node.storage().synced_bytes();
             drop(node);
             let path = self.dirs[i].path().join(LOG_DIR).join(LOG_FILE);
