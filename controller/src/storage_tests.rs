@@ -291,7 +291,7 @@ fn a_ticket_out_writes_its_frames_off_thread_and_nothing_jumps_ahead_of_them() {
     log.synced(&ticket, Ok(())).unwrap();
     assert_eq!(log.synced_bytes(), synced);
     log.append(&[entry(4, 1, b"d")]).unwrap();
-    let next = log.write_pending().unwrap().expect("the next ticket");
+    let next = log.write_pending().unwrap().unwrap();
     next.sync().unwrap();
     log.synced(&next, Ok(())).unwrap();
     assert_eq!(log.synced_bytes(), len());
