@@ -17,6 +17,9 @@ pub const LOG_START_OFFSET_FILE: &str = "log-start-offset-checkpoint";
 pub const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
 /// The cleaner's first dirty offset: everything below it has been compacted.
 pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
+/// The log's open and unreplicated transactions at its last rolls
+/// (`log::txns`): `at state|open|done producer_id first_offset marker_offset`.
+pub const TXN_STATE_FILE: &str = "txn-state-checkpoint";
 
 pub fn encode(entries: &[Vec<String>]) -> String {
     let mut out = format!("0\n{}\n", entries.len());

@@ -52,9 +52,12 @@ use crate::segment::appender::Growth;
 use crate::segment::scan::{scan, ScanStop};
 use crate::segment::{
     remove_segment_files, segment_path, swap_path, Segment, INDEX_SUFFIX, LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
 };
 use crate::snapshot;
+use crate::txn::{TxnBatch, TxnTracker};
+
+mod txns;
 
 /// How an append gets its offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +143,13 @@ pub struct PartitionLog {
     /// a batch boundary in it, and the lowest base offset the batch there may
     /// have. None: from the first segment.
     scrub_cursor: Option<ScrubCursor>,
+    /// Open and unreplicated transactions (`txns`).
+    txns: TxnTracker,
+    /// The log has held a transactional batch (since it was created, as far
+    /// as its files tell): only then is transaction state checkpointed.
+    txn_seen: bool,
+    /// The tracker's checkpointed states, by the roll offset they describe.
+    txn_states: BTreeMap<i64, Vec<(bool, i64, i64, i64)>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -241,7 +251,12 @@ impl PartitionLog {
             corrupt: None,
             scrub_cursor: None,
             high_watermark_checkpoint,
+            txns: TxnTracker::default(),
+            txn_seen: false,
+            txn_states: BTreeMap::new(),
         };
+        log.rebuild_txns(recovered.first_scanned, recovered.txn_batches)
+            .await?;
         // Recovery flushed the active segment: everything left is durable.
         log.checkpoint_recovery_point().await?;
         Ok(log)
@@ -494,9 +509,24 @@ impl PartitionLog {
         if self.should_roll(&header) {
             self.roll(header.base_offset).await?;
         }
+        // Two attribute bits; only a control batch is decoded.
+        let txn = if header.is_transactional() || header.is_control() {
+            TxnBatch::of(&header, &batch).unwrap_or_else(|e| {
+                tracing::warn!(
+                    dir = %self.dir.display(), offset = header.base_offset, error = %e,
+                    "a control batch that is no transaction marker"
+                );
+                None
+            })
+        } else {
+            None
+        };
         let interval = self.config.index_interval_bytes;
         self.active().append(&batch, &header, interval).await?;
         self.log_end_offset = header.next_offset();
+        if let Some(txn) = txn {
+            self.track_txn(txn);
+        }
         let bytes = batch.len();
         self.cache.insert(
             self.cache_id,
@@ -532,6 +562,7 @@ impl PartitionLog {
         self.active().close_active().await?;
         let closed_end = self.active().next_offset();
         self.flushed_offset = self.flushed_offset.max(closed_end);
+        self.checkpoint_txn_state(base_offset).await?;
         let segment = Segment::create(&self.dir, base_offset, &self.config, growth).await?;
         tracing::debug!(dir = %self.dir.display(), base_offset, "rolled segment");
         self.segments.insert(base_offset, segment);
@@ -1125,8 +1156,14 @@ impl PartitionLog {
             (None, _) => segment.size(),
         };
         let scanned = scan_segment(segment.file(), &path, base, position, interval, verify).await?;
-        segment.truncate(scanned.state, &config).await?;
+        let mut state = scanned.state;
+        // The aborted transactions whose marker stays.
+        let mut txn_index = segment.txn_index().clone();
+        txn_index.truncate_to(state.next_offset);
+        state.txn_index = txn_index;
+        segment.truncate(state, &config).await?;
         self.log_end_offset = self.active().next_offset();
+        self.truncate_txns(self.log_end_offset).await?;
         self.cache.truncate(self.cache_id, self.log_end_offset);
         if self.first_dirty_offset > self.log_end_offset {
             // Offsets appended again past the cut are not clean.
@@ -1216,6 +1253,10 @@ impl PartitionLog {
         // producer state too). A crash after this finds the old log without
         // them: slower to load, never wrong.
         snapshot::delete_above(&self.dir, -1).await?;
+        // So does the transaction state: none open at `offset`. (A crash
+        // before the commit finds no state for the old log's segments and
+        // replays it from its start.)
+        self.restart_txns(offset).await?;
         // 1. Checkpoints lowered where they would claim more than the new log holds.
         if self.recovery_point > offset {
             write_recovery_point(&self.dir, &self.topic, self.partition, offset).await?;
@@ -1504,17 +1545,32 @@ impl PartitionLog {
         // state recovery completes). Cached copies of the replaced batches go, so
         // readers see the compacted log.
         self.cache.truncate_front(self.cache_id, group_end);
+        // The cleaned segment indexes the aborted transactions the replaced
+        // ones did (their markers stay: the cleaner keeps control batches).
+        let mut txn_index = crate::segment::txn_index::TxnIndex::default();
         for &(base, _) in old {
-            self.segments.remove(&base);
+            if let Some(segment) = self.segments.remove(&base) {
+                for txn in segment.txn_index().entries() {
+                    let _ = txn_index.push(*txn);
+                }
+            }
         }
-        let new_segment =
-            new.map(|n| Segment::from_state(&self.dir, n.base_offset, n.file, n.state));
+        let new_segment = new.map(|n| {
+            let mut state = n.state;
+            state.txn_index = txn_index;
+            Segment::from_state(&self.dir, n.base_offset, n.file, state)
+        });
         let new_base = new_segment.as_ref().map(Segment::base_offset);
         if let Some(segment) = new_segment {
             self.segments.insert(segment.base_offset(), segment);
         }
         for &(base, _) in old {
-            remove_segment_files(&self.dir, base, &[INDEX_SUFFIX, TIME_INDEX_SUFFIX]).await?;
+            remove_segment_files(
+                &self.dir,
+                base,
+                &[INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX],
+            )
+            .await?;
             if Some(base) != new_base {
                 remove_segment_files(&self.dir, base, &[LOG_SUFFIX]).await?;
             }

@@ -38,10 +38,12 @@ use crate::fsutil;
 use crate::segment::appender::Growth;
 use crate::segment::index::{OffsetIndex, TimeIndex};
 use crate::segment::scan::{scan, ScanStop};
+use crate::segment::txn_index::TxnIndex;
 use crate::segment::{
     parse_segment_name, parse_swap_name, segment_path, Segment, SegmentState, INDEX_SUFFIX,
-    LOG_SUFFIX, TIME_INDEX_SUFFIX,
+    LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
 };
+use crate::txn::TxnBatch;
 
 const SCAN_CHUNK_BYTES: usize = 4 << 20;
 
@@ -75,6 +77,13 @@ pub struct Recovered {
     /// Bytes read and checked by full segment scans (the segments from the
     /// recovery point on, and any whose indexes did not check).
     pub scanned_bytes: u64,
+    /// The base of the segment holding the recovery point: it and every later
+    /// segment were scanned.
+    pub first_scanned: i64,
+    /// Per scanned segment (by base offset), its transactional batches in
+    /// order: the log rebuilds those segments' aborted transaction indexes
+    /// from them (`PartitionLog::open`).
+    pub txn_batches: BTreeMap<i64, Vec<TxnBatch>>,
 }
 
 /// What a full scan of one segment found.
@@ -85,6 +94,8 @@ pub struct ScannedSegment {
     /// The data stops at `problem`'s position because only zeros follow
     /// (preallocated space never written), not because of a bad batch.
     pub unwritten: bool,
+    /// Its transactional data batches and markers, in order.
+    pub txn_batches: Vec<TxnBatch>,
 }
 
 /// Reads `[0, end)` of a segment and rebuilds its state (indexes, next offset, max
@@ -100,6 +111,7 @@ pub async fn scan_segment(
 ) -> Result<ScannedSegment> {
     let mut state = SegmentState::empty(base_offset);
     let mut bad: Option<String> = None;
+    let mut txn_batches = Vec::new();
     let outcome = scan(
         file,
         path,
@@ -121,6 +133,16 @@ pub async fn scan_segment(
                 }
             }
             state.add_batch(base_offset, pos, header, index_interval_bytes);
+            match TxnBatch::of(header, bytes) {
+                Ok(Some(b)) => txn_batches.push(b),
+                Ok(None) => {}
+                // A control batch whose CRC checks but whose record does not
+                // parse: not a marker of any transaction.
+                Err(e) => tracing::warn!(
+                    path = %path.display(), offset = header.base_offset, error = %e,
+                    "a control batch that is no transaction marker; ignored"
+                ),
+            }
             ControlFlow::Continue(())
         },
     )
@@ -140,6 +162,7 @@ pub async fn scan_segment(
         state,
         problem,
         unwritten,
+        txn_batches,
     })
 }
 
@@ -207,6 +230,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let mut truncated_bytes = 0u64;
     let mut unwritten_bytes = 0u64;
     let mut scanned_bytes = 0u64;
+    let mut txn_batches = BTreeMap::new();
     let mut i = 0;
     while i < bases.len() {
         let base = bases[i];
@@ -236,6 +260,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
                 )
                 .await?;
                 scanned_bytes += file_size;
+                txn_batches.insert(base, scanned.txn_batches);
                 let state = scanned.state;
                 if let Some((position, reason)) = scanned.problem {
                     if state.next_offset < recovery_point {
@@ -344,6 +369,19 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         .next_back()
         .map_or(0, Segment::next_offset);
     let log_start_offset = first_base.max(checkpointed_start).min(log_end_offset);
+    let first_scanned = bases
+        .get(first_scanned)
+        .copied()
+        .filter(|b| segments.contains_key(b))
+        .unwrap_or_else(|| segments.keys().next_back().copied().unwrap_or(0));
+    // What recovery dropped (segments cut or removed) has no batches left.
+    txn_batches.retain(|base, _| segments.contains_key(base));
+    for (base, batches) in &mut txn_batches {
+        if let Some(segment) = segments.get(base) {
+            let end = segment.next_offset();
+            batches.retain(|b| b.offset() < end);
+        }
+    }
     Ok(Recovered {
         segments,
         log_start_offset,
@@ -351,6 +389,8 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         truncated_bytes,
         unwritten_bytes,
         scanned_bytes,
+        first_scanned,
+        txn_batches,
     })
 }
 
@@ -406,6 +446,20 @@ async fn load_closed_segment(
         return Ok(None);
     };
     let max_timestamp = max_timestamp.max(time_index.last().map_or(-1, |e| e.timestamp));
+    let txn_index = match fsutil::read_file(&segment_path(dir, base, TXN_INDEX_SUFFIX)).await? {
+        None => TxnIndex::default(),
+        Some(bytes) => match TxnIndex::decode(&bytes, base) {
+            Ok(index) if index.entries().iter().all(|t| t.last_offset < next_offset) => index,
+            Ok(_) => {
+                tracing::warn!(path = %path.display(), "transaction index names offsets past the segment; rebuilding");
+                return Ok(None);
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "transaction index does not decode; rebuilding");
+                return Ok(None);
+            }
+        },
+    };
     let _ = config;
     Ok(Some(SegmentState {
         size: file_size,
@@ -414,6 +468,7 @@ async fn load_closed_segment(
         offset_index,
         time_index,
         bytes_since_index_entry: bytes_after,
+        txn_index,
     }))
 }
 
@@ -479,7 +534,12 @@ async fn delete_segment_files(dir: &Path, base: i64) -> Result<u64> {
     let log = segment_path(dir, base, LOG_SUFFIX);
     let size = std::fs::metadata(&log).map_or(0, |m| m.len());
     // The `.log` last, as `Segment::delete` does.
-    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
+    for suffix in [
+        INDEX_SUFFIX,
+        TIME_INDEX_SUFFIX,
+        TXN_INDEX_SUFFIX,
+        LOG_SUFFIX,
+    ] {
         fsutil::remove(&segment_path(dir, base, suffix)).await?;
     }
     Ok(size)

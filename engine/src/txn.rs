@@ -31,6 +31,47 @@ use bytes::Bytes;
 use crate::batch::{parse_marker, BatchError, BatchHeader};
 use crate::segment::txn_index::AbortedTxn;
 
+/// One batch that matters to transactions, as an append or a scan saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnBatch {
+    /// Transactional data of `producer_id` at `base_offset`.
+    Data { producer_id: i64, base_offset: i64 },
+    /// A COMMIT or ABORT marker of `producer_id` at `offset`.
+    Marker {
+        producer_id: i64,
+        offset: i64,
+        commit: bool,
+    },
+}
+
+impl TxnBatch {
+    /// What the batch `bytes` (whose header is `header`) is to transactions:
+    /// None for plain data and for control records other than markers. Only
+    /// a control batch is decoded (two attribute bits decide the rest).
+    pub fn of(header: &BatchHeader, bytes: &[u8]) -> Result<Option<TxnBatch>, BatchError> {
+        if header.is_control() {
+            let marker = parse_marker(&Bytes::copy_from_slice(bytes))?;
+            return Ok(marker.map(|m| TxnBatch::Marker {
+                producer_id: header.producer_id,
+                offset: header.base_offset,
+                commit: m.commit,
+            }));
+        }
+        Ok(header.is_transactional().then_some(TxnBatch::Data {
+            producer_id: header.producer_id,
+            base_offset: header.base_offset,
+        }))
+    }
+
+    /// The offset the batch starts at.
+    pub fn offset(&self) -> i64 {
+        match *self {
+            TxnBatch::Data { base_offset, .. } => base_offset,
+            TxnBatch::Marker { offset, .. } => offset,
+        }
+    }
+}
+
 /// The open and the completed-but-unreplicated transactions of one log.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct TxnTracker {
@@ -74,6 +115,67 @@ impl TxnTracker {
         })
     }
 
+    /// Applies one transactional batch: data opens its producer's
+    /// transaction, a marker completes it (an aborted one is returned).
+    pub fn apply(&mut self, batch: TxnBatch) -> Option<AbortedTxn> {
+        match batch {
+            TxnBatch::Data {
+                producer_id,
+                base_offset,
+            } => {
+                self.on_data(producer_id, base_offset);
+                None
+            }
+            TxnBatch::Marker {
+                producer_id,
+                offset,
+                commit,
+            } => self.on_marker(producer_id, offset, commit),
+        }
+    }
+
+    /// Whether it tracks nothing (no open, no unreplicated transaction).
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty() && self.unreplicated.is_empty()
+    }
+
+    /// The state as checkpoint rows (`open pid first -1` and `done pid first
+    /// marker`), for `from_rows` after a restart.
+    pub fn to_rows(&self) -> Vec<(bool, i64, i64, i64)> {
+        let open = self
+            .open
+            .iter()
+            .map(|(first, pid)| (true, *pid, *first, -1));
+        let done = self
+            .unreplicated
+            .iter()
+            .map(|(first, (pid, marker))| (false, *pid, *first, *marker));
+        open.chain(done).collect()
+    }
+
+    /// The state `to_rows` described: (open?, producer id, first offset,
+    /// marker offset). A producer with two open transactions, or a completed
+    /// one whose marker precedes its first offset, is refused (the reason).
+    pub fn from_rows(rows: &[(bool, i64, i64, i64)]) -> Result<TxnTracker, String> {
+        let mut t = TxnTracker::default();
+        for &(open, pid, first, marker) in rows {
+            if open {
+                if t.open_by_producer.insert(pid, first).is_some() {
+                    return Err(format!("producer {pid} has two open transactions"));
+                }
+                t.open.insert(first, pid);
+            } else {
+                if marker < first {
+                    return Err(format!(
+                        "producer {pid}: marker {marker} before first offset {first}"
+                    ));
+                }
+                t.unreplicated.insert(first, (pid, marker));
+            }
+        }
+        Ok(t)
+    }
+
     /// Applies one batch of the log (`batch` is exactly the batch, `header`
     /// its header): a marker completes its producer's transaction (an
     /// aborted one is returned), transactional data opens one, anything
@@ -83,15 +185,7 @@ impl TxnTracker {
         header: &BatchHeader,
         batch: &Bytes,
     ) -> Result<Option<AbortedTxn>, BatchError> {
-        if header.is_control() {
-            return Ok(parse_marker(batch)?.and_then(|marker| {
-                self.on_marker(header.producer_id, header.base_offset, marker.commit)
-            }));
-        }
-        if header.is_transactional() {
-            self.on_data(header.producer_id, header.base_offset);
-        }
-        Ok(None)
+        Ok(TxnBatch::of(header, batch)?.and_then(|b| self.apply(b)))
     }
 
     /// The high watermark moved to `hw`: transactions whose marker is below

@@ -270,3 +270,74 @@ fn flipped_bit_in_flushed_data_keeps_the_partition_offline() {
     // Nothing was cut: the damaged bytes are still there for an operator.
     assert_eq!(std::fs::read(&log).unwrap(), bytes);
 }
+
+/// Transactions the engine indexed itself: `verify` recomputes every
+/// segment's aborted transactions from the markers and must find the same
+/// `.txnindex` entries (producer, first and last offset, and the LSO the log
+/// had when each ABORT was written), and `dump-txnindex` reads each file.
+#[test]
+fn a_transactional_partition_the_engine_wrote_verifies() {
+    use skiff_engine::batch::{marker_batch, EndTxnMarker};
+    let tmp = tempfile::tempdir().unwrap();
+    let partition = tmp.path().join("orders-0");
+    let dir = partition.clone();
+    on_executor(move || async move {
+        let mut log = PartitionLog::open(&dir, "orders", 0, config(), BatchCache::new(1 << 20))
+            .await
+            .unwrap();
+        let mut seq = [0i32; 3];
+        for i in 0..300usize {
+            let pid = 50 + (i % 3) as i64;
+            let batch = match (i / 3) % 5 {
+                // Each producer writes twice, then its marker: aborts and
+                // commits interleave, transactions stay open across rolls.
+                0 | 1 => {
+                    let mut b = BatchBuilder::new()
+                        .producer(pid, 0, seq[i % 3])
+                        .transactional(true);
+                    seq[i % 3] += 2;
+                    b.push(1_000, Some(b"k"), Some(&[1u8; 300]), &[]);
+                    b.push(1_000, Some(b"k"), Some(&[2u8; 300]), &[]);
+                    b.build().unwrap()
+                }
+                2 => {
+                    let m = EndTxnMarker {
+                        commit: i % 2 == 0,
+                        coordinator_epoch: 0,
+                    };
+                    marker_batch(pid, 0, m, 2_000).unwrap()
+                }
+                _ => {
+                    let mut b = BatchBuilder::new();
+                    b.push(1_000, None, Some(&[3u8; 500]), &[]);
+                    b.build().unwrap()
+                }
+            };
+            log.append(
+                BytesMut::from(&batch[..]),
+                AppendMode::Leader { leader_epoch: 0 },
+            )
+            .await
+            .unwrap();
+        }
+        assert!(!log.aborted_transactions(0, i64::MAX).is_empty());
+        log.close().await.unwrap();
+    });
+    let indexes = segment_files(&partition, "txnindex");
+    assert!(
+        indexes.len() > 2,
+        "expected several .txnindex files: {indexes:?}"
+    );
+    let out = skiff_tools(&["verify", partition.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    for file in indexes {
+        let out = skiff_tools(&["dump-txnindex", file.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            file.display(),
+            describe(&out)
+        );
+    }
+}

@@ -25,13 +25,15 @@ use crate::error::{LogError, Result};
 use crate::fsutil;
 use appender::{Appender, Growth, Sizing};
 use index::{OffsetIndex, TimeIndex};
+use txn_index::TxnIndex;
 
 pub const LOG_SUFFIX: &str = "log";
 /// Size of the pieces a large segment read is split into (all in flight at once).
 pub const READ_PIECE_BYTES: usize = 1 << 20;
 pub const INDEX_SUFFIX: &str = "index";
 pub const TIME_INDEX_SUFFIX: &str = "timeindex";
-/// The aborted transaction index (`txn_index`); not yet written by segments.
+/// The aborted transaction index (`txn_index`): written with the other
+/// indexes when a segment closes, only when it holds an entry.
 pub const TXN_INDEX_SUFFIX: &str = "txnindex";
 
 /// `dir/<base offset, 20 digits>.<suffix>`.
@@ -105,6 +107,10 @@ pub struct SegmentState {
     pub offset_index: OffsetIndex,
     pub time_index: TimeIndex,
     pub bytes_since_index_entry: u64,
+    /// The transactions whose ABORT marker lies in this segment: kept by the
+    /// log as it appends (`PartitionLog`), loaded from `.txnindex` for a
+    /// closed segment, rebuilt from the markers when recovery scans one.
+    pub txn_index: TxnIndex,
 }
 
 impl SegmentState {
@@ -116,6 +122,7 @@ impl SegmentState {
             offset_index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
             bytes_since_index_entry: 0,
+            txn_index: TxnIndex::default(),
         }
     }
 
@@ -335,7 +342,30 @@ impl Segment {
             &segment_path(&self.dir, self.base_offset, TIME_INDEX_SUFFIX),
             &self.state.time_index.encode(),
         )
-        .await
+        .await?;
+        self.write_txn_index().await
+    }
+
+    /// Writes `.txnindex` when the segment holds an aborted transaction, and
+    /// removes a stale one when it holds none (most segments never have one:
+    /// no file, no inode).
+    pub async fn write_txn_index(&self) -> Result<()> {
+        let path = segment_path(&self.dir, self.base_offset, TXN_INDEX_SUFFIX);
+        if self.state.txn_index.is_empty() {
+            fsutil::remove(&path).await
+        } else {
+            fsutil::write_file_atomic(&path, &self.state.txn_index.encode()).await
+        }
+    }
+
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.state.txn_index
+    }
+
+    /// The transaction index in memory (the log adds an active segment's
+    /// entries as it appends markers; recovery sets a rebuilt one).
+    pub fn txn_index_mut(&mut self) -> &mut TxnIndex {
+        &mut self.state.txn_index
     }
 
     /// Reads `len` bytes at `position` of the log file (clamped to the data) into
@@ -388,13 +418,10 @@ impl Segment {
         self.appender()?.truncate(state.size).await?;
         self.state = state;
         // Indexes on disk may name the cut part; drop them until the next close.
-        fsutil::remove(&segment_path(&self.dir, self.base_offset, INDEX_SUFFIX)).await?;
-        fsutil::remove(&segment_path(
-            &self.dir,
-            self.base_offset,
-            TIME_INDEX_SUFFIX,
-        ))
-        .await
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
+            fsutil::remove(&segment_path(&self.dir, self.base_offset, suffix)).await?;
+        }
+        Ok(())
     }
 
     /// Deletes the segment's files.
@@ -412,7 +439,7 @@ impl Segment {
         // leaves a whole segment or none, never index files without their log.
         // The `.log` (up to a segment's size) is renamed, and freed by the
         // core's trash task at its pace (`trash`).
-        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
             fsutil::remove(&segment_path(&dir, base_offset, suffix)).await?;
         }
         crate::trash::delete_file(&segment_path(&dir, base_offset, LOG_SUFFIX))

@@ -1,0 +1,287 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The log's transaction side on real files: open transactions, the last
+//! stable offset and every segment's aborted transaction index, as appends
+//! build them, and as a clean reopen, a crash, and truncation leave them.
+//! The expectation is always the log's own batches read back and replayed
+//! through a fresh `TxnTracker` (the rules have their own property test in
+//! `txn.rs`; this checks what is kept, written and rebuilt).
+
+mod common;
+
+use std::path::Path;
+
+use bytes::Bytes;
+use common::*;
+use skiff_engine::batch::{marker_batch, BatchBuilder, BatchHeader, EndTxnMarker};
+use skiff_engine::segment::txn_index::{AbortedTxn, TxnIndex};
+use skiff_engine::txn::TxnTracker;
+use skiff_engine::{AppendMode, PartitionLog};
+
+const LEADER: AppendMode = AppendMode::Leader { leader_epoch: 1 };
+const PRODUCERS: i64 = 3;
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+fn data(producer: Option<i64>, records: usize, seq: i32) -> Bytes {
+    let mut b = BatchBuilder::new();
+    if let Some(pid) = producer {
+        b = b.producer(pid, 0, seq).transactional(true);
+    }
+    for i in 0..records {
+        b.push(1_000 + i as i64, Some(b"k"), Some(&[7u8; 700]), &[]);
+    }
+    b.build().unwrap()
+}
+
+fn marker(pid: i64, commit: bool) -> Bytes {
+    marker_batch(
+        pid,
+        0,
+        EndTxnMarker {
+            commit,
+            coordinator_epoch: 0,
+        },
+        2_000,
+    )
+    .unwrap()
+}
+
+/// Appends `n` batches: plain data, transactional data of one of the
+/// producers, or a marker (mostly for an open transaction, sometimes for
+/// none: an empty transaction).
+async fn append_mix(log: &mut PartitionLog, rng: &mut Rng, n: usize) {
+    let mut seq = [0i32; PRODUCERS as usize];
+    for _ in 0..n {
+        let pid = rng.below(PRODUCERS as u64) as i64 + 100;
+        let b = match rng.below(10) {
+            0..=2 => data(None, 1 + rng.below(3) as usize, -1),
+            3..=6 => {
+                let s = &mut seq[(pid - 100) as usize];
+                let records = 1 + rng.below(3) as usize;
+                let b = data(Some(pid), records, *s);
+                *s += records as i32;
+                b
+            }
+            7 | 8 => marker(pid, false),
+            _ => marker(pid, true),
+        };
+        log.append(mutable(&b), LEADER).await.unwrap();
+    }
+}
+
+/// What the log's own batches say: every aborted transaction in marker
+/// order, the open ones, and the LSO with the high watermark at the end.
+async fn replayed(log: &mut PartitionLog) -> (Vec<AbortedTxn>, Vec<(i64, i64)>, i64) {
+    let start = log.log_start_offset();
+    let mut tracker = TxnTracker::default();
+    let mut aborted = Vec::new();
+    for b in read_all(log, start).await {
+        let header = BatchHeader::parse(&b).unwrap();
+        if let Some(a) = tracker.replay(&header, &b).unwrap() {
+            aborted.push(a);
+        }
+    }
+    let end = log.log_end_offset();
+    tracker.on_high_watermark(end);
+    let lso = tracker.last_stable_offset(end);
+    (aborted, tracker.open().collect(), lso)
+}
+
+async fn check(log: &mut PartitionLog, what: &str) -> Vec<AbortedTxn> {
+    let (aborted, open, lso) = replayed(log).await;
+    let end = log.log_end_offset();
+    assert_eq!(
+        log.aborted_transactions(log.log_start_offset(), i64::MAX),
+        aborted,
+        "{what}: aborted transactions"
+    );
+    assert_eq!(log.open_transactions(), open, "{what}: open transactions");
+    assert_eq!(log.last_stable_offset(end), lso, "{what}: LSO");
+    aborted
+}
+
+/// Every `.txnindex` file of the directory, decoded, in segment order.
+fn index_files(dir: &Path) -> Vec<(i64, Vec<AbortedTxn>)> {
+    let mut out: Vec<(i64, Vec<AbortedTxn>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let base: i64 = name.strip_suffix(".txnindex")?.parse().ok()?;
+            let bytes = std::fs::read(dir.join(&name)).unwrap();
+            let index = TxnIndex::decode(&bytes, base).unwrap();
+            Some((base, index.entries().to_vec()))
+        })
+        .collect();
+    out.sort_by_key(|(b, _)| *b);
+    out
+}
+
+fn write_recovery_point(dir: &Path, offset: i64) {
+    std::fs::write(
+        dir.join("recovery-point-offset-checkpoint"),
+        format!("0\n1\nt 0 {offset}\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn transactions_are_indexed_as_appended_and_survive_a_clean_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        let mut rng = Rng(0x5eed_0001);
+        append_mix(&mut log, &mut rng, 400).await;
+        assert!(log.segments().count() > 5, "small segments must roll");
+        let aborted = check(&mut log, "as appended").await;
+        assert!(
+            aborted.len() > 10,
+            "the mix aborts transactions: {aborted:?}"
+        );
+        assert!(!log.open_transactions().is_empty() || aborted.len() > 10);
+        // A search bounded below the end stops early but misses nothing
+        // that overlaps the range (Kafka's collect).
+        let mid = log.log_end_offset() / 2;
+        let part = log.aborted_transactions(mid / 2, mid);
+        let want: Vec<_> = aborted
+            .iter()
+            .filter(|t| t.last_offset >= mid / 2 && t.first_offset < mid)
+            .copied()
+            .collect();
+        for t in &want {
+            assert!(
+                part.contains(t),
+                "{t:?} missing from the search of [{}, {mid})",
+                mid / 2
+            );
+        }
+        log.close().await.unwrap();
+        // Closed segments hold their aborted transactions in .txnindex
+        // (only those that have one), the active one too after a close.
+        let files: Vec<AbortedTxn> = index_files(&path)
+            .into_iter()
+            .flat_map(|(_, e)| e)
+            .collect();
+        assert_eq!(files, aborted, ".txnindex files");
+        assert!(index_files(&path).iter().all(|(_, e)| !e.is_empty()));
+        let mut log = open(&path, small_config()).await.unwrap();
+        check(&mut log, "after a clean reopen").await;
+        append_mix(&mut log, &mut rng, 100).await;
+        check(&mut log, "appending after the reopen").await;
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_crash_rebuilds_them_from_the_state_of_a_roll() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        let mut rng = Rng(0x5eed_0002);
+        append_mix(&mut log, &mut rng, 500).await;
+        log.flush().await.unwrap();
+        let want = check(&mut log, "before the crash").await;
+        // A crash: nothing closed, the recovery point where the last roll
+        // (or the open) left it.
+        drop(log);
+        let mut log = open(&path, small_config()).await.unwrap();
+        assert_eq!(check(&mut log, "after the crash").await, want);
+        log.flush().await.unwrap();
+        drop(log);
+        // A crash between a roll's state and its recovery point: recovery
+        // scans from the segment before, whose state is kept too; and one
+        // far older, with no state kept: replayed from the log start.
+        let bases = segment_bases(&path);
+        for back in [2, 6] {
+            write_recovery_point(&path, bases[bases.len() - back]);
+            let mut log = open(&path, small_config()).await.unwrap();
+            assert_eq!(
+                check(&mut log, &format!("recovery point {back} segments back")).await,
+                want
+            );
+            log.flush().await.unwrap();
+            drop(log);
+        }
+        let mut log = open(&path, small_config()).await.unwrap();
+        append_mix(&mut log, &mut rng, 100).await;
+        check(&mut log, "appending after the crashes").await;
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn truncation_cuts_transactions_and_their_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        let mut rng = Rng(0x5eed_0003);
+        for round in 0..6 {
+            append_mix(&mut log, &mut rng, 150).await;
+            let end = log.log_end_offset();
+            let cut = end - 1 - rng.below((end / 3) as u64) as i64;
+            log.truncate_to(cut).await.unwrap();
+            assert!(log.log_end_offset() <= cut);
+            check(&mut log, &format!("round {round}: cut at {cut}")).await;
+            if round % 2 == 1 {
+                log.flush().await.unwrap();
+                drop(log);
+                log = open(&path, small_config()).await.unwrap();
+                check(&mut log, &format!("round {round}: reopened")).await;
+            }
+        }
+        log.close().await.unwrap();
+        let files: Vec<AbortedTxn> = index_files(&path)
+            .into_iter()
+            .flat_map(|(_, e)| e)
+            .collect();
+        let mut log = open(&path, small_config()).await.unwrap();
+        assert_eq!(files, check(&mut log, "closed").await);
+        // Starting over empty forgets every transaction.
+        let end = log.log_end_offset();
+        log.truncate_fully_and_start_at(end + 10).await.unwrap();
+        assert!(log.open_transactions().is_empty());
+        assert!(log.aborted_transactions(0, i64::MAX).is_empty());
+        assert_eq!(log.last_stable_offset(end + 10), end + 10);
+        log.close().await.unwrap();
+        let mut log = open(&path, small_config()).await.unwrap();
+        assert!(log.open_transactions().is_empty());
+        check(&mut log, "started over").await;
+    });
+}
+
+#[test]
+fn a_log_without_transactions_writes_nothing_for_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        for i in 0..200 {
+            let b = batch(i, 2, 900, 1_000);
+            log.append(mutable(&b), LEADER).await.unwrap();
+        }
+        assert!(log.segments().count() > 3);
+        log.close().await.unwrap();
+        let mut log = open(&path, small_config()).await.unwrap();
+        let end = log.log_end_offset();
+        assert_eq!(log.last_stable_offset(end), end);
+        log.close().await.unwrap();
+        let names: Vec<String> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".txnindex") || n.starts_with("txn-state"))
+            .collect();
+        assert!(names.is_empty(), "{names:?}");
+    });
+}
