@@ -138,7 +138,16 @@ impl Partition {
     /// buffer, not yet durable. Callers that must order work around the offset
     /// assignment (idempotent producers) use this, then `await_durable`.
     pub async fn append_buffered(&self, batch: BytesMut, mode: AppendMode) -> Result<AppendInfo> {
-        let info = self.write().await?.append(batch, mode).await?;
+        let info = {
+            let mut log = self.write().await?;
+            let info = log.append(batch, mode).await?;
+            if log.has_transactions() {
+                // What the high watermark made stable is forgotten here, so
+                // the tracker holds only the undecided and the unreplicated.
+                log.on_high_watermark(self.high_watermark());
+            }
+            info
+        };
         self.log_end_offset.set(info.last_offset + 1);
         self.changed.notify_all();
         Ok(info)
@@ -236,6 +245,24 @@ impl Partition {
     /// The log end offset (next offset to be written), without the lock.
     pub fn log_end(&self) -> i64 {
         self.log_end_offset.get()
+    }
+
+    /// The last stable offset: what a read_committed consumer may read below
+    /// (the high watermark, or the first offset of an undecided transaction
+    /// under it; `PartitionLog::last_stable_offset`). A brief shared lock.
+    pub async fn last_stable_offset(&self) -> Result<i64> {
+        let hw = self.high_watermark();
+        Ok(self.shared().await?.last_stable_offset(hw))
+    }
+
+    /// The aborted transactions overlapping `[from, bound)`, for a
+    /// read_committed fetch (`PartitionLog::aborted_transactions`).
+    pub async fn aborted_transactions(
+        &self,
+        from: i64,
+        bound: i64,
+    ) -> Result<Vec<crate::segment::txn_index::AbortedTxn>> {
+        Ok(self.shared().await?.aborted_transactions(from, bound))
     }
 
     /// The high watermark replication set (None: not replicated).

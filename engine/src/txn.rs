@@ -205,10 +205,21 @@ impl TxnTracker {
         }
     }
 
-    /// The last stable offset for high watermark `hw`.
+    /// The last stable offset for high watermark `hw`: the lowest first
+    /// offset of an open transaction or of a completed one whose marker is
+    /// not below `hw` yet, or `hw`. Exact whether or not
+    /// `on_high_watermark` has dropped what `hw` made stable.
     pub fn last_stable_offset(&self, hw: i64) -> i64 {
-        self.first_unstable_offset()
-            .map_or(hw, |first| first.min(hw))
+        let open = self.open.keys().next().copied();
+        let unreplicated = self
+            .unreplicated
+            .iter()
+            .find(|(_, (_, marker))| *marker >= hw)
+            .map(|(first, _)| *first);
+        [open, unreplicated]
+            .into_iter()
+            .flatten()
+            .fold(hw, i64::min)
     }
 
     /// Each open transaction: (producer id, first offset), by first offset
@@ -264,11 +275,13 @@ mod tests {
         assert_eq!(t.open_of(1), Some(10));
         assert_eq!(t.open().collect::<Vec<_>>(), [(1, 10), (2, 11)]);
 
-        // 1 commits at 13: unstable until its marker replicates.
+        // 1 commits at 13: unstable until its marker replicates (the high
+        // watermark passes it), whether or not the tracker was told.
         assert_eq!(t.on_marker(1, 13, true), None);
-        assert_eq!(t.last_stable_offset(20), 10);
+        assert_eq!(t.last_stable_offset(13), 10);
         t.on_high_watermark(13);
-        assert_eq!(t.last_stable_offset(20), 10);
+        assert_eq!(t.last_stable_offset(13), 10);
+        assert_eq!(t.last_stable_offset(14), 11);
         t.on_high_watermark(14);
         assert_eq!(t.last_stable_offset(20), 11);
 
@@ -383,6 +396,9 @@ mod tests {
         #[test]
         fn the_lso_never_passes_an_undecided_record(ops in proptest::collection::vec(op(), 1..60), hw_lag in 0i64..4) {
             let mut t = TxnTracker::default();
+            // The same log, never told of the high watermark: its LSO must
+            // be exact all the same (the fetch path reads it that way).
+            let mut lazy = TxnTracker::default();
             // The log: (offset, producer, Some(commit) for a marker).
             let mut log: Vec<(i64, i64, Option<bool>)> = Vec::new();
             let mut hw = 0i64;
@@ -391,11 +407,13 @@ mod tests {
                 match op {
                     Op::Data(p) => {
                         t.on_data(p, offset);
+                        lazy.on_data(p, offset);
                         log.push((offset, p, None));
                     }
                     Op::Marker(p, commit) => {
                         let first = t.open_of(p);
                         let aborted = t.on_marker(p, offset, commit);
+                        lazy.on_marker(p, offset, commit);
                         log.push((offset, p, Some(commit)));
                         match (first, commit) {
                             (Some(first), false) => {
@@ -423,6 +441,7 @@ mod tests {
                 });
                 let model = undecided.map(|r| r.0).min().map_or(hw, |o| o.min(hw));
                 prop_assert_eq!(t.last_stable_offset(hw), model);
+                prop_assert_eq!(lazy.last_stable_offset(hw), model);
             }
         }
     }

@@ -80,8 +80,8 @@ async fn append_mix(log: &mut PartitionLog, rng: &mut Rng, n: usize) {
 }
 
 /// What the log's own batches say: every aborted transaction in marker
-/// order, the open ones, and the LSO with the high watermark at the end.
-async fn replayed(log: &mut PartitionLog) -> (Vec<AbortedTxn>, Vec<(i64, i64)>, i64) {
+/// order, the open ones, and the tracker (for the LSO at any high watermark).
+async fn replayed(log: &mut PartitionLog) -> (Vec<AbortedTxn>, Vec<(i64, i64)>, TxnTracker) {
     let start = log.log_start_offset();
     let mut tracker = TxnTracker::default();
     let mut aborted = Vec::new();
@@ -91,22 +91,26 @@ async fn replayed(log: &mut PartitionLog) -> (Vec<AbortedTxn>, Vec<(i64, i64)>, 
             aborted.push(a);
         }
     }
-    let end = log.log_end_offset();
-    tracker.on_high_watermark(end);
-    let lso = tracker.last_stable_offset(end);
-    (aborted, tracker.open().collect(), lso)
+    let open = tracker.open().collect();
+    (aborted, open, tracker)
 }
 
 async fn check(log: &mut PartitionLog, what: &str) -> Vec<AbortedTxn> {
-    let (aborted, open, lso) = replayed(log).await;
-    let end = log.log_end_offset();
+    let (aborted, open, tracker) = replayed(log).await;
+    let (start, end) = (log.log_start_offset(), log.log_end_offset());
     assert_eq!(
         log.aborted_transactions(log.log_start_offset(), i64::MAX),
         aborted,
         "{what}: aborted transactions"
     );
     assert_eq!(log.open_transactions(), open, "{what}: open transactions");
-    assert_eq!(log.last_stable_offset(end), lso, "{what}: LSO");
+    for hw in [start, (start + end) / 2, end - 1, end] {
+        assert_eq!(
+            log.last_stable_offset(hw),
+            tracker.last_stable_offset(hw),
+            "{what}: LSO at high watermark {hw}"
+        );
+    }
     aborted
 }
 

@@ -55,11 +55,24 @@ impl PartitionLog {
     }
 
     /// The last stable offset for high watermark `hw`: a read_committed
-    /// reader reads below it (Kafka's LSO). Transactions whose marker is
-    /// below `hw` become stable.
-    pub fn last_stable_offset(&mut self, hw: i64) -> i64 {
-        self.txns.on_high_watermark(hw);
+    /// reader reads below it (Kafka's LSO).
+    pub fn last_stable_offset(&self, hw: i64) -> i64 {
+        if !self.txn_seen {
+            return hw;
+        }
         self.txns.last_stable_offset(hw)
+    }
+
+    /// Whether the log has held a transactional batch (since it was
+    /// created, as far as its files tell).
+    pub fn has_transactions(&self) -> bool {
+        self.txn_seen
+    }
+
+    /// The high watermark reached `hw`: transactions whose marker is below it
+    /// are stable and forgotten (they only bounded the LSO until then).
+    pub fn on_high_watermark(&mut self, hw: i64) {
+        self.txns.on_high_watermark(hw);
     }
 
     /// Each open transaction: (producer id, first offset), by first offset.

@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_channel::oneshot;
 use futures_util::future::{join_all, select, select_all};
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use skiff_engine::batch::BatchHeader;
@@ -34,6 +36,12 @@ const MAX_WAIT_MS_CAP: u64 = 30_000;
 
 struct PartitionRead {
     high_watermark: i64,
+    /// The partition's last stable offset (what a read_committed consumer
+    /// reads below; the high watermark where no transaction is undecided).
+    last_stable_offset: i64,
+    /// For a read_committed consumer, the aborted transactions overlapping
+    /// what was read (producer id, first offset); None for everyone else.
+    aborted: Option<Vec<(i64, i64)>>,
     log_start_offset: i64,
     batches: Vec<Bytes>,
     /// What a long poll waits to pass: the high watermark for a consumer,
@@ -43,12 +51,14 @@ struct PartitionRead {
     diverging: Option<(i32, i64)>,
 }
 
-/// Who is fetching: a consumer reads up to the high watermark; a follower
-/// (Fetch with a replica id) reads up to the log end, and its fetch offset is
-/// its log end, which the leader records.
+/// Who is fetching: a consumer reads up to the high watermark, or with
+/// isolation_level READ_COMMITTED (`committed`) up to the last stable offset,
+/// with the aborted transactions it must skip; a follower (Fetch with a
+/// replica id) reads up to the log end, and its fetch offset is its log end,
+/// which the leader records.
 #[derive(Debug, Clone, Copy)]
 enum Reader {
-    Consumer,
+    Consumer { committed: bool },
     Follower { id: i32 },
 }
 
@@ -71,7 +81,10 @@ pub async fn handle(
             id: request.replica_id.0,
         }
     } else {
-        Reader::Consumer
+        // isolation_level exists from v4 on (READ_COMMITTED = 1).
+        Reader::Consumer {
+            committed: version >= 4 && request.isolation_level == 1,
+        }
     };
     let topics = core.topics();
     let topic_name = |name: &TopicName, id: &uuid::Uuid| {
@@ -162,7 +175,9 @@ pub async fn handle(
             .collect();
         let what = match reader {
             Reader::Follower { .. } => LongPoll::LogEnd,
-            Reader::Consumer => LongPoll::HighWatermark,
+            // A read_committed consumer too: the last stable offset moves
+            // only when the high watermark passes a marker.
+            Reader::Consumer { .. } => LongPoll::HighWatermark,
         };
         wait_for_data(&core.shard, seen, max_wait - waited, what).await;
     };
@@ -264,10 +279,20 @@ fn partition_data(
     if !batches.is_empty() {
         core.metrics.fetched(&tp.topic, bytes, records);
     }
+    let aborted = r
+        .aborted
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(producer_id, first_offset)| {
+            AbortedTransaction::default()
+                .with_producer_id(ProducerId(producer_id))
+                .with_first_offset(first_offset)
+        })
+        .collect();
     let mut data = data
         .with_high_watermark(r.high_watermark)
-        .with_last_stable_offset(r.high_watermark)
-        .with_aborted_transactions(Some(Vec::new()));
+        .with_last_stable_offset(r.last_stable_offset)
+        .with_aborted_transactions(Some(aborted));
     // The log start offset field exists from v5 on.
     if version >= 5 {
         data.log_start_offset = r.log_start_offset;
@@ -308,7 +333,7 @@ async fn read_all(
     for (i, (tp, params)) in wanted.iter().enumerate() {
         // A follower's epoch is checked by its leader role (replica::follower_fetch).
         let current_leader_epoch = match reader {
-            Reader::Consumer => params.current_leader_epoch,
+            Reader::Consumer { .. } => params.current_leader_epoch,
             Reader::Follower { .. } => -1,
         };
         match super::check_leader_at(&topics, &tp.topic, tp.partition, current_leader_epoch) {
@@ -369,14 +394,37 @@ async fn read_local(
             .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
         let log_start_offset = p.log_start_offset().await?;
         match reader {
-            Reader::Consumer => {
+            Reader::Consumer { committed } => {
                 let high_watermark = p.high_watermark();
+                let last_stable_offset = p.last_stable_offset().await?;
+                let bound = if committed {
+                    last_stable_offset
+                } else {
+                    high_watermark
+                };
                 let read = p
-                    .read(params.fetch_offset, max_bytes, high_watermark)
+                    .read(params.fetch_offset, max_bytes, bound)
                     .await
                     .inspect_err(|e| on_read_error(&tp, e))?;
+                let aborted = if !committed {
+                    None
+                } else if read.batches.is_empty() {
+                    Some(Vec::new())
+                } else {
+                    let found = p
+                        .aborted_transactions(params.fetch_offset, read.next_offset)
+                        .await?;
+                    Some(
+                        found
+                            .iter()
+                            .map(|t| (t.producer_id, t.first_offset))
+                            .collect(),
+                    )
+                };
                 Ok::<_, FetchError>(PartitionRead {
                     high_watermark,
+                    last_stable_offset,
+                    aborted,
                     log_start_offset,
                     batches: read.batches,
                     seen: high_watermark,
@@ -407,6 +455,8 @@ async fn read_local(
                 if diverging.is_some() {
                     return Ok(PartitionRead {
                         high_watermark,
+                        last_stable_offset: high_watermark,
+                        aborted: None,
                         log_start_offset,
                         batches: Vec::new(),
                         seen: p.log_end(),
@@ -424,6 +474,8 @@ async fn read_local(
                 if throttled && throttle::exceeded(&table, Side::Leader, cores) {
                     return Ok(PartitionRead {
                         high_watermark,
+                        last_stable_offset: high_watermark,
+                        aborted: None,
                         log_start_offset,
                         batches: Vec::new(),
                         seen: end,
@@ -440,6 +492,8 @@ async fn read_local(
                 }
                 Ok(PartitionRead {
                     high_watermark,
+                    last_stable_offset: high_watermark,
+                    aborted: None,
                     log_start_offset,
                     batches: read.batches,
                     seen: end,

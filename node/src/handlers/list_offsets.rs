@@ -1,4 +1,5 @@
-//! ListOffsets: earliest (-2), latest (-1, the high watermark; the log end for
+//! ListOffsets: earliest (-2), latest (-1, the high watermark, or with
+//! isolation_level READ_COMMITTED the last stable offset; the log end for
 //! a replica id, which is how a follower asks the leader for its log end), and
 //! by timestamp (the first offset whose record timestamp is at or after it).
 //! From v4 each answer carries a leader epoch (Kafka's: the current one for
@@ -23,8 +24,10 @@ pub async fn handle(
     request: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
-    // A follower (replica id >= 0) reads to the log end, as Kafka answers it.
+    // A follower (replica id >= 0) reads to the log end, as Kafka answers it;
+    // a read_committed consumer (isolation_level 1, from v2) to the LSO.
     let replica = request.replica_id.0 >= 0;
+    let committed = version >= 2 && request.isolation_level == 1;
     let mut topics = Vec::with_capacity(request.topics.len());
     for t in request.topics {
         let name = t.name.0.to_string();
@@ -32,7 +35,7 @@ pub async fn handle(
         for p in t.partitions {
             let tp = TopicPartition::new(name.clone(), p.partition_index);
             let asked = (p.timestamp, p.current_leader_epoch);
-            partitions.push(partition(core, &tp, asked, version, replica).await);
+            partitions.push(partition(core, &tp, asked, version, (replica, committed)).await);
         }
         topics.push(
             ListOffsetsTopicResponse::default()
@@ -48,7 +51,7 @@ async fn partition(
     tp: &TopicPartition,
     (timestamp, current_leader_epoch): (i64, i32),
     version: i16,
-    replica: bool,
+    (replica, committed): (bool, bool),
 ) -> ListOffsetsPartitionResponse {
     let response = ListOffsetsPartitionResponse::default()
         .with_partition_index(tp.partition)
@@ -74,12 +77,17 @@ async fn partition(
             let p = shard
                 .local(&tp2)
                 .ok_or_else(|| skiff_engine::LogError::UnknownPartition(tp2.to_string()))?;
-            let stable = p.high_watermark();
+            let stable = if committed {
+                p.last_stable_offset().await?
+            } else {
+                p.high_watermark()
+            };
             let found = match query {
                 None if replica => return Ok(Some((p.log_end(), -1, leader_epoch))),
                 None => return Ok(Some((stable, -1, leader_epoch))),
                 Some(OffsetQuery::Timestamp(ts)) => {
-                    // Only records below the high watermark are visible.
+                    // Only records below the high watermark (or the LSO)
+                    // are visible.
                     p.list_offset(OffsetQuery::Timestamp(ts))
                         .await?
                         .filter(|(offset, _)| *offset < stable)
