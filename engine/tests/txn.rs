@@ -277,7 +277,7 @@ fn a_log_without_transactions_writes_nothing_for_them() {
         }
         assert!(log.segments().count() > 3);
         log.close().await.unwrap();
-        let mut log = open(&path, small_config()).await.unwrap();
+        let log = open(&path, small_config()).await.unwrap();
         let end = log.log_end_offset();
         assert_eq!(log.last_stable_offset(end), end);
         log.close().await.unwrap();
