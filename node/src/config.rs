@@ -90,6 +90,15 @@ pub struct NodeConfig {
     /// `offsets.commit.timeout.ms`: how long a group coordinator's write waits
     /// for the offsets partition's in-sync replicas.
     pub offsets_commit_timeout_ms: u64,
+    /// `transaction.state.log.num.partitions`: partitions of
+    /// `__transaction_state`, fixed when it is created.
+    pub transaction_state_log_num_partitions: i32,
+    /// `transaction.state.log.replication.factor`, capped at the live
+    /// brokers when the topic is created.
+    pub transaction_state_log_replication_factor: i16,
+    /// `transaction.max.timeout.ms`: the longest `transaction.timeout.ms` a
+    /// producer may ask for.
+    pub transaction_max_timeout_ms: i32,
     pub durability_flush: bool,
     pub flush_interval_ms: u64,
     pub checkpoint_interval_ms: u64,
@@ -334,6 +343,9 @@ impl NodeConfig {
             min_insync_replicas: 1,
             replica_lag_time_max_ms: 30_000,
             offsets_topic_replication_factor: 3,
+            transaction_state_log_num_partitions: 4,
+            transaction_state_log_replication_factor: 3,
+            transaction_max_timeout_ms: 900_000,
             offsets_commit_timeout_ms: 5000,
             durability_flush: true,
             flush_interval_ms: 1000,
@@ -673,6 +685,27 @@ impl NodeConfig {
                     .ok_or_else(|| bad("a number >= 1"))?
             }
             "offsets.commit.timeout.ms" => self.offsets_commit_timeout_ms = num!(),
+            "transaction.state.log.num.partitions" => {
+                self.transaction_state_log_num_partitions = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad("a number >= 1"))?
+            }
+            "transaction.state.log.replication.factor" => {
+                self.transaction_state_log_replication_factor = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad("a number >= 1"))?
+            }
+            "transaction.max.timeout.ms" => {
+                self.transaction_max_timeout_ms = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad("a number of milliseconds >= 1"))?
+            }
             "log.durability" => {
                 self.durability_flush = match value {
                     "flush" => true,

@@ -226,6 +226,7 @@ impl Node {
                 let core = CoreState::install(shard, node);
                 crate::replica::attach();
                 coordinator::attach(&core);
+                crate::txn::coordinator::attach(&core);
             })?;
         }
         // The metrics listener opens first, so `/health` says "starting" while

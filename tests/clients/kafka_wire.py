@@ -423,9 +423,9 @@ def produce(conn, topic, partition, records_bytes, acks=-1, version=7):
 # ---------------------------------------------------------------- InitProducerId v0-v1
 
 
-def init_producer_id(conn, version=1):
+def init_producer_id(conn, version=1, transactional_id=None, timeout_ms=60000):
     assert version in (0, 1)
-    body = string(None) + struct.pack(">i", 60000)
+    body = string(transactional_id) + struct.pack(">i", timeout_ms)
     r = Reader(conn.request(API_INIT_PRODUCER_ID, version, body))
     r.i32()  # throttle_time_ms
     error = r.i16()
@@ -606,6 +606,22 @@ def find_coordinator(conn, group):
     r = Reader(conn.request(API_FIND_COORDINATOR, 0, string(group)))
     error, node_id = r.i16(), r.i32()
     return error, node_id
+
+
+KEY_TYPE_TRANSACTION = 1
+
+
+def find_coordinator_v1(conn, key, key_type):
+    """FindCoordinator v1 (key type 0: a group, 1: a transactional id);
+    returns (error, node id, host, port)."""
+    r = Reader(conn.request(API_FIND_COORDINATOR, 1, string(key) + struct.pack(">b", key_type)))
+    r.i32()  # throttle_time_ms
+    error = r.i16()
+    r.string()  # error_message
+    node_id = r.i32()
+    host = r.string()
+    port = r.i32()
+    return error, node_id, host, port
 
 
 def join_group(conn, group, member_id, topics, session_timeout_ms, rebalance_timeout_ms=10000, protocol="range"):

@@ -29,13 +29,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_channel::oneshot;
 use kafka_protocol::ResponseError;
-use skiff_engine::batch::{decode_records, BatchBuilder};
-use skiff_engine::{AppendMode, LogError, Shard, TopicPartition};
+use skiff_engine::{LogError, Shard, TopicPartition};
 
-use crate::kafka::{error_code, now_ms};
+use crate::kafka::now_ms;
 use crate::replica::RoleChange;
 use crate::state::CoreState;
 use skiff_coordinator::group::records::{self, OffsetValue, RecordKey};
@@ -48,10 +47,6 @@ use skiff_coordinator::group::state::{
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// Kafka's `offset.metadata.max.bytes` default.
 pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
-/// Bytes read per step while loading a partition.
-const LOAD_READ_BYTES: usize = 8 << 20;
-/// Bound on a stored record's decompressed size while loading.
-const LOAD_RECORD_BYTES_MAX: usize = 64 << 20;
 
 thread_local! {
     static COORDINATOR: Rc<Coordinator> = Rc::new(Coordinator::default());
@@ -768,40 +763,13 @@ async fn load_partition(
     limits: Limits,
 ) -> Result<Vec<(String, Entry)>, LogError> {
     let now = now_ms();
-    let partition = shard
-        .local(tp)
-        .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
     let mut groups: BTreeMap<String, Option<skiff_coordinator::group::state::StoredGroup>> =
         BTreeMap::new();
     let mut offsets: BTreeMap<String, BTreeMap<(String, i32), Option<Committed>>> = BTreeMap::new();
-    let end = partition.log_end_offset().await?;
-    let mut offset = partition.log_start_offset().await?;
-    while offset < end {
-        let read = partition.read(offset, LOAD_READ_BYTES, end).await?;
-        if read.batches.is_empty() {
-            break;
-        }
-        for batch in &read.batches {
-            let records = match decode_records(batch, LOAD_RECORD_BYTES_MAX) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(partition = %tp, error = %e, "skipping an undecodable batch");
-                    continue;
-                }
-            };
-            for r in records {
-                apply_record(
-                    tp,
-                    r.offset,
-                    r.key.as_deref(),
-                    r.value.as_deref(),
-                    &mut groups,
-                    &mut offsets,
-                );
-            }
-        }
-        offset = read.next_offset;
-    }
+    crate::internal::read_records(shard, tp, |offset, key, value| {
+        apply_record(tp, offset, key, value, &mut groups, &mut offsets);
+    })
+    .await?;
     let ids: std::collections::BTreeSet<String> =
         groups.keys().chain(offsets.keys()).cloned().collect();
     let mut out = Vec::new();
@@ -999,44 +967,6 @@ fn apply_record(
     }
 }
 
-/// Why a coordinator's write failed, before it becomes a Kafka error.
-#[derive(Debug, thiserror::Error)]
-enum WriteError {
-    #[error(transparent)]
-    Log(#[from] LogError),
-    #[error("{}", .0.message)]
-    Replication(crate::replica::Refusal),
-}
-
-impl WriteError {
-    /// Kafka's mapping of a failed coordinator write (GroupMetadataManager):
-    /// retriable coordinator errors, so clients look for the coordinator
-    /// again; a write too large is the commit's fault.
-    fn code(&self) -> ResponseError {
-        let code = match self {
-            WriteError::Log(e) => error_code(e),
-            WriteError::Replication(r) => r.error,
-        };
-        match code {
-            ResponseError::UnknownTopicOrPartition
-            | ResponseError::NotEnoughReplicas
-            | ResponseError::NotEnoughReplicasAfterAppend
-            | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
-            ResponseError::NotLeaderOrFollower | ResponseError::KafkaStorageError => {
-                ResponseError::NotCoordinator
-            }
-            ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => {
-                ResponseError::InvalidCommitOffsetSize
-            }
-            other => other,
-        }
-    }
-}
-
-/// Appends records (key, value or tombstone) as one batch to an offsets
-/// partition this core leads, as an acks=all produce does: at the current
-/// leader epoch, then durable here, then on the in-sync replicas (at most
-/// `timeout`). Returns the first record's offset.
 /// The record that deletes a committed offset: its key, no value.
 fn offset_tombstone(group: &str, topic: &str, partition: i32) -> (Vec<u8>, Option<Vec<u8>>) {
     let key = RecordKey::Offset {
@@ -1047,6 +977,9 @@ fn offset_tombstone(group: &str, topic: &str, partition: i32) -> (Vec<u8>, Optio
     (records::encode_key(&key), None)
 }
 
+/// Appends records to an offsets partition this core leads
+/// (`internal::append`), its failure logged and mapped as Kafka's group
+/// coordinator does.
 async fn append(
     shard: &Rc<Shard>,
     tp: &TopicPartition,
@@ -1054,33 +987,12 @@ async fn append(
     group_id: &str,
     timeout: Duration,
 ) -> Result<i64, ResponseError> {
-    let write = async {
-        let partition = shard
-            .local(tp)
-            .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
-        let leader_epoch = crate::replica::admit_append(tp, -1).map_err(WriteError::Replication)?;
-        let mut builder = BatchBuilder::new();
-        let now = now_ms();
-        for (key, value) in records {
-            builder.push(now, Some(key), value.as_deref(), &[]);
-        }
-        let batch = builder.build().map_err(LogError::InvalidBatch)?;
-        let info = partition
-            .append(
-                BytesMut::from(&batch[..]),
-                AppendMode::Leader { leader_epoch },
-            )
-            .await?;
-        crate::replica::local_durable(tp, &partition);
-        crate::replica::await_replicated(tp, info.last_offset + 1, timeout)
-            .await
-            .map_err(WriteError::Replication)?;
-        Ok::<_, WriteError>(info.base_offset)
-    };
-    write.await.map_err(|e| {
-        tracing::warn!(group = %group_id, partition = %tp, error = %e, "writing to __consumer_offsets failed");
-        e.code()
-    })
+    crate::internal::append(shard, tp, records, timeout)
+        .await
+        .map_err(|e| {
+            tracing::warn!(group = %group_id, partition = %tp, error = %e, "writing to __consumer_offsets failed");
+            e.code(ResponseError::InvalidCommitOffsetSize)
+        })
 }
 
 /// Makes this core's coordinator follow the leadership of the

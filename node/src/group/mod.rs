@@ -21,7 +21,7 @@ use skiff_coordinator::partition_for;
 use skiff_engine::TopicPartition;
 
 use crate::state::CoreState;
-use crate::topics::{self, CreateTopic, TopicError};
+use crate::topics::TopicError;
 
 /// Kafka's internal topic of group metadata and committed offsets.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -37,58 +37,24 @@ pub fn coordinator_of(core: &CoreState, group_id: &str) -> Option<(TopicPartitio
 
 /// Whether clients may not write to `topic` directly (Kafka's internal topics).
 pub fn is_internal_topic(topic: &str) -> bool {
-    topic == OFFSETS_TOPIC
+    topic == OFFSETS_TOPIC || topic == crate::txn::TXN_TOPIC
 }
 
 /// Kafka's `offsets.topic.segment.bytes` default: small segments, so the
 /// compactor has closed segments to work on.
 const OFFSETS_TOPIC_SEGMENT_BYTES: &str = "104857600";
 
-const OFFSETS_TOPIC_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`
 /// partitions) unless it exists; returns its partition count, which decides
 /// where groups live from then on.
 pub async fn ensure_offsets_topic(core: &CoreState) -> Result<i32, TopicError> {
-    if let Some(info) = core.topics().get(OFFSETS_TOPIC) {
-        return Ok(info.partitions);
-    }
-    let configs = [
-        ("cleanup.policy", "compact"),
-        ("segment.bytes", OFFSETS_TOPIC_SEGMENT_BYTES),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let create = CreateTopic {
-        name: OFFSETS_TOPIC.to_string(),
-        partitions: core.node.config.offsets_topic_num_partitions,
-        // Capped at the brokers alive now (Kafka refuses instead and retries).
-        replication_factor: core
-            .node
-            .config
-            .offsets_topic_replication_factor
-            .min(i16::try_from(core.topics().live_brokers().count()).unwrap_or(i16::MAX))
-            .max(1),
-        configs,
-    };
-    match topics::create(core, create).await {
-        Ok(info) => Ok(info.partitions),
-        // Another node created it first; its records are on their way here.
-        Err(TopicError::Exists(_)) => {
-            let deadline = std::time::Instant::now() + OFFSETS_TOPIC_WAIT;
-            loop {
-                if let Some(t) = core.topics().get(OFFSETS_TOPIC) {
-                    return Ok(t.partitions);
-                }
-                if std::time::Instant::now() >= deadline {
-                    return Err(TopicError::Unavailable(format!(
-                        "{OFFSETS_TOPIC} exists but did not reach this node's metadata within {OFFSETS_TOPIC_WAIT:?}"
-                    )));
-                }
-                glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
-            }
-        }
-        Err(e) => Err(e),
-    }
+    let config = &core.node.config;
+    crate::internal::ensure_topic(
+        core,
+        OFFSETS_TOPIC,
+        config.offsets_topic_num_partitions,
+        config.offsets_topic_replication_factor,
+        OFFSETS_TOPIC_SEGMENT_BYTES,
+    )
+    .await
 }

@@ -4,8 +4,8 @@
 //! COORDINATOR_NOT_AVAILABLE (retriable) while the partition has no leader.
 //! The first group lookup creates `__consumer_offsets` (as Kafka does), so its
 //! replication factor counts the brokers up by then, not at a node's start.
-//! Transactions are not built: key type 1 gets COORDINATOR_NOT_AVAILABLE
-//! (retriable, as a Kafka cluster answers while a coordinator loads). Listed
+//! A transactional id's coordinator (key type 1) is, the same way, the leader
+//! of its `__transaction_state` partition, created at the first lookup. Listed
 //! from v0 also because librdkafka only enables lz4 when a broker lists
 //! FindCoordinator v0.
 
@@ -14,15 +14,31 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::group;
 use crate::kafka::str_bytes;
 use crate::state::CoreState;
+use crate::{group, txn};
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
-/// How long a lookup waits for `__consumer_offsets` to be created.
-const OFFSETS_TOPIC_CREATE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a lookup waits for an internal topic to be created.
+const INTERNAL_TOPIC_CREATE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The live leader of a coordinator's partition, if any.
+fn leader_of(
+    core: &CoreState,
+    at: Option<(skiff_engine::TopicPartition, usize)>,
+) -> Option<crate::topics::table::BrokerInfo> {
+    let table = core.topics();
+    at.and_then(|(tp, _)| {
+        table
+            .get(&tp.topic)?
+            .partition(tp.partition)
+            .map(|a| a.leader)
+    })
+    .and_then(|leader| table.broker(leader).cloned())
+    .filter(|b| !b.fenced)
+}
 
 /// One key's answer: (error, message, node id, host, port).
 fn find(
@@ -37,42 +53,33 @@ fn find(
     String,
     i32,
 ) {
-    match key_type {
-        KEY_TYPE_GROUP => {
-            let table = core.topics();
-            let leader = group::coordinator_of(core, key)
-                .and_then(|(tp, _)| {
-                    table
-                        .get(&tp.topic)?
-                        .partition(tp.partition)
-                        .map(|a| a.leader)
-                })
-                .and_then(|leader| table.broker(leader))
-                .filter(|b| !b.fenced);
-            match leader {
-                Some(b) => {
-                    let (host, port) = b.endpoint(listener);
-                    (None, None, b.id, host.to_string(), i32::from(port))
-                }
-                None => (
-                    Some(ResponseError::CoordinatorNotAvailable),
-                    Some("the group's offsets partition has no leader"),
-                    -1,
-                    String::new(),
-                    -1,
-                ),
-            }
-        }
-        KEY_TYPE_TRANSACTION => (
-            Some(ResponseError::CoordinatorNotAvailable),
-            Some("transactions are not supported"),
-            -1,
-            String::new(),
-            -1,
+    let (leader, what) = match key_type {
+        KEY_TYPE_GROUP => (
+            leader_of(core, group::coordinator_of(core, key)),
+            "the group's offsets partition has no leader",
         ),
-        _ => (
-            Some(ResponseError::InvalidRequest),
-            Some("unknown key type"),
+        KEY_TYPE_TRANSACTION => (
+            leader_of(core, txn::coordinator_of(core, key)),
+            "the transactional id's __transaction_state partition has no leader",
+        ),
+        _ => {
+            return (
+                Some(ResponseError::InvalidRequest),
+                Some("unknown key type"),
+                -1,
+                String::new(),
+                -1,
+            )
+        }
+    };
+    match leader {
+        Some(b) => {
+            let (host, port) = b.endpoint(listener);
+            (None, None, b.id, host.to_string(), i32::from(port))
+        }
+        None => (
+            Some(ResponseError::CoordinatorNotAvailable),
+            Some(what),
             -1,
             String::new(),
             -1,
@@ -88,15 +95,26 @@ pub async fn handle(
     version: i16,
     listener: &str,
 ) -> FindCoordinatorResponse {
-    if request.key_type == KEY_TYPE_GROUP && core.topics().get(group::OFFSETS_TOPIC).is_none() {
-        // A failure leaves the keys unanswerable below: COORDINATOR_NOT_AVAILABLE.
-        match crate::timeout::within(OFFSETS_TOPIC_CREATE_WAIT, group::ensure_offsets_topic(core))
-            .await
-        {
-            Some(Ok(_)) => {}
-            Some(Err(e)) => tracing::warn!(error = %e, "creating {} failed", group::OFFSETS_TOPIC),
-            None => tracing::warn!("creating {} timed out", group::OFFSETS_TOPIC),
-        }
+    // A failure leaves the keys unanswerable below: COORDINATOR_NOT_AVAILABLE.
+    let created = match request.key_type {
+        KEY_TYPE_GROUP if core.topics().get(group::OFFSETS_TOPIC).is_none() => Some((
+            group::OFFSETS_TOPIC,
+            crate::timeout::within(
+                INTERNAL_TOPIC_CREATE_WAIT,
+                group::ensure_offsets_topic(core),
+            )
+            .await,
+        )),
+        KEY_TYPE_TRANSACTION if core.topics().get(txn::TXN_TOPIC).is_none() => Some((
+            txn::TXN_TOPIC,
+            crate::timeout::within(INTERNAL_TOPIC_CREATE_WAIT, txn::ensure_txn_topic(core)).await,
+        )),
+        _ => None,
+    };
+    match created {
+        Some((topic, Some(Err(e)))) => tracing::warn!(error = %e, "creating {topic} failed"),
+        Some((topic, None)) => tracing::warn!("creating {topic} timed out"),
+        _ => {}
     }
     let response = FindCoordinatorResponse::default();
     if version >= 4 {

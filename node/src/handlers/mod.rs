@@ -511,7 +511,7 @@ async fn handle(
                     .with_producer_id(kafka_protocol::messages::ProducerId(-1))
                     .with_producer_epoch(-1),
             ),
-            None => ResponseKind::InitProducerId(init_producer_id::handle(&core, r)),
+            None => ResponseKind::InitProducerId(init_producer_id::handle(&core, r).await),
         },
         Some(other) => {
             // versions::accepts only lets through what is matched above (and
