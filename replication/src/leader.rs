@@ -248,6 +248,23 @@ impl LeaderReplica {
         &self.replicas
     }
 
+    /// The leader's own thread stood still for `stalled_ms` (the shrink
+    /// timer woke that late: a starved CPU, a blocking call). Its followers'
+    /// fetches waited unread meanwhile, so none of that time counts against
+    /// them: each one's last caught-up time moves on by the stall, never
+    /// past `now_ms` (as the controller excuses its own stalls from broker
+    /// sessions). Without it a leader that stalls for the lag time shrinks
+    /// its ISR to itself on waking, and acks=all stops until they rejoin.
+    pub fn excuse_stall(&mut self, stalled_ms: u64, now_ms: u64) {
+        for f in self.followers.values_mut() {
+            f.last_caught_up_ms = f
+                .last_caught_up_ms
+                .saturating_add(stalled_ms)
+                .min(now_ms)
+                .max(f.last_caught_up_ms);
+        }
+    }
+
     /// Whether every other member of the maximal ISR fetched at this leader
     /// epoch and was caught up within the last `within_ms`: the replicas the
     /// controller could elect instead of this one are all still following

@@ -597,3 +597,33 @@ fn followed_within_needs_every_other_isr_member_caught_up_at_this_epoch() {
         "3 stopped after its expansion"
     );
 }
+
+#[test]
+fn a_stall_of_the_leader_itself_shrinks_nobody() {
+    let mut l = leader(&[1, 2, 3], 0, 0);
+    l.on_local_durable(10);
+    fetch(&mut l, 2, 10, 100);
+    fetch(&mut l, 3, 10, 100);
+    // More appends the followers had no chance to fetch: the leader's thread
+    // stood still from 200 ms to LAG + 5,000 ms.
+    l.on_local_durable(20);
+    let woke = LAG_MS + 5_000;
+    l.excuse_stall(woke - 200, woke);
+    assert_eq!(
+        l.maybe_shrink(woke),
+        None,
+        "shrunk for the leader's own stall"
+    );
+    // Time the leader was awake still counts: 3 catches up, 2 stays silent
+    // a whole lag time after the stall.
+    fetch(&mut l, 3, 20, woke + 10);
+    assert_eq!(l.maybe_shrink(woke + LAG_MS - 100), None);
+    let shrink = l.maybe_shrink(woke + LAG_MS + 1).unwrap();
+    assert_eq!(shrink.new_isr, vec![1, 3]);
+    // A stall never moves a follower's time past now.
+    let mut l = leader(&[1, 2], 0, 0);
+    l.on_local_durable(10);
+    fetch(&mut l, 2, 5, 100);
+    l.excuse_stall(1_000_000, 200);
+    assert!(l.maybe_shrink(200 + LAG_MS + 1).is_some());
+}

@@ -771,20 +771,34 @@ fn stop_replicating(tp: &TopicPartition) {
 pub fn start_shrink_timer(core: Rc<CoreState>) {
     glommio::spawn_local(async move {
         loop {
+            let asleep = std::time::Instant::now();
             glommio::timer::sleep(SHRINK_INTERVAL).await;
             if core.stopping.get() {
                 return;
             }
             let now = now_ms();
+            // Woken late: this core stood still, and its followers' fetches
+            // waited unread; that time is not theirs (excuse_stall).
+            let late = asleep.elapsed().saturating_sub(SHRINK_INTERVAL);
+            let stalled_ms = (late > SHRINK_INTERVAL)
+                .then(|| u64::try_from(late.as_millis()).unwrap_or(u64::MAX));
             let changes: Vec<(TopicPartition, IsrChange)> = ROLES.with(|r| {
                 r.borrow_mut()
                     .iter_mut()
                     .filter_map(|(tp, role)| match role {
-                        Role::Leader(l) => l.state.maybe_shrink(now).map(|c| (tp.clone(), c)),
+                        Role::Leader(l) => {
+                            if let Some(ms) = stalled_ms {
+                                l.state.excuse_stall(ms, now);
+                            }
+                            l.state.maybe_shrink(now).map(|c| (tp.clone(), c))
+                        }
                         Role::Follower(_) => None,
                     })
                     .collect()
             });
+            if let Some(ms) = stalled_ms {
+                tracing::info!(stalled_ms = ms, "this core stood still: its followers' lag times excused");
+            }
             for (tp, change) in changes {
                 COUNTERS.with(|c| bump(&c.isr_shrinks, 1));
                 tracing::warn!(partition = %tp, isr = ?change.new_isr, "a follower fell behind: shrinking the ISR");
