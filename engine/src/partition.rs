@@ -56,6 +56,10 @@ pub struct Partition {
     truncations: Cell<u64>,
     /// The log end at the previous idle check (`release_if_idle`).
     idle_mark: Cell<i64>,
+    /// Mirror of `PartitionLog::has_transactions` (it never goes back to
+    /// false): a log that never held a transaction answers the LSO and the
+    /// aborted transactions without taking the lock, on every fetch.
+    has_transactions: Cell<bool>,
 }
 
 /// A partition log's size and state, for metrics.
@@ -75,6 +79,7 @@ impl Partition {
         let durability = log.config().durability;
         let flushed = log.flushed_offset();
         let end = log.log_end_offset();
+        let has_transactions = log.has_transactions();
         Partition {
             log: RwLock::new(log),
             durability,
@@ -89,6 +94,7 @@ impl Partition {
             stats: stats::local(),
             truncations: Cell::new(0),
             idle_mark: Cell::new(-1),
+            has_transactions: Cell::new(has_transactions),
         }
     }
 
@@ -142,6 +148,7 @@ impl Partition {
             let mut log = self.write().await?;
             let info = log.append(batch, mode).await?;
             if log.has_transactions() {
+                self.has_transactions.set(true);
                 // What the high watermark made stable is forgotten here, so
                 // the tracker holds only the undecided and the unreplicated.
                 log.on_high_watermark(self.high_watermark());
@@ -252,6 +259,9 @@ impl Partition {
     /// under it; `PartitionLog::last_stable_offset`). A brief shared lock.
     pub async fn last_stable_offset(&self) -> Result<i64> {
         let hw = self.high_watermark();
+        if !self.has_transactions.get() {
+            return Ok(hw);
+        }
         Ok(self.shared().await?.last_stable_offset(hw))
     }
 
@@ -262,6 +272,9 @@ impl Partition {
         from: i64,
         bound: i64,
     ) -> Result<Vec<crate::segment::txn_index::AbortedTxn>> {
+        if !self.has_transactions.get() {
+            return Ok(Vec::new());
+        }
         Ok(self.shared().await?.aborted_transactions(from, bound))
     }
 

@@ -11,6 +11,8 @@ use kafka_protocol::ResponseError;
 use skiff_engine::batch::{decode_records, BatchBuilder};
 use skiff_engine::{AppendMode, LogError, Shard, TopicPartition};
 
+use skiff_coordinator::partition_for;
+
 use crate::kafka::{error_code, now_ms};
 use crate::state::CoreState;
 use crate::topics::{self, CreateTopic, TopicError};
@@ -22,6 +24,16 @@ const LOAD_RECORD_BYTES_MAX: usize = 64 << 20;
 /// How long a node waits for an internal topic another node created to
 /// reach its own metadata.
 const TOPIC_WAIT: Duration = Duration::from_secs(60);
+
+/// The partition of internal `topic` that holds `key` (Kafka's rule,
+/// `partition_for`) and the core that owns it; `None` while the topic does
+/// not exist.
+pub fn partition_of(core: &CoreState, topic: &str, key: &str) -> Option<(TopicPartition, usize)> {
+    let partitions = core.topics().get(topic)?.partitions;
+    let tp = TopicPartition::new(topic, partition_for(key, partitions));
+    let owner = core.shard.table().shard_of(&tp);
+    Some((tp, owner))
+}
 
 /// Why a coordinator's write failed, before it becomes a Kafka error.
 #[derive(Debug, thiserror::Error)]

@@ -37,6 +37,31 @@ PARTITIONS = 6
 STEP_DOWN_WAIT_S = 20.0
 
 
+def start_writer(bootstrap, topic, partition_of, on_delivery, stop, prefix):
+    """A thread producing acks=all, idempotent, until `stop`: the i-th value
+    `prefix` + i to partition `partition_of(i)`; it flushes at the end."""
+
+    def produce():
+        p = ck.producer(bootstrap, {
+            "acks": "all", "enable.idempotence": True, "linger.ms": 2,
+            "request.timeout.ms": 4000, "socket.timeout.ms": 4000,
+            "message.timeout.ms": 120000,
+        })
+        i = 0
+        while not stop.is_set():
+            try:
+                p.produce(topic, value=prefix + b"%08d" % i, partition=partition_of(i), on_delivery=on_delivery)
+                i += 1
+            except BufferError:
+                pass
+            p.poll(0.01)
+        assert p.flush(150) == 0, "messages still undelivered"
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    return writer
+
+
 def test_a_leader_cut_off_from_the_controller_steps_aside(topic_name):
     c = Cluster(controllers=1, brokers=3, settings=SETTINGS)
     proxy = None
@@ -65,24 +90,7 @@ def test_a_leader_cut_off_from_the_controller_steps_aside(topic_name):
             else:
                 errors.append(err)
 
-        def produce():
-            p = ck.producer(bootstrap, {
-                "acks": "all", "enable.idempotence": True, "linger.ms": 2,
-                "request.timeout.ms": 4000, "socket.timeout.ms": 4000,
-                "message.timeout.ms": 120000,
-            })
-            i = 0
-            while not stop.is_set():
-                try:
-                    p.produce(topic_name, value=b"v%08d" % i, partition=part, on_delivery=on_delivery)
-                    i += 1
-                except BufferError:
-                    pass
-                p.poll(0.01)
-            assert p.flush(150) == 0, "messages still undelivered"
-
-        writer = threading.Thread(target=produce)
-        writer.start()
+        writer = start_writer(bootstrap, topic_name, lambda i: part, on_delivery, stop, b"v")
         try:
             time.sleep(1.0)
             proxy.cut()
@@ -164,25 +172,7 @@ def test_a_stalled_controller_stops_no_broker(topic_name):
             else:
                 errors.append(err)
 
-        def produce():
-            p = ck.producer(bootstrap, {
-                "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                "request.timeout.ms": 4000, "socket.timeout.ms": 4000,
-                "message.timeout.ms": 60000,
-            })
-            i = 0
-            while not stop.is_set():
-                try:
-                    p.produce(topic_name, value=b"s%08d" % i, partition=i % PARTITIONS,
-                              on_delivery=on_delivery)
-                    i += 1
-                except BufferError:
-                    pass
-                p.poll(0.005)
-            assert p.flush(60) == 0, "messages still undelivered"
-
-        writer = threading.Thread(target=produce)
-        writer.start()
+        writer = start_writer(bootstrap, topic_name, lambda i: i % PARTITIONS, on_delivery, stop, b"s")
         controller = c.node(1)
         try:
             time.sleep(1.0)

@@ -17,7 +17,6 @@
 pub mod admin;
 pub mod coordinator;
 
-use skiff_coordinator::partition_for;
 use skiff_engine::TopicPartition;
 
 use crate::state::CoreState;
@@ -29,10 +28,7 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// The offsets partition of a group and the core that owns it; `None` while
 /// the internal topic does not exist.
 pub fn coordinator_of(core: &CoreState, group_id: &str) -> Option<(TopicPartition, usize)> {
-    let partitions = core.topics().get(OFFSETS_TOPIC)?.partitions;
-    let tp = TopicPartition::new(OFFSETS_TOPIC, partition_for(group_id, partitions));
-    let owner = core.shard.table().shard_of(&tp);
-    Some((tp, owner))
+    crate::internal::partition_of(core, OFFSETS_TOPIC, group_id)
 }
 
 /// Whether clients may not write to `topic` directly (Kafka's internal topics).

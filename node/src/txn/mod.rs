@@ -18,7 +18,6 @@
 
 pub mod coordinator;
 
-use skiff_coordinator::partition_for;
 use skiff_engine::TopicPartition;
 
 use crate::state::CoreState;
@@ -33,10 +32,7 @@ const TXN_TOPIC_SEGMENT_BYTES: &str = "104857600";
 /// The `__transaction_state` partition of a transactional id and the core
 /// that owns it; `None` while the internal topic does not exist.
 pub fn coordinator_of(core: &CoreState, transactional_id: &str) -> Option<(TopicPartition, usize)> {
-    let partitions = core.topics().get(TXN_TOPIC)?.partitions;
-    let tp = TopicPartition::new(TXN_TOPIC, partition_for(transactional_id, partitions));
-    let owner = core.shard.table().shard_of(&tp);
-    Some((tp, owner))
+    crate::internal::partition_of(core, TXN_TOPIC, transactional_id)
 }
 
 /// Creates `__transaction_state` (compacted,
