@@ -99,6 +99,10 @@ pub struct NodeConfig {
     /// `transaction.max.timeout.ms`: the longest `transaction.timeout.ms` a
     /// producer may ask for.
     pub transaction_max_timeout_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how
+    /// often a transaction coordinator aborts transactions past their
+    /// timeout.
+    pub transaction_cleanup_interval_ms: u64,
     pub durability_flush: bool,
     pub flush_interval_ms: u64,
     pub checkpoint_interval_ms: u64,
@@ -346,6 +350,7 @@ impl NodeConfig {
             transaction_state_log_num_partitions: 4,
             transaction_state_log_replication_factor: 3,
             transaction_max_timeout_ms: 900_000,
+            transaction_cleanup_interval_ms: 10_000,
             offsets_commit_timeout_ms: 5000,
             durability_flush: true,
             flush_interval_ms: 1000,
@@ -701,6 +706,13 @@ impl NodeConfig {
             }
             "transaction.max.timeout.ms" => {
                 self.transaction_max_timeout_ms = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad("a number of milliseconds >= 1"))?
+            }
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                self.transaction_cleanup_interval_ms = value
                     .parse()
                     .ok()
                     .filter(|n| *n >= 1)

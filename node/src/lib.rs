@@ -12,6 +12,7 @@
 
 pub mod acl_admin;
 pub mod admin_client;
+pub mod broker_link;
 pub mod cluster;
 pub mod config;
 pub mod conn_limits;

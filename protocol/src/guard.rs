@@ -342,6 +342,46 @@ pub(crate) static DESCRIBE_PRODUCERS: Schema = Schema {
     flexible_since: 0,
 };
 
+// AddPartitionsToTxn (add_partitions_to_txn_request.rs), v0-3: the id,
+// producer id and epoch, topics of (name, partition indexes); flexible from
+// v3. (v4's batched transactions are not served.)
+static ADD_PARTITIONS_TO_TXN_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(FixedArray(4))],
+};
+pub(crate) static ADD_PARTITIONS_TO_TXN: Schema = Schema {
+    body: Struct {
+        fields: &[
+            until(3, Str),
+            until(3, I64),
+            until(3, I16),
+            until(3, Array(&ADD_PARTITIONS_TO_TXN_TOPIC)),
+        ],
+    },
+    flexible_since: 3,
+};
+
+// WriteTxnMarkers (write_txn_markers_request.rs), v1: markers of (producer
+// id, epoch, result, topics of (name, partition indexes), coordinator
+// epoch); flexible from v1.
+static WRITE_TXN_MARKERS_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(FixedArray(4))],
+};
+static WRITE_TXN_MARKER: Struct = Struct {
+    fields: &[
+        f(I64),
+        f(I16),
+        f(BOOL),
+        f(Array(&WRITE_TXN_MARKERS_TOPIC)),
+        f(I32),
+    ],
+};
+pub(crate) static WRITE_TXN_MARKERS: Schema = Schema {
+    body: Struct {
+        fields: &[f(Array(&WRITE_TXN_MARKER))],
+    },
+    flexible_since: 1,
+};
+
 // AlterPartitionReassignments (alter_partition_reassignments_request.rs): a
 // timeout, allow_replication_factor_change (v1+), topics of (name, partitions
 // of (index, nullable replica ids)); flexible from v0.

@@ -95,6 +95,15 @@ pub const SERVED_APIS: &[ServedApi] = &[
     ServedApi::new(ApiKey::IncrementalAlterConfigs, 0, 1)
         .guarded(&guard::INCREMENTAL_ALTER_CONFIGS),
     ServedApi::new(ApiKey::InitProducerId, 0, 5),
+    // Transactions (issue 18). The versions that say a client speaks
+    // KIP-890 part 2 (AddPartitionsToTxn v5, AddOffsetsToTxn v4, EndTxn v5,
+    // TxnOffsetCommit v5) are not listed; v4 of AddPartitionsToTxn is the
+    // brokers' batched form.
+    ServedApi::new(ApiKey::AddPartitionsToTxn, 0, 3).guarded(&guard::ADD_PARTITIONS_TO_TXN),
+    ServedApi::new(ApiKey::AddOffsetsToTxn, 0, 3),
+    ServedApi::new(ApiKey::EndTxn, 0, 4),
+    // Between brokers: a transaction coordinator to a partition leader.
+    ServedApi::new(ApiKey::WriteTxnMarkers, 1, 1).guarded(&guard::WRITE_TXN_MARKERS),
     ServedApi::new(ApiKey::DeleteRecords, 0, 2).guarded(&guard::DELETE_RECORDS),
     // KIP-320: clients check their position after a leader change (v2 is
     // the first with a current leader epoch; kafka-protocol decodes from it).

@@ -10,7 +10,7 @@ import time
 
 import ck
 import kafka_wire as kw
-from cluster import Cluster
+from cluster import Cluster, wait_leaders
 
 ERR_COORDINATOR_LOAD_IN_PROGRESS = 14
 ERR_COORDINATOR_NOT_AVAILABLE = 15
@@ -128,3 +128,229 @@ def test_clients_init_transactions(fresh_node):
         assert init([fresh_node.bootstrap], "tx-kp")[2] == 1
     finally:
         kp.close(timeout=5)
+
+
+def values(msgs_by_partition):
+    return [m.value() for p in sorted(msgs_by_partition) for m in msgs_by_partition[p]]
+
+
+def test_a_transactional_producer_commits_and_aborts(fresh_node, topic_name):
+    """confluent-kafka's transactional producer: committed records reach
+    read_committed consumers, in order; aborted ones only read_uncommitted
+    ones. Needs AddPartitionsToTxn, EndTxn, the markers, the LSO."""
+    from confluent_kafka import Producer
+
+    b = fresh_node.bootstrap
+    ck.create_topic(b, topic_name, partitions=2)
+    p = Producer({"bootstrap.servers": b, "transactional.id": "tx-eos", "socket.timeout.ms": 10000})
+    p.init_transactions(30)
+    plan = [("commit", [b"c1", b"c2", b"c3"]), ("abort", [b"a1", b"a2"]), ("commit", [b"c4", b"c5"])]
+    for outcome, batch in plan:
+        p.begin_transaction()
+        for i, v in enumerate(batch):
+            p.produce(topic_name, value=v, partition=i % 2)
+        if outcome == "commit":
+            p.commit_transaction(30)
+        else:
+            p.flush(30)
+            p.abort_transaction(30)
+    committed = [v for o, batch in plan if o == "commit" for v in batch]
+    everything = [v for _, batch in plan for v in batch]
+    got = ck.consume_all(b, topic_name, 2, len(committed), **{"isolation.level": "read_committed"})
+    assert sorted(values(got)) == sorted(committed)
+    # In order within each partition.
+    for part, msgs in got.items():
+        want = [v for o, batch in plan if o == "commit" for i, v in enumerate(batch) if i % 2 == part]
+        assert [m.value() for m in msgs] == want, part
+    got = ck.consume_all(b, topic_name, 2, len(everything), **{"isolation.level": "read_uncommitted"})
+    assert sorted(values(got)) == sorted(everything)
+
+    # An open transaction holds read_committed consumers at its first record
+    # (the LSO), read_uncommitted ones read on.
+    p.begin_transaction()
+    p.produce(topic_name, value=b"open", partition=0)
+    p.flush(30)
+    got = ck.consume_all(b, topic_name, 2, len(committed), **{"isolation.level": "read_committed"})
+    assert sorted(values(got)) == sorted(committed)
+    got = ck.consume_all(b, topic_name, 2, len(everything) + 1, **{"isolation.level": "read_uncommitted"})
+    assert b"open" in values(got)
+    p.commit_transaction(30)
+    got = ck.consume_all(b, topic_name, 2, len(committed) + 1, **{"isolation.level": "read_committed"})
+    assert sorted(values(got)) == sorted(committed + [b"open"])
+
+
+def test_a_zombie_producer_is_fenced_and_its_transaction_aborted(fresh_node, topic_name):
+    """A second producer with the same transactional id fences the first:
+    the first's open transaction is aborted (never read committed) and its
+    next call fails as fenced."""
+    from confluent_kafka import KafkaException, Producer
+
+    b = fresh_node.bootstrap
+    ck.create_topic(b, topic_name, partitions=1)
+    conf = {"bootstrap.servers": b, "transactional.id": "tx-zombie", "socket.timeout.ms": 10000}
+    old = Producer(conf)
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce(topic_name, value=b"zombie")
+    old.flush(30)
+    new = Producer(conf)
+    new.init_transactions(60)
+    new.begin_transaction()
+    new.produce(topic_name, value=b"fresh")
+    new.commit_transaction(30)
+    got = ck.consume_all(b, topic_name, 1, 1, **{"isolation.level": "read_committed"})
+    assert values(got) == [b"fresh"]
+    fenced = None
+    try:
+        old.produce(topic_name, value=b"late")
+        old.commit_transaction(30)
+    except KafkaException as e:
+        fenced = e.args[0]
+    assert fenced is not None, "the fenced producer committed"
+    assert fenced.fatal() or fenced.txn_requires_abort(), fenced
+    got = ck.consume_all(b, topic_name, 1, 1, **{"isolation.level": "read_committed"})
+    assert values(got) == [b"fresh"]
+
+
+def test_kafka_python_transactions(fresh_node, topic_name):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    b = fresh_node.bootstrap
+    ck.create_topic(b, topic_name, partitions=1)
+    kp = KafkaProducer(bootstrap_servers=b, transactional_id="tx-kp-eos")
+    try:
+        kp.init_transactions()
+        kp.begin_transaction()
+        kp.send(topic_name, b"kept")
+        kp.commit_transaction()
+        kp.begin_transaction()
+        kp.send(topic_name, b"dropped")
+        kp.flush()
+        kp.abort_transaction()
+    finally:
+        kp.close(timeout=5)
+
+    def read(isolation):
+        c = KafkaConsumer(bootstrap_servers=b, isolation_level=isolation, enable_auto_commit=False,
+                          consumer_timeout_ms=3000)
+        try:
+            tp = TopicPartition(topic_name, 0)
+            c.assign([tp])
+            c.seek_to_beginning(tp)
+            return [m.value for m in c]
+        finally:
+            c.close()
+
+    assert read("read_committed") == [b"kept"]
+    assert read("read_uncommitted") == [b"kept", b"dropped"]
+
+
+def test_markers_reach_every_leader_and_a_coordinator_killed_after_a_commit_is_replaced(topic_name):
+    """Three nodes, a topic whose partitions are led by all three: a commit's
+    markers go to the other leaders over WriteTxnMarkers. Then the
+    coordinator's node is SIGKILLed right after commit and abort decisions:
+    the node that takes its __transaction_state partition over finishes both
+    as a whole (the committed records all readable read_committed, the aborted
+    ones never), and the producer goes on with a new epoch."""
+    from confluent_kafka import Producer
+
+    c = Cluster(size=3, settings={"transaction.state.log.num.partitions": "1"})
+    try:
+        c.start()
+        b = c.bootstrap
+        ck.create_topic(b, topic_name, partitions=3, replication_factor=3)
+        wait_leaders(b, topic_name, lambda ls: len(set(ls.values())) == 3, "on three nodes")
+        conf = {"bootstrap.servers": b, "transactional.id": "tx-3", "socket.timeout.ms": 10000}
+        p = Producer(conf)
+        p.init_transactions(30)
+        p.begin_transaction()
+        for part in range(3):
+            p.produce(topic_name, value=f"first-{part}".encode(), partition=part)
+        p.commit_transaction(30)
+        got = ck.consume_all(b, topic_name, 3, 3, **{"isolation.level": "read_committed"})
+        assert sorted(values(got)) == [b"first-0", b"first-1", b"first-2"]
+
+        # A commit, an abort, then the coordinator's node dies at once.
+        p.begin_transaction()
+        for part in range(3):
+            p.produce(topic_name, value=f"second-{part}".encode(), partition=part)
+        p.commit_transaction(30)
+        p.begin_transaction()
+        for part in range(3):
+            p.produce(topic_name, value=f"aborted-{part}".encode(), partition=part)
+        p.flush(30)
+        p.abort_transaction(30)
+        _, coordinator_id = coordinator([n.bootstrap for n in c.nodes], "tx-3")
+        c.node(coordinator_id).kill()
+        alive = ",".join(n.bootstrap for n in c.nodes if n.alive())
+        want = sorted(f"{w}-{part}".encode() for w in ("first", "second") for part in range(3))
+        got = ck.consume_all(alive, topic_name, 3, 6, timeout_s=90, **{"isolation.level": "read_committed"})
+        assert sorted(values(got)) == want
+        # The id's next producer gets on with the new coordinator.
+        p2 = Producer({**conf, "bootstrap.servers": alive})
+        p2.init_transactions(60)
+        p2.begin_transaction()
+        p2.produce(topic_name, value=b"third", partition=0)
+        p2.commit_transaction(60)
+        got = ck.consume_all(alive, topic_name, 3, 7, timeout_s=90, **{"isolation.level": "read_committed"})
+        assert sorted(values(got)) == sorted(want + [b"third"])
+    finally:
+        c.cleanup()
+
+
+def test_open_and_aborted_transactions_survive_sigkill_and_an_expired_one_is_aborted(node_factory, topic_name):
+    """A partition holding a committed, an aborted and an open transaction is
+    SIGKILLed and restarted: read_committed readers see the committed records
+    only, and stop at the open transaction (the LSO) until the coordinator
+    aborts it for its timeout; then the records after it are readable too."""
+    from confluent_kafka import Producer
+
+    node = node_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
+    b = node.bootstrap
+    ck.create_topic(b, topic_name, partitions=1)
+    p = Producer({"bootstrap.servers": b, "transactional.id": "tx-expiry", "transaction.timeout.ms": 6000,
+                  "socket.timeout.ms": 5000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"committed")
+    p.commit_transaction(30)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"aborted")
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"open")
+    p.flush(30)
+    # A plain write after the open transaction: not stable until it ends.
+    plain = ck.producer(b, {"acks": "all"})
+    plain.produce(topic_name, value=b"after")
+    ck.flush(plain)
+    node.restart(kill=True)
+    got = ck.consume_all(b, topic_name, 1, 1, **{"isolation.level": "read_committed"})
+    assert values(got) == [b"committed"]
+    got = ck.consume_all(b, topic_name, 1, 4, **{"isolation.level": "read_uncommitted"})
+    assert values(got) == [b"committed", b"aborted", b"open", b"after"]
+    # The open transaction outlives its 6 s timeout: aborted by the
+    # coordinator, the LSO moves past it.
+    deadline = time.monotonic() + 60
+    got = None
+    while time.monotonic() < deadline:
+        got = _try_consume(b, topic_name, 2)
+        if got == [b"committed", b"after"]:
+            break
+        time.sleep(0.5)
+    assert got == [b"committed", b"after"], got
+    # The producer that held it is fenced.
+    from confluent_kafka import KafkaException
+    try:
+        p.commit_transaction(10)
+        assert False, "a producer whose transaction expired committed it"
+    except KafkaException as e:
+        assert e.args[0].fatal() or e.args[0].txn_requires_abort() or not e.args[0].retriable(), e
+
+
+def _try_consume(b, topic, want):
+    try:
+        return values(ck.consume_all(b, topic, 1, want, timeout_s=3, **{"isolation.level": "read_committed"}))
+    except AssertionError:
+        return None

@@ -20,6 +20,7 @@ pub mod produce;
 mod quotas;
 mod reassign;
 pub mod throttle;
+mod txn;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -513,6 +514,16 @@ async fn handle(
             ),
             None => ResponseKind::InitProducerId(init_producer_id::handle(&core, r).await),
         },
+        Some(RequestKind::AddPartitionsToTxn(r)) => {
+            ResponseKind::AddPartitionsToTxn(txn::add_partitions_to_txn(&core, r).await)
+        }
+        Some(RequestKind::AddOffsetsToTxn(r)) => {
+            ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(&core, r).await)
+        }
+        Some(RequestKind::EndTxn(r)) => ResponseKind::EndTxn(txn::end_txn(&core, r).await),
+        Some(RequestKind::WriteTxnMarkers(r)) => {
+            ResponseKind::WriteTxnMarkers(txn::write_txn_markers(&core, r).await)
+        }
         Some(other) => {
             // versions::accepts only lets through what is matched above (and
             // Produce, which `start` handles).

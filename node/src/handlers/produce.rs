@@ -263,10 +263,17 @@ async fn produce_partition(
             ),
         ));
     }
-    if header.is_control() || header.is_transactional() {
+    // Markers come only from a transaction coordinator (WriteTxnMarkers).
+    if header.is_control() {
         return Err(refuse(
             ResponseError::InvalidRecord,
-            "transactional and control batches are not supported".into(),
+            "control batches are written by transaction coordinators, not producers".into(),
+        ));
+    }
+    if header.is_transactional() && header.producer_id < 0 {
+        return Err(refuse(
+            ResponseError::InvalidRecord,
+            "a transactional batch needs a producer id".into(),
         ));
     }
     // Kafka decompresses compressed batches on produce; so does skiff, on the

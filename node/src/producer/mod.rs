@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use kafka_protocol::ResponseError;
-use skiff_engine::batch::{self, BatchHeader};
+use skiff_engine::batch::{self, BatchHeader, EndTxnMarker};
 use skiff_engine::{AppendMode, LogError, Partition, TopicPartition};
 
-pub use state::{BatchMeta, ProducerStates, SequenceCheck, BATCHES_KEPT};
+pub use state::{BatchMeta, MarkerCheck, ProducerStates, SequenceCheck, BATCHES_KEPT};
 
 use crate::state::CoreState;
 
@@ -122,7 +122,8 @@ pub async fn append_idempotent(
             }
         }
         let info = partition.append_buffered(batch, mode).await?;
-        producers.states.borrow_mut().record(
+        let mut states = producers.states.borrow_mut();
+        states.record(
             header.producer_id,
             header.producer_epoch,
             BatchMeta {
@@ -132,6 +133,10 @@ pub async fn append_idempotent(
                 last_offset: info.last_offset,
             },
         );
+        if header.is_transactional() {
+            states.record_txn_data(header.producer_id, info.base_offset);
+        }
+        drop(states);
         info
     };
     Ok((info.base_offset, info.last_offset, false))
@@ -200,7 +205,24 @@ async fn rebuild(
             let Ok(h) = BatchHeader::parse(b) else {
                 continue;
             };
-            if h.producer_id >= 0 {
+            if h.producer_id >= 0 && h.is_control() {
+                // A marker: the producer's epoch, its transaction ended; no
+                // sequence (a control batch has none).
+                if let Ok(Some(m)) = batch::parse_marker(b) {
+                    producers.states.borrow_mut().record_marker(
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_offset,
+                        m.commit,
+                    );
+                }
+            } else if h.producer_id >= 0 {
+                if h.is_transactional() {
+                    producers
+                        .states
+                        .borrow_mut()
+                        .record_txn_data(h.producer_id, h.base_offset);
+                }
                 producers.states.borrow_mut().record(
                     h.producer_id,
                     h.producer_epoch,
@@ -303,4 +325,110 @@ pub fn start_snapshot_timer(core: Rc<CoreState>) {
         }
     })
     .detach();
+}
+
+/// A COMMIT or ABORT marker for `tp` (from WriteTxnMarkers, or from this
+/// node's own transaction coordinator), written on the partition's owner
+/// core as its leader; the marker's offset once it is on the in-sync
+/// replicas. Errors are Kafka's codes for a WriteTxnMarkers partition.
+pub async fn write_marker_on_owner(
+    core: &CoreState,
+    tp: &TopicPartition,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    timeout: Duration,
+) -> Result<i64, ResponseError> {
+    let known = core
+        .topics()
+        .get(&tp.topic)
+        .is_some_and(|t| t.partition(tp.partition).is_some());
+    if !known {
+        return Err(ResponseError::UnknownTopicOrPartition);
+    }
+    let owner = core.shard.table().shard_of(tp);
+    let at = tp.clone();
+    let written = core
+        .shard
+        .invoke_on(owner, move |_| async move {
+            write_marker(&at, producer_id, epoch, commit, coordinator_epoch, timeout).await
+        })
+        .await;
+    let e = match written {
+        Ok(Ok(offset)) => return Ok(offset),
+        Ok(Err(SequenceOrLog::Sequence(code, message))) => {
+            tracing::debug!(partition = %tp, producer_id, epoch, %message, "marker refused");
+            return Err(code);
+        }
+        Ok(Err(SequenceOrLog::Log(e))) | Err(e) => e,
+    };
+    tracing::debug!(partition = %tp, producer_id, epoch, error = %e, "marker not written");
+    // An offline log is a leader that cannot take writes: the coordinator
+    // looks for the leader the controller moves the partition to.
+    match crate::kafka::error_code(&e) {
+        ResponseError::KafkaStorageError => Err(ResponseError::NotLeaderOrFollower),
+        code => Err(code),
+    }
+}
+
+/// On the owner core of `tp`: the marker checked against its producer's
+/// epoch and appended under the producer lock (in order with the producer's
+/// own batches), then made durable here and on the in-sync replicas (Kafka
+/// appends markers with acks=all).
+async fn write_marker(
+    tp: &TopicPartition,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    timeout: Duration,
+) -> Result<i64, SequenceOrLog> {
+    let core = CoreState::current().ok_or(LogError::RuntimeStopped)?;
+    let partition = core
+        .shard
+        .local(tp)
+        .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+    let leader_epoch = crate::replica::admit_append(tp, -1)
+        .map_err(|r| SequenceOrLog::Sequence(r.error, r.message))?;
+    let mode = AppendMode::Leader { leader_epoch };
+    let producers = core.producers(tp);
+    let info = {
+        let _permit = producers
+            .lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| LogError::RuntimeStopped)?;
+        partition.check_appendable(mode).await?;
+        if !producers.loaded.get() {
+            rebuild(&partition, tp, &producers).await?;
+            producers.loaded.set(true);
+        }
+        let check = producers.states.borrow().check_marker(producer_id, epoch);
+        if let MarkerCheck::Fenced { current_epoch } = check {
+            return Err(SequenceOrLog::Sequence(
+                ResponseError::InvalidProducerEpoch,
+                format!("marker of producer {producer_id} at epoch {epoch}: the partition has seen epoch {current_epoch}"),
+            ));
+        }
+        let marker = EndTxnMarker {
+            commit,
+            coordinator_epoch,
+        };
+        let batch = batch::marker_batch(producer_id, epoch, marker, crate::kafka::now_ms())?;
+        let info = partition
+            .append_buffered(BytesMut::from(&batch[..]), mode)
+            .await?;
+        producers
+            .states
+            .borrow_mut()
+            .record_marker(producer_id, epoch, info.base_offset, commit);
+        info
+    };
+    partition.await_durable_to(info.last_offset + 1).await?;
+    crate::replica::local_durable(tp, &partition);
+    crate::replica::await_replicated(tp, info.last_offset + 1, timeout)
+        .await
+        .map_err(|r| SequenceOrLog::Sequence(r.error, r.message))?;
+    Ok(info.base_offset)
 }

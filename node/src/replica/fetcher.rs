@@ -39,19 +39,15 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use crate::tls::LinkStream;
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use crate::broker_link::{BrokerLink, SILENCE_MAX};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{
-    BrokerId, FetchRequest, ListOffsetsRequest, RequestHeader, ResponseHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use skiff_engine::batch::BatchHeader;
 use skiff_engine::{AppendMode, Partition, TopicPartition};
@@ -72,30 +68,10 @@ const EARLIEST: i64 = -2;
 const FETCH_WAIT_MS: i32 = 500;
 const FETCH_PARTITION_BYTES: i32 = 1 << 20;
 const FETCH_MAX_BYTES: i32 = 16 << 20;
-const RESPONSE_BYTES_MAX: usize = 64 << 20;
 /// After an error for a partition (leader moved, epoch fenced), wait this
 /// long before asking again (the metadata usually arrives first).
 const PARTITION_BACKOFF: Duration = Duration::from_millis(200);
 const CONNECT_BACKOFF: Duration = Duration::from_millis(300);
-/// The longest a follower waits on a silent leader connection (no byte of
-/// the answer yet, or none for this long in the middle of one) before it
-/// reconnects; see `silence_limit`.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
-const SILENCE_MIN: Duration = Duration::from_secs(1);
-
-/// How long the leader may stay silent beyond the fetch's own wait before the
-/// follower gives up the connection: a third of `replica.lag.time.max.ms`
-/// (1 to 10 s), so a follower notices a dead connection well before the
-/// leader counts it out of the ISR. Why it matters: a connection that lived
-/// through a network cut stays silent for seconds after the heal, while TCP's
-/// retransmission timer, doubled at every timeout during the cut, runs out;
-/// a new connection does not wait (seed 6004: a follower stalled this way
-/// after a one-way cut fell out of the ISR with no fault on it).
-fn silence_limit(core: &CoreState) -> Duration {
-    Duration::from_millis(core.node.config.replica_lag_time_max_ms / 3)
-        .clamp(SILENCE_MIN, IO_TIMEOUT)
-}
-
 struct Followed {
     /// The rules: fetch position, stale answers, divergence, what to append.
     replica: FollowerReplica,
@@ -159,8 +135,7 @@ pub fn remove(tp: &TopicPartition) {
 
 /// A fetcher's life: until it follows nothing (then it removes itself).
 async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
-    let mut conn: Option<LinkStream> = None;
-    let mut correlation = 0i32;
+    let mut conn: Option<BrokerLink> = None;
     // KIP-227: after the first full fetch, each names only what changed.
     let mut session = SessionBuilder::new();
     loop {
@@ -176,52 +151,26 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
         }
         if conn.is_none() {
             // The leader's address is looked up only to (re)connect.
-            let Some((host, addr)) = leader_addr(&core, leader) else {
-                glommio::timer::sleep(CONNECT_BACKOFF).await;
-                continue;
-            };
-            // The connection and, on TLS listeners, its handshake.
-            let connected = super::within(
-                silence_limit(&core),
-                LinkStream::connect(
-                    addr,
-                    &host,
-                    core.node
-                        .tls
-                        .as_ref()
-                        .filter(|_| inter_broker_protocol(&core).tls()),
-                ),
-            )
-            .await
-            .unwrap_or_else(|| {
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out",
-                ))
-            });
-            match connected {
-                Ok(mut s) => {
-                    // On SASL listeners a follower logs in first.
-                    if inter_broker_protocol(&core).sasl() {
-                        if let Err(e) = login(&core, &mut s, &mut correlation).await {
-                            tracing::warn!(leader, %addr, error = %e, "logging in to the leader");
-                            glommio::timer::sleep(CONNECT_BACKOFF).await;
-                            continue;
-                        }
-                    }
-                    conn = Some(s);
+            match BrokerLink::connect(&core, leader, "skiff-replica").await {
+                Ok(link) => {
+                    conn = Some(link);
                     // A new connection: close the old session, make a new one.
                     session.on_failure();
                 }
+                // A TLS handshake or a login that failed: certificates or
+                // settings, not the network; say so where an operator looks.
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                    // A TLS handshake that failed: certificates or settings,
-                    // not the network; say so where an operator looks.
-                    tracing::warn!(leader, %addr, error = %e, "TLS handshake with the leader");
+                    tracing::warn!(leader, error = %e, "TLS handshake with the leader");
+                    glommio::timer::sleep(CONNECT_BACKOFF).await;
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    tracing::warn!(leader, error = %e, "logging in to the leader");
                     glommio::timer::sleep(CONNECT_BACKOFF).await;
                     continue;
                 }
                 Err(e) => {
-                    tracing::debug!(leader, %addr, error = %e, "connecting to the leader");
+                    tracing::debug!(leader, error = %e, "connecting to the leader");
                     glommio::timer::sleep(CONNECT_BACKOFF).await;
                     continue;
                 }
@@ -237,9 +186,8 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
                 continue;
             }
         };
-        correlation = correlation.wrapping_add(1);
-        let silence = silence_limit(&core);
-        let response = match call(stream, &request, FETCH_VERSION, correlation, silence).await {
+        let wait = Duration::from_millis(FETCH_WAIT_MS as u64);
+        let response = match stream.call(&request, FETCH_VERSION, wait).await {
             Ok(r) => {
                 let bytes: usize = r
                     .responses
@@ -298,15 +246,7 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
             }
         }
         for (tp, leader_start) in out_of_range {
-            let handled = handle_out_of_range(
-                &core,
-                &partitions,
-                stream,
-                &mut correlation,
-                &tp,
-                leader_start,
-            )
-            .await;
+            let handled = handle_out_of_range(&core, &partitions, stream, &tp, leader_start).await;
             match handled {
                 Ok(()) => {}
                 Err(OutOfRangeError::Connection(e)) => {
@@ -324,77 +264,6 @@ async fn run(core: Rc<CoreState>, leader: i32, partitions: Partitions) {
     }
 }
 
-/// SaslHandshake and SaslAuthenticate as the inter-broker user
-/// (`inter.broker.sasl.*`): PLAIN in one round, SCRAM in two, the server's
-/// signature checked.
-async fn login(
-    core: &CoreState,
-    stream: &mut LinkStream,
-    correlation: &mut i32,
-) -> std::io::Result<()> {
-    use kafka_protocol::messages::SaslHandshakeRequest;
-    use skiff_security::{Mechanism, ScramClient};
-    let config = &core.node.config;
-    let refused = |what: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, what);
-    let (Some(user), Some(password)) = (&config.inter_broker_user, &config.inter_broker_password)
-    else {
-        return Err(refused(
-            "no inter.broker.sasl.username / password for the leader's SASL listener".into(),
-        ));
-    };
-    let mechanism = config.inter_broker_mechanism;
-    let silence = silence_limit(core);
-    *correlation = correlation.wrapping_add(1);
-    let handshake =
-        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
-    let r = call(stream, &handshake, 1, *correlation, silence).await?;
-    if r.error_code != 0 {
-        return Err(refused(format!(
-            "SaslHandshake {mechanism}: error {}",
-            r.error_code
-        )));
-    }
-    match mechanism {
-        Mechanism::Plain => {
-            let plain = format!("\0{user}\0{}", password.0).into_bytes();
-            sasl_round(stream, correlation, plain, silence).await?;
-        }
-        Mechanism::Scram(m) => {
-            let scram = |e: skiff_security::ScramError| refused(e.to_string());
-            let mut client = ScramClient::new(m, user, &password.0).map_err(scram)?;
-            let server_first = sasl_round(stream, correlation, client.first(), silence).await?;
-            let last = client.last(&server_first).map_err(scram)?;
-            let server_final = sasl_round(stream, correlation, last, silence).await?;
-            client.verify(&server_final).map_err(scram)?;
-        }
-    }
-    Ok(())
-}
-
-/// One SaslAuthenticate round: the server's bytes, or its refusal.
-async fn sasl_round(
-    stream: &mut LinkStream,
-    correlation: &mut i32,
-    bytes: Vec<u8>,
-    silence: Duration,
-) -> std::io::Result<Bytes> {
-    use kafka_protocol::messages::SaslAuthenticateRequest;
-    *correlation = correlation.wrapping_add(1);
-    let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes));
-    let r = call(stream, &request, 1, *correlation, silence).await?;
-    if r.error_code != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!(
-                "SaslAuthenticate: error {} {}",
-                r.error_code,
-                r.error_message.as_deref().unwrap_or("")
-            ),
-        ));
-    }
-    Ok(r.auth_bytes)
-}
-
 /// Whether this node's replica of `tp` is out of sync and named by its
 /// topic's follower throttle (`throttle.rs`).
 fn follower_throttled(core: &CoreState, tp: &TopicPartition) -> bool {
@@ -407,32 +276,6 @@ fn follower_throttled(core: &CoreState, tp: &TopicPartition) -> bool {
                 .get(usize::try_from(tp.partition).unwrap_or(usize::MAX))
                 .is_some_and(|a| !a.isr.contains(&me))
     })
-}
-
-/// Where `leader` registered its inter-broker listener: the name it gave (a
-/// TLS link checks the leader's certificate against it) and the address it
-/// resolves to.
-fn leader_addr(core: &CoreState, leader: i32) -> Option<(String, SocketAddr)> {
-    let table = core.topics();
-    let b = table.broker(leader).filter(|b| !b.fenced)?;
-    let (host, port) = b.endpoint(&inter_broker(core)?.name);
-    let addr = (host, port).to_socket_addrs().ok()?.next()?;
-    Some((host.to_string(), addr))
-}
-
-/// The listener followers fetch over (`inter.broker.listener.name`, else
-/// the first; None only on a node without listeners, which follows nothing).
-fn inter_broker(core: &CoreState) -> Option<&crate::config::Listener> {
-    let name = core.node.config.inter_broker_listener.as_deref();
-    let listeners = &core.node.listeners;
-    listeners
-        .iter()
-        .find(|l| Some(l.name.as_str()) == name)
-        .or(listeners.first())
-}
-
-fn inter_broker_protocol(core: &CoreState) -> crate::config::SecurityProtocol {
-    inter_broker(core).map_or(crate::config::SecurityProtocol::Plaintext, |l| l.protocol)
 }
 
 fn pause(partitions: &Partitions, tp: &TopicPartition) {
@@ -585,86 +428,6 @@ async fn prepare_fetch(
         }
     }
     Ok(None)
-}
-
-/// One request to the leader at `version` and its response, on the fetcher's
-/// connection (one request in flight).
-async fn call<R: Request>(
-    stream: &mut LinkStream,
-    request: &R,
-    version: i16,
-    correlation: i32,
-    silence: Duration,
-) -> std::io::Result<R::Response> {
-    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
-    let timed_out = || {
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "the leader's connection went silent",
-        )
-    };
-    let header = RequestHeader::default()
-        .with_request_api_key(R::KEY)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation)
-        .with_client_id(Some(StrBytes::from_static_str("skiff-replica")));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, R::header_version(version))
-        .map_err(|e| invalid(e.to_string()))?;
-    request
-        .encode(&mut body, version)
-        .map_err(|e| invalid(e.to_string()))?;
-    let mut frame = BytesMut::with_capacity(4 + body.len());
-    frame.put_i32(body.len() as i32);
-    frame.extend_from_slice(&body);
-    // The answer's first bytes come within the fetch's wait plus the silence
-    // limit; after that, each read must bring bytes within the limit (a big
-    // answer over a slow link takes as long as it takes while it moves).
-    let first = silence + Duration::from_millis(FETCH_WAIT_MS as u64);
-    let size = super::within(first, async {
-        stream.write_all(&frame).await?;
-        let mut size = [0u8; 4];
-        stream.read_exact(&mut size).await?;
-        Ok::<_, std::io::Error>(i32::from_be_bytes(size))
-    })
-    .await
-    .unwrap_or_else(|| Err(timed_out()))?;
-    if size < 0 || size as usize > RESPONSE_BYTES_MAX {
-        return Err(invalid(format!("response size {size} out of range")));
-    }
-    let mut buf = vec![0u8; size as usize];
-    let mut filled = 0;
-    while filled < buf.len() {
-        let n = super::within(silence, stream.read(&mut buf[filled..]))
-            .await
-            .unwrap_or_else(|| Err(timed_out()))?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        filled += n;
-    }
-    let mut buf = Bytes::from(buf);
-    let header = ResponseHeader::decode(
-        &mut buf,
-        <R::Response as HeaderVersion>::header_version(version),
-    )
-    .map_err(|e| invalid(e.to_string()))?;
-    if header.correlation_id != correlation {
-        return Err(invalid(format!(
-            "correlation id {} answers {correlation}",
-            header.correlation_id
-        )));
-    }
-    let response = R::Response::decode(&mut buf, version).map_err(|e| invalid(e.to_string()))?;
-    if buf.has_remaining() {
-        tracing::debug!(
-            api_key = R::KEY,
-            extra = buf.remaining(),
-            "response had trailing bytes"
-        );
-    }
-    Ok(response)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -835,8 +598,7 @@ enum OutOfRangeError {
 async fn handle_out_of_range(
     core: &Rc<CoreState>,
     partitions: &Partitions,
-    stream: &mut LinkStream,
-    correlation: &mut i32,
+    link: &mut BrokerLink,
     tp: &TopicPartition,
     leader_start: i64,
 ) -> Result<(), OutOfRangeError> {
@@ -859,7 +621,7 @@ async fn handle_out_of_range(
     let leader_start = if leader_start > local_end {
         leader_start
     } else {
-        let leader_end = list_offset(stream, correlation, me, tp, leader_epoch, LATEST).await?;
+        let leader_end = list_offset(link, me, tp, leader_epoch, LATEST).await?;
         if leader_end < local_end && still(partitions) {
             tracing::warn!(
                 partition = %tp, local_end, leader_end,
@@ -869,7 +631,7 @@ async fn handle_out_of_range(
             reset_fetch_state(partitions, tp);
             return Ok(());
         }
-        list_offset(stream, correlation, me, tp, leader_epoch, EARLIEST).await?
+        list_offset(link, me, tp, leader_epoch, EARLIEST).await?
     };
     let local_start = partition.log_start_offset().await?;
     if leader_start > local_end && still(partitions) {
@@ -901,8 +663,7 @@ fn reset_fetch_state(partitions: &Partitions, tp: &TopicPartition) {
 /// The leader's offset for `timestamp` (LATEST: its log end, as answered to a
 /// replica id; EARLIEST: its log start).
 async fn list_offset(
-    stream: &mut LinkStream,
-    correlation: &mut i32,
+    link: &mut BrokerLink,
     me: i32,
     tp: &TopicPartition,
     leader_epoch: i32,
@@ -917,16 +678,10 @@ async fn list_offset(
                 .with_partition_index(tp.partition)
                 .with_current_leader_epoch(leader_epoch)
                 .with_timestamp(timestamp)])]);
-    *correlation = correlation.wrapping_add(1);
     // A rare path (a follower below the leader's log start): the long limit.
-    let response = call(
-        stream,
-        &request,
-        LIST_OFFSETS_VERSION,
-        *correlation,
-        IO_TIMEOUT,
-    )
-    .await?;
+    let response = link
+        .call(&request, LIST_OFFSETS_VERSION, SILENCE_MAX)
+        .await?;
     let p = response
         .topics
         .iter()

@@ -8,10 +8,21 @@
 //!   -> TxnCoordinator::init_producer_id (the rules) -> Outcome
 //!   -> its transition's record appended as the partition's leader, acks=all
 //!      (internal::append) -> complete | fail -> the reply
+//! AddPartitionsToTxn / AddOffsetsToTxn / EndTxn -> handlers/txn.rs
+//!   -> add_partitions / end_txn: the same path (`decide`)
+//! a transition that leaves the id PrepareCommit/PrepareAbort (EndTxn, an
+//!   expiry, a fenced producer) -> markers.rs writes the markers to every
+//!   partition (its coordinator epoch: this partition's leader epoch) ->
+//!   markers_written -> CompleteCommit/CompleteAbort appended
+//! every `transaction.abort.timed.out.transaction.cleanup.interval.ms`:
+//!   expired(now) -> each ongoing transaction past its timeout fenced and
+//!   aborted, as above
 //! replica role change on a __transaction_state partition (attach):
 //!   Leading  -> Loading: every record read (the last per id wins, a
-//!               tombstone deletes) -> TxnCoordinator::load -> Ready
-//!   NotLeading -> dropped: its ids answer NOT_COORDINATOR
+//!               tombstone deletes) -> TxnCoordinator::load -> Ready; the
+//!               transactions it finds decided get their markers again
+//!   NotLeading -> dropped: its ids answer NOT_COORDINATOR (a marker
+//!               writer of the old leadership stops at its next round)
 //! ```
 //!
 //! Leadership is checked at the decision and again once the write is
@@ -26,7 +37,8 @@ use std::time::Duration;
 use kafka_protocol::ResponseError;
 use skiff_coordinator::txn::records::{decode_key, decode_value, encode_key, encode_value};
 use skiff_coordinator::txn::{
-    Epoch, ProducerId, Reply, TxnConfig, TxnCoordinator, TxnError, TxnRecord, NO_PRODUCER_ID,
+    Epoch, Markers, Outcome, ProducerId, Reply, Transition, TxnConfig, TxnCoordinator, TxnError,
+    TxnRecord, NO_PRODUCER_ID,
 };
 use skiff_engine::{LogError, Shard, TopicPartition};
 
@@ -65,7 +77,7 @@ impl Driver {
         DRIVER.with(Rc::clone)
     }
 
-    fn on_leader(self: &Rc<Self>, shard: &Rc<Shard>, tp: TopicPartition, leader_epoch: i32) {
+    fn on_leader(self: &Rc<Self>, core: &Rc<CoreState>, tp: TopicPartition, leader_epoch: i32) {
         if let Some(Slot::Ready {
             leader_epoch: epoch,
             ..
@@ -79,10 +91,10 @@ impl Driver {
             .borrow_mut()
             .insert(tp.clone(), Slot::Loading { leader_epoch });
         let this = self.clone();
-        let shard = shard.clone();
+        let core = core.clone();
         glommio::spawn_local(async move {
             let started = std::time::Instant::now();
-            let loaded = load(&shard, &tp).await;
+            let loaded = load(&core.shard, &tp).await;
             let mut slots = this.slots.borrow_mut();
             if !matches!(slots.get(&tp), Some(Slot::Loading { leader_epoch: e }) if *e == leader_epoch)
             {
@@ -94,14 +106,6 @@ impl Driver {
                     let count = records.len();
                     let mut coordinator = Box::new(TxnCoordinator::new(this.config.get()));
                     let undecided = coordinator.load(records);
-                    if !undecided.is_empty() {
-                        // Markers are not written yet (issue 18): such a
-                        // transaction stays decided, its id busy.
-                        tracing::warn!(
-                            partition = %tp, transactions = undecided.len(),
-                            "transactions decided but not completed: their markers are not written by this version"
-                        );
-                    }
                     slots.insert(
                         tp.clone(),
                         Slot::Ready {
@@ -109,11 +113,17 @@ impl Driver {
                             coordinator,
                         },
                     );
+                    drop(slots);
                     tracing::info!(
                         partition = %tp, leader_epoch, transactional_ids = count,
+                        decided = undecided.len(),
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "loaded transaction states"
                     );
+                    // Decided before the move: their markers again.
+                    for markers in undecided {
+                        spawn_markers(&core, &tp, leader_epoch, markers);
+                    }
                 }
                 Err(e) => {
                     // Not served: clients get NOT_COORDINATOR and look again.
@@ -196,38 +206,7 @@ pub async fn init_producer_id(
     timeout_ms: i32,
     expected: Option<(ProducerId, Epoch)>,
 ) -> Result<(ProducerId, Epoch), ResponseError> {
-    let Some((tp, owner)) = super::coordinator_of(core, &transactional_id) else {
-        // No __transaction_state yet: FindCoordinator creates it.
-        return Err(ResponseError::NotCoordinator);
-    };
-    core.shard
-        .invoke_on(owner, move |shard| async move {
-            init_local(&shard, &tp, &transactional_id, timeout_ms, expected).await
-        })
-        .await
-        .unwrap_or(Err(ResponseError::NotCoordinator))
-}
-
-/// On the owner core of `tp`.
-async fn init_local(
-    shard: &Rc<Shard>,
-    tp: &TopicPartition,
-    id: &str,
-    timeout_ms: i32,
-    expected: Option<(ProducerId, Epoch)>,
-) -> Result<(ProducerId, Epoch), ResponseError> {
-    let driver = Driver::current();
-    let core = CoreState::current().ok_or(ResponseError::NotCoordinator)?;
-    let (outcome, leader_epoch) = {
-        let mut slots = driver.slots.borrow_mut();
-        let (coordinator, leader_epoch) = match slots.get_mut(tp) {
-            None => return Err(ResponseError::NotCoordinator),
-            Some(Slot::Loading { .. }) => return Err(ResponseError::CoordinatorLoadInProgress),
-            Some(Slot::Ready {
-                coordinator,
-                leader_epoch,
-            }) => (coordinator, *leader_epoch),
-        };
+    let reply = on_owner(core, transactional_id, move |core, id, coordinator| {
         let mut failed = None;
         let mut allocate = || match core.node.producer_ids.lock() {
             Ok(mut ids) => ids.allocate().unwrap_or_else(|e| {
@@ -248,14 +227,125 @@ async fn init_local(
             tracing::error!(transactional_id = %id, error = %e, "allocating a producer id failed");
             return Err(ResponseError::KafkaStorageError);
         }
-        (outcome, leader_epoch)
+        Ok(outcome)
+    })
+    .await?;
+    match reply {
+        Reply::ProducerIdAndEpoch(pid, epoch) => Ok((pid, epoch)),
+        Reply::Ok => Err(ResponseError::UnknownServerError),
+    }
+}
+
+/// AddPartitionsToTxn (and AddOffsetsToTxn, with the group's
+/// `__consumer_offsets` partition): the partitions join the id's ongoing
+/// transaction (or start one) once that is durable.
+pub async fn add_partitions(
+    core: &CoreState,
+    transactional_id: String,
+    producer_id: ProducerId,
+    epoch: Epoch,
+    partitions: Vec<TopicPartition>,
+) -> Result<(), ResponseError> {
+    on_owner(core, transactional_id, move |_, id, coordinator| {
+        let partitions: Vec<_> = partitions
+            .iter()
+            .map(|tp| skiff_coordinator::txn::TopicPartition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            })
+            .collect();
+        Ok(coordinator.add_partitions(id, producer_id, epoch, &partitions, now_ms()))
+    })
+    .await
+    .map(|_| ())
+}
+
+/// EndTxn: the decision is durable when this answers; the markers follow
+/// (the next AddPartitionsToTxn of the id waits for them:
+/// CONCURRENT_TRANSACTIONS, which clients retry).
+pub async fn end_txn(
+    core: &CoreState,
+    transactional_id: String,
+    producer_id: ProducerId,
+    epoch: Epoch,
+    commit: bool,
+) -> Result<(), ResponseError> {
+    on_owner(core, transactional_id, move |_, id, coordinator| {
+        Ok(coordinator.end_txn(id, producer_id, epoch, commit, now_ms()))
+    })
+    .await
+    .map(|_| ())
+}
+
+/// Runs `rule` on the coordinator of `transactional_id` (on the core that
+/// owns its partition), makes its transition durable, and gives the reply.
+async fn on_owner<F>(
+    core: &CoreState,
+    transactional_id: String,
+    rule: F,
+) -> Result<Reply, ResponseError>
+where
+    F: FnOnce(&CoreState, &str, &mut TxnCoordinator) -> Result<Outcome, ResponseError>
+        + Send
+        + 'static,
+{
+    let Some((tp, owner)) = super::coordinator_of(core, &transactional_id) else {
+        // No __transaction_state yet: FindCoordinator creates it.
+        return Err(ResponseError::NotCoordinator);
+    };
+    core.shard
+        .invoke_on(owner, move |_| async move {
+            let core = CoreState::current().ok_or(ResponseError::NotCoordinator)?;
+            decide(&core, &tp, &transactional_id, |c| {
+                rule(&core, &transactional_id, c)
+            })
+            .await
+        })
+        .await
+        .unwrap_or(Err(ResponseError::NotCoordinator))
+}
+
+/// On the owner core of `tp`: the rule's outcome, its transition appended
+/// and completed, then its reply.
+async fn decide(
+    core: &Rc<CoreState>,
+    tp: &TopicPartition,
+    id: &str,
+    rule: impl FnOnce(&mut TxnCoordinator) -> Result<Outcome, ResponseError>,
+) -> Result<Reply, ResponseError> {
+    let driver = Driver::current();
+    let (outcome, leader_epoch) = {
+        let mut slots = driver.slots.borrow_mut();
+        match slots.get_mut(tp) {
+            None => return Err(ResponseError::NotCoordinator),
+            Some(Slot::Loading { .. }) => return Err(ResponseError::CoordinatorLoadInProgress),
+            Some(Slot::Ready {
+                coordinator,
+                leader_epoch,
+            }) => (rule(coordinator)?, *leader_epoch),
+        }
     };
     if let Some(transition) = &outcome.transition {
-        let record = (
-            encode_key(&transition.id),
-            Some(encode_value(&transition.record)),
-        );
-        let written = crate::internal::append(shard, tp, &[record], WRITE_TIMEOUT).await;
+        debug_assert_eq!(transition.id, id);
+        write_transition(core, tp, leader_epoch, transition).await?;
+    }
+    outcome.reply.map_err(|e| reply_error(&e))
+}
+
+/// Appends a transition to `tp` as its leader at `leader_epoch` and makes it
+/// the id's state once durable (or drops it if the write failed). A state
+/// that needs markers (PrepareCommit, PrepareAbort) gets them written.
+async fn write_transition(
+    core: &Rc<CoreState>,
+    tp: &TopicPartition,
+    leader_epoch: i32,
+    transition: &Transition,
+) -> Result<(), ResponseError> {
+    let id = &transition.id;
+    let record = (encode_key(id), Some(encode_value(&transition.record)));
+    let written = crate::internal::append(&core.shard, tp, &[record], WRITE_TIMEOUT).await;
+    let driver = Driver::current();
+    let markers = {
         let mut slots = driver.slots.borrow_mut();
         let coordinator = match slots.get_mut(tp) {
             Some(Slot::Ready {
@@ -268,6 +358,7 @@ async fn init_local(
         match written {
             Ok(_) => {
                 coordinator.complete(id).map_err(|e| reply_error(&e))?;
+                coordinator.markers(id)
             }
             Err(e) => {
                 coordinator.fail(id);
@@ -275,12 +366,118 @@ async fn init_local(
                 return Err(e.code(ResponseError::UnknownServerError));
             }
         }
+    };
+    if let Some(markers) = markers {
+        spawn_markers(core, tp, leader_epoch, markers);
     }
-    match outcome.reply {
-        Ok(Reply::ProducerIdAndEpoch(pid, epoch)) => Ok((pid, epoch)),
-        Ok(Reply::Ok) => Err(ResponseError::UnknownServerError),
-        Err(e) => Err(reply_error(&e)),
-    }
+    Ok(())
+}
+
+/// Whether this core still coordinates `tp`'s ids at `leader_epoch`.
+fn still_leading(tp: &TopicPartition, leader_epoch: i32) -> bool {
+    matches!(
+        Driver::current().slots.borrow().get(tp),
+        Some(Slot::Ready { leader_epoch: e, .. }) if *e == leader_epoch
+    )
+}
+
+/// Writes a decided transaction's markers, then its completion
+/// (CompleteCommit/CompleteAbort), while this core coordinates `tp` at
+/// `leader_epoch`; a new leader's load takes over otherwise.
+fn spawn_markers(core: &Rc<CoreState>, tp: &TopicPartition, leader_epoch: i32, markers: Markers) {
+    let core = core.clone();
+    let tp = tp.clone();
+    glommio::spawn_local(async move {
+        let id = markers.id.clone();
+        let started = std::time::Instant::now();
+        let written = super::markers::write_all(&core, &markers, leader_epoch, || {
+            still_leading(&tp, leader_epoch)
+        })
+        .await;
+        if !written {
+            tracing::info!(transactional_id = %id, partition = %tp, "markers left to the next coordinator");
+            return;
+        }
+        tracing::debug!(
+            transactional_id = %id, commit = markers.commit, partitions = markers.partitions.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64, "transaction markers written"
+        );
+        // The completion, retried while this core still coordinates the id.
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let transition = {
+                let driver = Driver::current();
+                let mut slots = driver.slots.borrow_mut();
+                match slots.get_mut(&tp) {
+                    Some(Slot::Ready {
+                        coordinator,
+                        leader_epoch: e,
+                    }) if *e == leader_epoch => coordinator.markers_written(&id, now_ms()),
+                    _ => return,
+                }
+            };
+            let Some(transition) = transition else {
+                return;
+            };
+            match write_transition(&core, &tp, leader_epoch, &transition).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(transactional_id = %id, partition = %tp, error = ?e, "completing a transaction failed; retrying");
+                    if core.stopping.get() || !still_leading(&tp, leader_epoch) {
+                        return;
+                    }
+                    glommio::timer::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    })
+    .detach();
+}
+
+/// Aborts ongoing transactions past their timeout, on every partition this
+/// core coordinates, every `interval` (Kafka's
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+fn start_expiry_timer(core: &Rc<CoreState>, interval: Duration) {
+    let core = Rc::downgrade(core);
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(interval).await;
+            let Some(core) = core.upgrade() else {
+                return;
+            };
+            if core.stopping.get() {
+                return;
+            }
+            let due: Vec<(TopicPartition, i32, Vec<Transition>)> = {
+                let driver = Driver::current();
+                let mut slots = driver.slots.borrow_mut();
+                slots
+                    .iter_mut()
+                    .filter_map(|(tp, slot)| match slot {
+                        Slot::Ready {
+                            coordinator,
+                            leader_epoch,
+                        } => Some((tp.clone(), *leader_epoch, coordinator.expired(now_ms()))),
+                        Slot::Loading { .. } => None,
+                    })
+                    .filter(|(_, _, t)| !t.is_empty())
+                    .collect()
+            };
+            for (tp, leader_epoch, transitions) in due {
+                for transition in transitions {
+                    tracing::info!(
+                        transactional_id = %transition.id, partition = %tp,
+                        "aborting a transaction past its timeout; its producer is fenced"
+                    );
+                    if let Err(e) = write_transition(&core, &tp, leader_epoch, &transition).await {
+                        tracing::warn!(transactional_id = %transition.id, error = ?e, "aborting an expired transaction failed; the next round tries again");
+                    }
+                }
+            }
+        }
+    })
+    .detach();
 }
 
 fn reply_error(e: &TxnError) -> ResponseError {
@@ -297,6 +494,10 @@ pub fn attach(core: &Rc<CoreState>) {
     Driver::current().config.set(TxnConfig {
         max_timeout_ms: core.node.config.transaction_max_timeout_ms,
     });
+    start_expiry_timer(
+        core,
+        Duration::from_millis(core.node.config.transaction_cleanup_interval_ms.max(10)),
+    );
     let core = Rc::downgrade(core);
     crate::replica::on_role_change(move |tp, change| {
         if tp.topic != super::TXN_TOPIC {
@@ -307,7 +508,7 @@ pub fn attach(core: &Rc<CoreState>) {
                 let Some(core) = core.upgrade() else {
                     return;
                 };
-                Driver::current().on_leader(&core.shard, tp.clone(), leader_epoch);
+                Driver::current().on_leader(&core, tp.clone(), leader_epoch);
             }
             RoleChange::NotLeading => Driver::current().on_resign(tp),
         }

@@ -11,12 +11,18 @@
 //! - `coordinator.rs`: per-core glue: loading a partition when its
 //!   leadership arrives, the writes, the replies.
 //!
-//! Built so far (issue 18): FindCoordinator for transactions and
-//! InitProducerId with a transactional id (a new id, an epoch bump that
-//! fences the previous producer, KIP-360 recovery). Not yet:
-//! AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, the markers, expiry.
+//! - `markers.rs`: a decided transaction's COMMIT/ABORT markers, written
+//!   to every partition's leader (this node's own on their owner cores,
+//!   others' with WriteTxnMarkers over a `BrokerLink`).
+//!
+//! Built so far (issue 18): FindCoordinator for transactions, InitProducerId
+//! with a transactional id (a new id, an epoch bump that fences the previous
+//! producer, KIP-360 recovery), AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+//! the markers, expiry of transactions past their timeout. Not yet:
+//! TxnOffsetCommit, KIP-890 verification at the partition leader.
 
 pub mod coordinator;
+pub mod markers;
 
 use skiff_engine::TopicPartition;
 

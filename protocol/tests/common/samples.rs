@@ -3,6 +3,7 @@
 //! the round-trip tests and by the guard's layout check (which includes this file).
 
 use bytes::Bytes;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::alter_configs_request::{
     AlterConfigsResource as LegacyAlterConfigsResource, AlterableConfig as LegacyAlterableConfig,
 };
@@ -53,9 +54,15 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 };
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
 use kafka_protocol::messages::{
     alter_client_quotas_request, describe_client_quotas_request, AlterClientQuotasRequest,
     DescribeClientQuotasRequest,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, WriteTxnMarkersRequest,
 };
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest, BrokerId,
@@ -474,6 +481,49 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                         .with_value(None),
                 ])])
             .with_validate_only(false)
+            .into(),
+        ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(s("tx-1")))
+            .with_v3_and_below_producer_id(ProducerId(42))
+            .with_v3_and_below_producer_epoch(3)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(topic("orders"))
+                    .with_partitions(vec![0, 3]),
+                AddPartitionsToTxnTopic::default()
+                    .with_name(topic("payments"))
+                    .with_partitions(vec![1]),
+            ])
+            .into(),
+        ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("tx-1")))
+            .with_producer_id(ProducerId(42))
+            .with_producer_epoch(3)
+            .with_group_id(GroupId(s("billing")))
+            .into(),
+        ApiKey::EndTxn => EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("tx-1")))
+            .with_producer_id(ProducerId(42))
+            .with_producer_epoch(3)
+            .with_committed(true)
+            .into(),
+        ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::default()
+            .with_markers(vec![
+                WritableTxnMarker::default()
+                    .with_producer_id(ProducerId(42))
+                    .with_producer_epoch(3)
+                    .with_transaction_result(true)
+                    .with_coordinator_epoch(7)
+                    .with_topics(vec![WritableTxnMarkerTopic::default()
+                        .with_name(topic("orders"))
+                        .with_partition_indexes(vec![0, 3])]),
+                WritableTxnMarker::default()
+                    .with_producer_id(ProducerId(43))
+                    .with_producer_epoch(0)
+                    .with_transaction_result(false)
+                    .with_coordinator_epoch(7)
+                    .with_topics(vec![]),
+            ])
             .into(),
         ApiKey::InitProducerId => {
             let request = InitProducerIdRequest::default()
