@@ -34,6 +34,9 @@ def parse(argv):
     ap.add_argument("--max-gap", type=float, default=0.0,
                     help="count a cycle whose longest stretch without an ack exceeds this many seconds as an "
                          "anomaly (default: off, only reported)")
+    ap.add_argument("--max-minutes", type=float, default=0.0,
+                    help="start no cycle after this many minutes of faults; the checks run on the cycles done "
+                         "(default: off). SIGUSR1 does the same at once: the cycle under way ends, then the checks")
     ap.add_argument("--dir", default=None, help="where run directories go (default /tmp/skiff-nemesis)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory even when the run passes")
     ap.add_argument("--json", default="", help="also write the summary as JSON here")
@@ -67,7 +70,8 @@ def main(argv=None):
                  min_fault_s=a.fault_min, max_fault_s=a.fault_max, rate=a.rate, consumer=not a.no_consumer,
                  skiff_bin=os.path.abspath(skiff), tools_bin=os.path.abspath(tools), keep=a.keep,
                  group=not a.no_group, churn=not a.no_churn,
-                 recover_timeout_s=a.recover_timeout, max_gap_s=a.max_gap, json_out=a.json)
+                 recover_timeout_s=a.recover_timeout, max_gap_s=a.max_gap, json_out=a.json,
+                 max_minutes=a.max_minutes)
     if a.dir:
         cfg.base_dir = os.path.abspath(a.dir)
     print(f"nemesis: seed {seed}, {a.cycles} cycles of {','.join(names)}"

@@ -65,6 +65,7 @@ class Config:
     json_out: str = ""
     group: bool = True  # a consumer group committing offsets during the faults
     churn: bool = True  # topics created and deleted during the faults
+    max_minutes: float = 0.0  # > 0: no cycle starts after this many minutes of faults
 
 
 class Abort(Exception):
@@ -632,6 +633,15 @@ class Run:
         atexit.register(self.cleanup)
         old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
         old_hup = signal.signal(signal.SIGHUP, _raise_interrupt)
+        # SIGUSR1: finish the cycle under way, then heal, check and report
+        # as if the run had been asked for that many cycles.
+        self._stop_requested = False
+
+        def _request_stop(signum, frame):
+            self._stop_requested = True
+            self.out("-- SIGUSR1: stopping after this cycle; the checks run on what was done")
+
+        old_usr1 = signal.signal(signal.SIGUSR1, _request_stop)
         ok = False
         result = {"seed": self.cfg.seed}
         try:
@@ -644,6 +654,11 @@ class Run:
                      f"other nodes named a new leader for every partition a faulted node led; leaders, ISRs: "
                      f"seconds after the heal until every partition had one leader all nodes name / a full ISR)")
             for i in range(self.cfg.cycles):
+                if self._stop_requested:
+                    break
+                if self.cfg.max_minutes > 0 and time.time() - self.t0 > self.cfg.max_minutes * 60:
+                    self.out(f"-- --max-minutes {self.cfg.max_minutes:g} reached: {i} cycles run, checking them")
+                    break
                 self.cycle(i, schedule)
                 # A cluster that stays broken makes every later cycle wait out
                 # the recovery timeout and measure nothing: stop, keep it all.
@@ -683,6 +698,7 @@ class Run:
             self.cleanup()
             signal.signal(signal.SIGTERM, old_term)
             signal.signal(signal.SIGHUP, old_hup)
+            signal.signal(signal.SIGUSR1, old_usr1)
             if ok and not self.cfg.keep:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
                 result["run_dir"] = None
@@ -827,7 +843,7 @@ class Run:
                              "deletes_ok": sum(1 for c in calls if c["op"] == "delete" and c.get("ok")),
                              "calls": len(calls), "errors": churn_errors}
         result = {
-            "seed": self.cfg.seed, "cycles": self.cfg.cycles, "nemeses": list(self.cfg.nemeses),
+            "seed": self.cfg.seed, "cycles": len(self.cycles), "cycles_asked": self.cfg.cycles, "nemeses": list(self.cfg.nemeses),
             "concurrent": self.cfg.concurrent,
             "acknowledged": len(acks), "acknowledged_without_offset": sum(1 for a in acks if a["o"] is None),
             "failed_writes": len(errors), "sent": sent, "undelivered": {t: d.get("undelivered")
