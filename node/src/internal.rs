@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use kafka_protocol::ResponseError;
-use skiff_engine::batch::{decode_records, BatchBuilder};
+use skiff_engine::batch::{decode_records, parse_marker, BatchBuilder, BatchHeader};
 use skiff_engine::{AppendMode, LogError, Shard, TopicPartition};
 
 use skiff_coordinator::partition_for;
@@ -77,11 +77,40 @@ pub async fn append(
     records: &[(Vec<u8>, Option<Vec<u8>>)],
     timeout: Duration,
 ) -> Result<i64, WriteError> {
+    append_as(shard, tp, records, None, timeout).await
+}
+
+/// As [`append`], in a transactional batch of `producer` (id, epoch): the
+/// records count once that producer's COMMIT marker follows them in the
+/// partition (TxnOffsetCommit's offsets).
+pub async fn append_transactional(
+    shard: &Rc<Shard>,
+    tp: &TopicPartition,
+    records: &[(Vec<u8>, Option<Vec<u8>>)],
+    producer: (i64, i16),
+    timeout: Duration,
+) -> Result<i64, WriteError> {
+    append_as(shard, tp, records, Some(producer), timeout).await
+}
+
+async fn append_as(
+    shard: &Rc<Shard>,
+    tp: &TopicPartition,
+    records: &[(Vec<u8>, Option<Vec<u8>>)],
+    producer: Option<(i64, i16)>,
+    timeout: Duration,
+) -> Result<i64, WriteError> {
     let partition = shard
         .local(tp)
         .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
     let leader_epoch = crate::replica::admit_append(tp, -1).map_err(WriteError::Replication)?;
-    let mut builder = BatchBuilder::new();
+    let mut builder = match producer {
+        // No sequence: the coordinator, not the producer, orders these.
+        Some((id, epoch)) => BatchBuilder::new()
+            .producer(id, epoch, -1)
+            .transactional(true),
+        None => BatchBuilder::new(),
+    };
     let now = now_ms();
     for (key, value) in records {
         builder.push(now, Some(key), value.as_deref(), &[]);
@@ -101,13 +130,50 @@ pub async fn append(
 }
 
 /// Reads every record of a partition this core holds, from its start to its
-/// end as of the call: `visit(offset, key, value)` in log order. A batch
-/// that does not decode is skipped with a warning (its neighbours still
-/// count).
+/// end as of the call: `visit(offset, key, value)` in log order (markers
+/// left out). A batch that does not decode is skipped with a warning (its
+/// neighbours still count).
 pub async fn read_records(
     shard: &Rc<Shard>,
     tp: &TopicPartition,
     mut visit: impl FnMut(i64, Option<&[u8]>, Option<&[u8]>),
+) -> Result<(), LogError> {
+    read_batches(shard, tp, |loaded| {
+        if let Loaded::Record {
+            offset, key, value, ..
+        } = loaded
+        {
+            visit(offset, key, value);
+        }
+    })
+    .await
+}
+
+/// One thing a loader sees in a partition, in log order.
+pub enum Loaded<'a> {
+    Record {
+        offset: i64,
+        key: Option<&'a [u8]>,
+        value: Option<&'a [u8]>,
+        /// The producer id of a transactional batch: the record counts
+        /// only once that producer's COMMIT marker follows.
+        transactional: Option<i64>,
+    },
+    /// A COMMIT or ABORT marker of `producer_id` at `producer_epoch`.
+    Marker {
+        offset: i64,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    },
+}
+
+/// As [`read_records`], with transactions: every record with its batch's
+/// producer if transactional, and the markers.
+pub async fn read_batches(
+    shard: &Rc<Shard>,
+    tp: &TopicPartition,
+    mut visit: impl FnMut(Loaded<'_>),
 ) -> Result<(), LogError> {
     let partition = shard
         .local(tp)
@@ -120,6 +186,29 @@ pub async fn read_records(
             break;
         }
         for batch in &read.batches {
+            let header = match BatchHeader::parse(batch) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(partition = %tp, error = %e, "skipping an unparsable batch");
+                    continue;
+                }
+            };
+            if header.is_control() {
+                match parse_marker(batch) {
+                    Ok(Some(m)) => visit(Loaded::Marker {
+                        offset: header.base_offset,
+                        producer_id: header.producer_id,
+                        producer_epoch: header.producer_epoch,
+                        commit: m.commit,
+                    }),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(partition = %tp, offset = header.base_offset, error = %e, "skipping an undecodable control batch")
+                    }
+                }
+                continue;
+            }
+            let transactional = header.is_transactional().then_some(header.producer_id);
             let records = match decode_records(batch, LOAD_RECORD_BYTES_MAX) {
                 Ok(r) => r,
                 Err(e) => {
@@ -128,7 +217,12 @@ pub async fn read_records(
                 }
             };
             for r in records {
-                visit(r.offset, r.key.as_deref(), r.value.as_deref());
+                visit(Loaded::Record {
+                    offset: r.offset,
+                    key: r.key.as_deref(),
+                    value: r.value.as_deref(),
+                    transactional,
+                });
             }
         }
         offset = read.next_offset;

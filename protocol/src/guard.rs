@@ -360,6 +360,32 @@ pub(crate) static ADD_PARTITIONS_TO_TXN: Schema = Schema {
     flexible_since: 3,
 };
 
+// TxnOffsetCommit (txn_offset_commit_request.rs): the transactional id,
+// group id, producer id and epoch, generation, member id and instance id
+// (v3+), topics of (name, partitions of (index, offset, leader epoch (v2+),
+// nullable metadata)); flexible from v3.
+static TXN_OFFSET_COMMIT_PARTITION: Struct = Struct {
+    fields: &[f(I32), f(I64), since(2, I32), f(Str)],
+};
+static TXN_OFFSET_COMMIT_TOPIC: Struct = Struct {
+    fields: &[f(Str), f(Array(&TXN_OFFSET_COMMIT_PARTITION))],
+};
+pub(crate) static TXN_OFFSET_COMMIT: Schema = Schema {
+    body: Struct {
+        fields: &[
+            f(Str),
+            f(Str),
+            f(I64),
+            f(I16),
+            since(3, I32),
+            since(3, Str),
+            since(3, Str),
+            f(Array(&TXN_OFFSET_COMMIT_TOPIC)),
+        ],
+    },
+    flexible_since: 3,
+};
+
 // WriteTxnMarkers (write_txn_markers_request.rs), v1: markers of (producer
 // id, epoch, result, topics of (name, partition indexes), coordinator
 // epoch); flexible from v1.

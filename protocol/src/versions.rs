@@ -102,6 +102,9 @@ pub const SERVED_APIS: &[ServedApi] = &[
     ServedApi::new(ApiKey::AddPartitionsToTxn, 0, 3).guarded(&guard::ADD_PARTITIONS_TO_TXN),
     ServedApi::new(ApiKey::AddOffsetsToTxn, 0, 3),
     ServedApi::new(ApiKey::EndTxn, 0, 4),
+    // To the group coordinator: offsets that count once the transaction
+    // commits.
+    ServedApi::new(ApiKey::TxnOffsetCommit, 0, 4).guarded(&guard::TXN_OFFSET_COMMIT),
     // Between brokers: a transaction coordinator to a partition leader.
     ServedApi::new(ApiKey::WriteTxnMarkers, 1, 1).guarded(&guard::WRITE_TXN_MARKERS),
     ServedApi::new(ApiKey::DeleteRecords, 0, 2).guarded(&guard::DELETE_RECORDS),

@@ -354,3 +354,171 @@ def _try_consume(b, topic, want):
         return values(ck.consume_all(b, topic, 1, want, timeout_s=3, **{"isolation.level": "read_committed"}))
     except AssertionError:
         return None
+
+
+def test_consume_transform_produce_commits_offsets_with_the_output(fresh_node, topic_name):
+    """Read, transform, write: each batch's output and its input offsets
+    commit together (send_offsets_to_transaction: AddOffsetsToTxn, then
+    TxnOffsetCommit at the group coordinator, then the markers reach
+    __consumer_offsets). An aborted batch leaves neither: the group's
+    offsets stay put and the batch is processed again. The output holds
+    every input once; a new member of the group starts after the last
+    committed batch."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    b = fresh_node.bootstrap
+    src, dst, group = topic_name + "-in", topic_name + "-out", topic_name + "-g"
+    ck.create_topic(b, src, partitions=1)
+    ck.create_topic(b, dst, partitions=1)
+    n = 30
+    plain = ck.producer(b, {"acks": "all"})
+    for i in range(n):
+        plain.produce(src, value=f"in-{i}".encode())
+    ck.flush(plain)
+
+    consumer_conf = {"bootstrap.servers": b, "group.id": group, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                     "socket.timeout.ms": 10000}
+    c = Consumer(consumer_conf)
+    c.assign([TopicPartition(src, 0)])
+    p = Producer({"bootstrap.servers": b, "transactional.id": "tx-ctp", "socket.timeout.ms": 10000})
+    p.init_transactions(30)
+    done = 0
+    aborted_once = False
+    deadline = time.monotonic() + 90
+    while done < n and time.monotonic() < deadline:
+        msgs = [m for m in c.consume(num_messages=7, timeout=1.0) if m.error() is None]
+        if not msgs:
+            continue
+        p.begin_transaction()
+        for m in msgs:
+            p.produce(dst, value=m.value().replace(b"in-", b"out-"))
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+        if not aborted_once and done > 0:
+            aborted_once = True
+            p.abort_transaction(30)
+            # Back to the group's committed position: the batch again.
+            committed = c.committed([TopicPartition(src, 0)], timeout=10)
+            assert committed[0].offset == done, committed
+            c.seek(committed[0])
+            continue
+        p.commit_transaction(30)
+        done += len(msgs)
+    assert done == n and aborted_once
+    committed = c.committed([TopicPartition(src, 0)], timeout=10)
+    assert committed[0].offset == n, committed
+    c.close()
+    got = ck.consume_all(b, dst, 1, n, **{"isolation.level": "read_committed"})
+    assert values(got) == [f"out-{i}".encode() for i in range(n)]
+    # A new member of the group resumes after the last commit: nothing left.
+    c2 = Consumer(consumer_conf)
+    try:
+        c2.assign([TopicPartition(src, 0)])
+        assert not [m for m in c2.consume(num_messages=100, timeout=3.0) if m.error() is None]
+    finally:
+        c2.close()
+
+
+def test_offsets_of_an_unfinished_transaction_are_unstable_to_read_committed_consumers(fresh_node, topic_name):
+    """KIP-447: while a transaction holds offsets for a group, an OffsetFetch
+    with require_stable (librdkafka's, under read_committed) is answered
+    UNSTABLE_OFFSET_COMMIT (retried until it gives up); without it, the last
+    committed offset. The commit makes the new offset the answer to both; an
+    abort keeps the old one."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    b = fresh_node.bootstrap
+    group = topic_name + "-g"
+    ck.create_topic(b, topic_name, partitions=1)
+    p = Producer({"bootstrap.servers": b, "transactional.id": "tx-stable", "socket.timeout.ms": 10000})
+    p.init_transactions(30)
+    meta_consumer = Consumer({"bootstrap.servers": b, "group.id": group, "enable.auto.commit": False})
+
+    def committed(isolation, timeout=5):
+        c = Consumer({"bootstrap.servers": b, "group.id": group, "enable.auto.commit": False,
+                      "isolation.level": isolation})
+        try:
+            return c.committed([TopicPartition(topic_name, 0)], timeout=timeout)[0].offset
+        finally:
+            c.close()
+
+    try:
+        for offset, outcome in ((5, "commit"), (9, "abort")):
+            p.begin_transaction()
+            p.produce(topic_name, value=b"x")
+            p.send_offsets_to_transaction([TopicPartition(topic_name, 0, offset)],
+                                          meta_consumer.consumer_group_metadata(), 30)
+            p.flush(30)
+            before = 5 if offset == 9 else -1001  # OFFSET_INVALID: nothing committed yet
+            assert committed("read_uncommitted") == before
+            unstable = None
+            try:
+                committed("read_committed", timeout=3)
+            except KafkaException as e:
+                unstable = e.args[0]
+            assert unstable is not None, "a pending transactional offset was served to a require_stable fetch"
+            if outcome == "commit":
+                p.commit_transaction(30)
+            else:
+                p.abort_transaction(30)
+            deadline = time.monotonic() + 30
+            want = 5
+            while time.monotonic() < deadline and committed("read_uncommitted") != want:
+                time.sleep(0.2)
+            assert committed("read_uncommitted") == want
+            assert committed("read_committed") == want
+    finally:
+        meta_consumer.close()
+
+
+def test_transactional_offsets_are_loaded_back_after_sigkill(fresh_node, topic_name):
+    """The group coordinator rebuilds transactional offsets from
+    __consumer_offsets after a SIGKILL: a committed transaction's offset
+    counts, an aborted one's does not, and an open one's stays pending
+    (unstable) until its commit after the restart."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    b = fresh_node.bootstrap
+    group = topic_name + "-g"
+    ck.create_topic(b, topic_name, partitions=1)
+    p = Producer({"bootstrap.servers": b, "transactional.id": "tx-reload", "socket.timeout.ms": 10000})
+    p.init_transactions(30)
+    meta = Consumer({"bootstrap.servers": b, "group.id": group, "enable.auto.commit": False})
+    group_metadata = meta.consumer_group_metadata()
+    meta.close()
+
+    def offsets_txn(offset, outcome):
+        p.begin_transaction()
+        p.produce(topic_name, value=f"o{offset}".encode())
+        p.send_offsets_to_transaction([TopicPartition(topic_name, 0, offset)], group_metadata, 30)
+        if outcome == "commit":
+            p.commit_transaction(30)
+        elif outcome == "abort":
+            p.flush(30)
+            p.abort_transaction(30)
+        else:
+            p.flush(30)
+
+    def committed(isolation, timeout=10):
+        c = Consumer({"bootstrap.servers": b, "group.id": group, "enable.auto.commit": False,
+                      "isolation.level": isolation})
+        try:
+            return c.committed([TopicPartition(topic_name, 0)], timeout=timeout)[0].offset
+        finally:
+            c.close()
+
+    offsets_txn(3, "commit")
+    offsets_txn(5, "abort")
+    offsets_txn(7, "open")
+    fresh_node.restart(kill=True)
+    assert committed("read_uncommitted", timeout=30) == 3
+    try:
+        committed("read_committed", timeout=3)
+        assert False, "an open transaction's offset was stable after the restart"
+    except KafkaException:
+        pass
+    p.commit_transaction(60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and committed("read_uncommitted") != 7:
+        time.sleep(0.2)
+    assert committed("read_committed") == 7

@@ -52,6 +52,9 @@ thread_local! {
     static COORDINATOR: Rc<Coordinator> = Rc::new(Coordinator::default());
 }
 
+/// Transactional offsets by producer id: (topic, partition) -> the commit.
+type PendingByProducer = BTreeMap<i64, BTreeMap<(String, i32), Committed>>;
+
 /// A committed offset and where it is in the log.
 #[derive(Debug, Clone)]
 pub struct Committed {
@@ -64,6 +67,10 @@ struct Entry {
     tp: TopicPartition,
     /// (topic, partition) -> committed offset.
     offsets: BTreeMap<(String, i32), Committed>,
+    /// TxnOffsetCommit's offsets by producer id, waiting for its marker:
+    /// a COMMIT makes them committed (where newer in the log), an ABORT
+    /// drops them.
+    pending: PendingByProducer,
     join_waiters: HashMap<String, oneshot::Sender<JoinResult>>,
     sync_waiters: HashMap<String, oneshot::Sender<SyncResult>>,
     /// Whether the log holds a GroupMetadata record for it (forgetting the
@@ -78,6 +85,7 @@ impl Entry {
             tp,
             stored: false,
             offsets: BTreeMap::new(),
+            pending: BTreeMap::new(),
             join_waiters: HashMap::new(),
             sync_waiters: HashMap::new(),
         }
@@ -135,6 +143,13 @@ pub struct Coordinator {
     load_waiters: RefCell<Vec<oneshot::Sender<()>>>,
     /// `offsets.commit.timeout.ms` (set when the core starts its ticker).
     write_timeout: std::cell::Cell<Option<Duration>>,
+    /// The latest epoch of each transactional producer seen in each offsets
+    /// partition this core leads (its TxnOffsetCommits and markers): an
+    /// older one is fenced.
+    txn_epochs: RefCell<HashMap<TopicPartition, HashMap<i64, i16>>>,
+    /// Markers written while their offsets partition was still loading
+    /// (the load may have read the log before them): applied when it ends.
+    deferred_markers: RefCell<HashMap<TopicPartition, Vec<(i64, i16, bool)>>>,
     /// Set when the node stops: calls are answered NOT_COORDINATOR, as a Kafka
     /// coordinator that resigns answers, so clients never wait on a dead node.
     closed: std::cell::Cell<bool>,
@@ -367,6 +382,139 @@ impl Coordinator {
             }
         }
         Ok(())
+    }
+
+    /// TxnOffsetCommit: checked as OffsetCommit is, plus the producer's
+    /// epoch; appended in a transactional batch of the producer; pending
+    /// until the producer's marker reaches this partition (`on_marker`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_commit(
+        &self,
+        shard: &Rc<Shard>,
+        tp: TopicPartition,
+        group_id: String,
+        limits: Limits,
+        producer: (i64, i16),
+        member_id: String,
+        generation_id: i32,
+        group_instance_id: Option<String>,
+        offsets: Vec<(String, i32, OffsetValue)>,
+    ) -> Result<(), ResponseError> {
+        let now = now_ms();
+        let (producer_id, epoch) = producer;
+        let known = self
+            .txn_epochs
+            .borrow()
+            .get(&tp)
+            .and_then(|e| e.get(&producer_id))
+            .copied();
+        if known.is_some_and(|k| epoch < k) {
+            return Err(ResponseError::InvalidProducerEpoch);
+        }
+        {
+            let mut groups = self.groups.borrow_mut();
+            match groups.get_mut(&group_id) {
+                None if generation_id < 0 => {
+                    Self::entry_or_new(&mut groups, &group_id, &tp, limits, now);
+                }
+                None => return Err(ResponseError::IllegalGeneration),
+                Some(entry) => entry.group.check_commit(
+                    now,
+                    &member_id,
+                    generation_id,
+                    group_instance_id.as_deref(),
+                )?,
+            }
+        }
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = offsets
+            .iter()
+            .map(|(topic, partition, value)| {
+                let key = RecordKey::Offset {
+                    group: group_id.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                };
+                (
+                    records::encode_key(&key),
+                    Some(records::encode_offset_value(value)),
+                )
+            })
+            .collect();
+        let base_offset = crate::internal::append_transactional(
+            shard,
+            &tp,
+            &records,
+            producer,
+            self.write_timeout(),
+        )
+        .await
+        .map_err(|e| {
+            tracing::warn!(group = %group_id, partition = %tp, producer_id, error = %e, "writing transactional offsets failed");
+            e.code(ResponseError::InvalidCommitOffsetSize)
+        })?;
+        self.txn_epochs
+            .borrow_mut()
+            .entry(tp.clone())
+            .or_default()
+            .entry(producer_id)
+            .and_modify(|e| *e = (*e).max(epoch))
+            .or_insert(epoch);
+        let mut groups = self.groups.borrow_mut();
+        let entry = Self::entry_or_new(&mut groups, &group_id, &tp, limits, now);
+        let pending = entry.pending.entry(producer_id).or_default();
+        for (i, (topic, partition, value)) in offsets.into_iter().enumerate() {
+            let log_offset = base_offset + i as i64;
+            pending.insert((topic, partition), Committed { value, log_offset });
+        }
+        Ok(())
+    }
+
+    /// The partitions of `group_id` with offsets a transaction wrote and
+    /// has not ended yet.
+    pub fn pending_partitions(&self, group_id: &str) -> std::collections::BTreeSet<(String, i32)> {
+        self.groups
+            .borrow()
+            .get(group_id)
+            .map(|e| e.pending.values().flat_map(|p| p.keys().cloned()).collect())
+            .unwrap_or_default()
+    }
+
+    /// A marker of `producer_id` is on the in-sync replicas of offsets
+    /// partition `tp`: its pending offsets count (COMMIT) or are dropped.
+    pub fn on_marker(&self, tp: &TopicPartition, producer_id: i64, epoch: i16, commit: bool) {
+        match self.led.borrow().get(tp) {
+            Some(Led::Loaded(_)) => {}
+            Some(Led::Loading(_)) => {
+                self.deferred_markers
+                    .borrow_mut()
+                    .entry(tp.clone())
+                    .or_default()
+                    .push((producer_id, epoch, commit));
+                return;
+            }
+            None => return,
+        }
+        self.txn_epochs
+            .borrow_mut()
+            .entry(tp.clone())
+            .or_default()
+            .entry(producer_id)
+            .and_modify(|e| *e = (*e).max(epoch))
+            .or_insert(epoch);
+        for entry in self.groups.borrow_mut().values_mut() {
+            if &entry.tp != tp {
+                continue;
+            }
+            let Some(pending) = entry.pending.remove(&producer_id) else {
+                continue;
+            };
+            if commit {
+                settle(&mut entry.offsets, pending);
+            }
+        }
     }
 
     /// The committed offsets of `group_id`: of the listed partitions (`None`
@@ -678,14 +826,21 @@ impl Coordinator {
                 tracing::info!(partition = %tp, leader_epoch, "discarding a load: leadership changed meanwhile");
             } else {
                 match loaded {
-                    Ok(entries) => {
+                    Ok((entries, epochs)) => {
                         let count = entries.len();
+                        this.txn_epochs.borrow_mut().insert(tp.clone(), epochs);
                         let mut groups = this.groups.borrow_mut();
                         for (id, entry) in entries {
                             groups.insert(id, entry);
                         }
                         drop(groups);
                         this.led.borrow_mut().insert(tp.clone(), Led::Loaded(leader_epoch));
+                        // Markers applied twice are harmless: the second
+                        // finds nothing pending.
+                        let late = this.deferred_markers.borrow_mut().remove(&tp);
+                        for (producer_id, epoch, commit) in late.into_iter().flatten() {
+                            this.on_marker(&tp, producer_id, epoch, commit);
+                        }
                         tracing::info!(partition = %tp, leader_epoch, groups = count, elapsed_ms = started.elapsed().as_millis() as u64, "loaded consumer groups");
                     }
                     Err(e) => {
@@ -713,6 +868,8 @@ impl Coordinator {
     }
 
     fn drop_groups_of(&self, tp: &TopicPartition) -> usize {
+        self.txn_epochs.borrow_mut().remove(tp);
+        self.deferred_markers.borrow_mut().remove(tp);
         let mut groups = self.groups.borrow_mut();
         let ids: Vec<String> = groups
             .iter()
@@ -761,17 +918,86 @@ async fn load_partition(
     shard: &Rc<Shard>,
     tp: &TopicPartition,
     limits: Limits,
-) -> Result<Vec<(String, Entry)>, LogError> {
+) -> Result<(Vec<(String, Entry)>, HashMap<i64, i16>), LogError> {
+    use crate::internal::Loaded;
     let now = now_ms();
     let mut groups: BTreeMap<String, Option<skiff_coordinator::group::state::StoredGroup>> =
         BTreeMap::new();
     let mut offsets: BTreeMap<String, BTreeMap<(String, i32), Option<Committed>>> = BTreeMap::new();
-    crate::internal::read_records(shard, tp, |offset, key, value| {
-        apply_record(tp, offset, key, value, &mut groups, &mut offsets);
+    // Transactional offsets by producer, until their marker: (group, topic,
+    // partition) -> the commit.
+    type Pending = BTreeMap<String, BTreeMap<(String, i32), Option<Committed>>>;
+    let mut pending: HashMap<i64, Pending> = HashMap::new();
+    let mut epochs: HashMap<i64, i16> = HashMap::new();
+    crate::internal::read_batches(shard, tp, |loaded| match loaded {
+        Loaded::Record {
+            offset,
+            key,
+            value,
+            transactional: None,
+        } => apply_record(tp, offset, key, value, &mut groups, &mut offsets),
+        Loaded::Record {
+            offset,
+            key,
+            value,
+            transactional: Some(producer_id),
+        } => {
+            // Only offsets are written transactionally; a group record
+            // here would be a stranger's, and is ignored.
+            let mut ignored = BTreeMap::new();
+            let stash = pending.entry(producer_id).or_default();
+            apply_record(tp, offset, key, value, &mut ignored, stash);
+        }
+        Loaded::Marker {
+            producer_id,
+            producer_epoch,
+            commit,
+            ..
+        } => {
+            epochs
+                .entry(producer_id)
+                .and_modify(|e| *e = (*e).max(producer_epoch))
+                .or_insert(producer_epoch);
+            let Some(stash) = pending.remove(&producer_id) else {
+                return;
+            };
+            if !commit {
+                return;
+            }
+            for (group, committed) in stash {
+                let target = offsets.entry(group).or_default();
+                for (key, value) in committed {
+                    let Some(value) = value else { continue };
+                    let newer = match target.get(&key) {
+                        Some(Some(current)) => current.log_offset < value.log_offset,
+                        _ => true,
+                    };
+                    if newer {
+                        target.insert(key, Some(value));
+                    }
+                }
+            }
+        }
     })
     .await?;
-    let ids: std::collections::BTreeSet<String> =
-        groups.keys().chain(offsets.keys()).cloned().collect();
+    // What is still pending: open transactions, kept until their markers.
+    let mut open: BTreeMap<String, PendingByProducer> = BTreeMap::new();
+    for (producer_id, stash) in pending {
+        for (group, committed) in stash {
+            let slot = open
+                .entry(group)
+                .or_default()
+                .entry(producer_id)
+                .or_default();
+            slot.extend(committed.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+        }
+    }
+    let ids: std::collections::BTreeSet<String> = groups
+        .keys()
+        .chain(offsets.keys())
+        .chain(open.keys())
+        .cloned()
+        .collect();
     let mut out = Vec::new();
     for id in ids {
         let stored = groups.remove(&id).flatten();
@@ -782,7 +1008,8 @@ async fn load_partition(
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k, v)))
             .collect();
-        if stored.is_none() && committed.is_empty() {
+        let pending = open.remove(&id).unwrap_or_default();
+        if stored.is_none() && committed.is_empty() && pending.is_empty() {
             continue;
         }
         let group = match stored {
@@ -792,9 +1019,26 @@ async fn load_partition(
         let mut entry = Entry::new(group, tp.clone());
         entry.stored = stored_present;
         entry.offsets = committed;
+        entry.pending = pending;
         out.push((id, entry));
     }
-    Ok(out)
+    Ok((out, epochs))
+}
+
+/// A committed transaction's offsets: each replaces the committed one
+/// unless that one is later in the log (Kafka's rule).
+fn settle(
+    offsets: &mut BTreeMap<(String, i32), Committed>,
+    pending: BTreeMap<(String, i32), Committed>,
+) {
+    for (key, value) in pending {
+        match offsets.get(&key) {
+            Some(current) if current.log_offset > value.log_offset => {}
+            _ => {
+                offsets.insert(key, value);
+            }
+        }
+    }
 }
 
 /// Answers every member waiting in JoinGroup or SyncGroup with `error`.
@@ -875,6 +1119,7 @@ impl Coordinator {
             .filter(|(_, e)| {
                 e.group.is_idle()
                     && e.offsets.is_empty()
+                    && e.pending.is_empty()
                     && e.join_waiters.is_empty()
                     && e.sync_waiters.is_empty()
             })
@@ -1000,6 +1245,11 @@ async fn append(
 /// groups while it leads them (loading them first), and drops them when it
 /// stops. Once per core, before the core takes any role.
 pub fn attach(core: &Rc<CoreState>) {
+    crate::producer::on_marker(|tp, producer_id, epoch, commit| {
+        if tp.topic == super::OFFSETS_TOPIC {
+            Coordinator::current().on_marker(tp, producer_id, epoch, commit);
+        }
+    });
     let core = Rc::downgrade(core);
     crate::replica::on_role_change(move |tp, change| {
         if tp.topic != super::OFFSETS_TOPIC {

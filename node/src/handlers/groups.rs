@@ -6,6 +6,7 @@
 //! version lacks, so they are set only where they exist).
 
 use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::rc::Rc;
 
@@ -25,6 +26,9 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
     GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
@@ -32,6 +36,7 @@ use kafka_protocol::messages::{
     OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
     OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
+use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use kafka_protocol::ResponseError;
 use skiff_engine::{Shard, TopicPartition};
 
@@ -381,16 +386,111 @@ pub async fn offset_commit(
     OffsetCommitResponse::default().with_topics(response)
 }
 
+/// TxnOffsetCommit: a transactional producer's offsets for a group, checked
+/// as OffsetCommit's are and stored pending until the transaction's marker
+/// reaches the group's offsets partition (the partition AddOffsetsToTxn
+/// added to the transaction).
+pub async fn txn_offset_commit(
+    core: &CoreState,
+    request: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let group_id = request.group_id.0.to_string();
+    let topics = core.topics();
+    let now = now_ms();
+    let mut decided: Vec<(String, i32, Option<ResponseError>)> = Vec::new();
+    let mut offsets: Vec<(String, i32, OffsetValue)> = Vec::new();
+    for t in &request.topics {
+        let name = t.name.0.to_string();
+        for p in &t.partitions {
+            let metadata = p
+                .committed_metadata
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default();
+            let refusal = if !topics.has_partition(&name, p.partition_index) {
+                Some(ResponseError::UnknownTopicOrPartition)
+            } else if metadata.len() > coordinator::OFFSET_METADATA_BYTES_MAX {
+                Some(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                None
+            };
+            if refusal.is_none() {
+                offsets.push((
+                    name.clone(),
+                    p.partition_index,
+                    OffsetValue {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata,
+                        commit_timestamp_ms: now,
+                    },
+                ));
+            }
+            decided.push((name.clone(), p.partition_index, refusal));
+        }
+    }
+    let gid = group_id.clone();
+    let member_id = request.member_id.to_string();
+    let instance = request.group_instance_id.as_ref().map(|s| s.to_string());
+    let generation_id = request.generation_id;
+    let producer = (request.producer_id.0, request.producer_epoch);
+    let outcome: Result<(), ResponseError> =
+        on_coordinator(core, &group_id, move |shard, tp, limits| async move {
+            Coordinator::current()
+                .txn_commit(
+                    &shard,
+                    tp,
+                    gid,
+                    limits,
+                    producer,
+                    member_id,
+                    generation_id,
+                    instance,
+                    offsets,
+                )
+                .await
+        })
+        .await
+        .and_then(|r| r);
+    let mut response: Vec<TxnOffsetCommitResponseTopic> = Vec::new();
+    for (name, partition, refusal) in decided {
+        let error = refusal.or(outcome.err());
+        let entry = TxnOffsetCommitResponsePartition::default()
+            .with_partition_index(partition)
+            .with_error_code(code(error));
+        match response.last_mut() {
+            Some(last) if last.name.0.as_str() == name => last.partitions.push(entry),
+            _ => response.push(
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(TopicName(str_bytes(name)))
+                    .with_partitions(vec![entry]),
+            ),
+        }
+    }
+    TxnOffsetCommitResponse::default().with_topics(response)
+}
+
 use crate::group::coordinator::FetchedOffsets as Fetched;
 
+/// The committed offsets, and (KIP-447's `require_stable`) the partitions
+/// whose offsets a transaction has written but not yet ended: those are
+/// answered UNSTABLE_OFFSET_COMMIT, which clients retry, so a consumer
+/// never starts from an offset a commit in flight is about to move.
 async fn fetch_group(
     core: &CoreState,
     group_id: String,
     wanted: Option<Vec<(String, Vec<i32>)>>,
-) -> Result<Fetched, ResponseError> {
+    require_stable: bool,
+) -> Result<(Fetched, BTreeSet<(String, i32)>), ResponseError> {
     let gid = group_id.clone();
     on_coordinator(core, &group_id, move |_, _, _| async move {
-        Coordinator::current().fetch_offsets(&gid, wanted)
+        let coordinator = Coordinator::current();
+        let unstable = if require_stable {
+            coordinator.pending_partitions(&gid)
+        } else {
+            BTreeSet::new()
+        };
+        (coordinator.fetch_offsets(&gid, wanted), unstable)
     })
     .await
 }
@@ -409,30 +509,36 @@ pub async fn offset_fetch(
                     .collect()
             });
             let group_id = g.group_id.0.to_string();
-            let fetched = fetch_group(core, group_id.clone(), wanted).await;
+            let fetched = fetch_group(core, group_id.clone(), wanted, request.require_stable).await;
             let mut out =
                 OffsetFetchResponseGroup::default().with_group_id(GroupId(str_bytes(group_id)));
             match fetched {
                 Err(e) => out.error_code = e.code(),
-                Ok(topics) => {
+                Ok((topics, unstable)) => {
                     out.topics = topics
                         .into_iter()
                         .map(|(name, partitions)| {
+                            let partitions = partitions
+                                .into_iter()
+                                .map(|(p, v)| {
+                                    if unstable.contains(&(name.clone(), p)) {
+                                        return OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(-1)
+                                            .with_committed_leader_epoch(-1)
+                                            .with_error_code(UNSTABLE.code());
+                                    }
+                                    let (offset, epoch, metadata) = fetched_fields(v);
+                                    OffsetFetchResponsePartitions::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(offset)
+                                        .with_committed_leader_epoch(epoch)
+                                        .with_metadata(Some(str_bytes(metadata)))
+                                })
+                                .collect();
                             OffsetFetchResponseTopics::default()
                                 .with_name(TopicName(str_bytes(name)))
-                                .with_partitions(
-                                    partitions
-                                        .into_iter()
-                                        .map(|(p, v)| {
-                                            let (offset, epoch, metadata) = fetched_fields(v);
-                                            OffsetFetchResponsePartitions::default()
-                                                .with_partition_index(p)
-                                                .with_committed_offset(offset)
-                                                .with_committed_leader_epoch(epoch)
-                                                .with_metadata(Some(str_bytes(metadata)))
-                                        })
-                                        .collect(),
-                                )
+                                .with_partitions(partitions)
                         })
                         .collect()
                 }
@@ -447,23 +553,35 @@ pub async fn offset_fetch(
             .collect()
     });
     let mut response = OffsetFetchResponse::default();
-    match fetch_group(core, request.group_id.0.to_string(), wanted).await {
+    let require_stable = version >= 7 && request.require_stable;
+    match fetch_group(core, request.group_id.0.to_string(), wanted, require_stable).await {
         Err(e) if version >= 2 => response.error_code = e.code(),
         Err(e) => {
             // v1 has no top-level error: every partition carries it, and
             // "all partitions" (null) does not exist before v2.
             tracing::debug!(error = ?e, "offset fetch v1 failed");
         }
-        Ok(topics) => {
+        Ok((topics, unstable)) => {
             response.topics = topics
                 .into_iter()
                 .map(|(name, partitions)| {
+                    let unstable_here: BTreeSet<i32> = unstable
+                        .iter()
+                        .filter(|(t, _)| *t == name)
+                        .map(|(_, p)| *p)
+                        .collect();
                     OffsetFetchResponseTopic::default()
                         .with_name(TopicName(str_bytes(name)))
                         .with_partitions(
                             partitions
                                 .into_iter()
                                 .map(|(p, v)| {
+                                    if unstable_here.contains(&p) {
+                                        return OffsetFetchResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(-1)
+                                            .with_error_code(UNSTABLE.code());
+                                    }
                                     let (offset, epoch, metadata) = fetched_fields(v);
                                     let partition = OffsetFetchResponsePartition::default()
                                         .with_partition_index(p)
@@ -483,6 +601,9 @@ pub async fn offset_fetch(
     }
     response
 }
+
+/// KIP-447: offsets of a transaction not yet ended (the client retries).
+const UNSTABLE: ResponseError = ResponseError::UnstableOffsetCommit;
 
 /// (offset, leader epoch, metadata); -1 / -1 / "" without a commit.
 fn fetched_fields(value: Option<OffsetValue>) -> (i64, i32, String) {

@@ -521,6 +521,9 @@ async fn handle(
             ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(&core, r).await)
         }
         Some(RequestKind::EndTxn(r)) => ResponseKind::EndTxn(txn::end_txn(&core, r).await),
+        Some(RequestKind::TxnOffsetCommit(r)) => {
+            ResponseKind::TxnOffsetCommit(groups::txn_offset_commit(&core, r).await)
+        }
         Some(RequestKind::WriteTxnMarkers(r)) => {
             ResponseKind::WriteTxnMarkers(txn::write_txn_markers(&core, r).await)
         }

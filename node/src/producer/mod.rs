@@ -430,5 +430,25 @@ async fn write_marker(
     crate::replica::await_replicated(tp, info.last_offset + 1, timeout)
         .await
         .map_err(|r| SequenceOrLog::Sequence(r.error, r.message))?;
+    MARKER_LISTENERS.with(|l| {
+        for listener in l.borrow().iter() {
+            listener(tp, producer_id, epoch, commit);
+        }
+    });
     Ok(info.base_offset)
+}
+
+type MarkerListener = Box<dyn Fn(&TopicPartition, i64, i16, bool)>;
+
+thread_local! {
+    static MARKER_LISTENERS: std::cell::RefCell<Vec<MarkerListener>> =
+        std::cell::RefCell::new(Vec::new());
+}
+
+/// Calls `f(partition, producer id, epoch, commit)` on this core after
+/// every marker this node writes as a leader is on the in-sync replicas:
+/// how the group coordinator learns that a transaction's offsets count
+/// (or not). Register once per core, before the core takes any role.
+pub fn on_marker(f: impl Fn(&TopicPartition, i64, i16, bool) + 'static) {
+    MARKER_LISTENERS.with(|l| l.borrow_mut().push(Box::new(f)));
 }

@@ -54,6 +54,9 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 };
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
@@ -62,7 +65,8 @@ use kafka_protocol::messages::{
     DescribeClientQuotasRequest,
 };
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, WriteTxnMarkersRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest,
+    WriteTxnMarkersRequest,
 };
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest, BrokerId,
@@ -506,6 +510,28 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
             .with_producer_id(ProducerId(42))
             .with_producer_epoch(3)
             .with_committed(true)
+            .into(),
+        ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(s("tx-1")))
+            .with_group_id(GroupId(s("billing")))
+            .with_producer_id(ProducerId(42))
+            .with_producer_epoch(3)
+            .with_generation_id(if v >= 3 { 5 } else { -1 })
+            .with_member_id(if v >= 3 { s("member-1") } else { s("") })
+            .with_group_instance_id((v >= 3).then(|| s("instance-1")))
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                .with_name(topic("orders"))
+                .with_partitions(vec![
+                    TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(100)
+                        .with_committed_leader_epoch(if v >= 2 { 4 } else { -1 })
+                        .with_committed_metadata(Some(s("m"))),
+                    TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(3)
+                        .with_committed_offset(7)
+                        .with_committed_metadata(None),
+                ])])
             .into(),
         ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::default()
             .with_markers(vec![
