@@ -522,3 +522,71 @@ def test_transactional_offsets_are_loaded_back_after_sigkill(fresh_node, topic_n
     while time.monotonic() < deadline and committed("read_uncommitted") != 7:
         time.sleep(0.2)
     assert committed("read_committed") == 7
+
+
+def test_exactly_once_across_three_nodes_with_the_processor_killed(topic_name):
+    """Issue 18's end-to-end check: 600 input records on three nodes, a
+    transactional consume-transform-produce processor (eos_processor.py)
+    SIGKILLed at seeded random moments and started again; the output, read
+    read_committed, holds each input's result exactly once."""
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    seed = int(os.environ.get("SKIFF_EOS_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    print(f"seed {seed} (SKIFF_EOS_SEED={seed} reproduces the kill times)")
+    c = Cluster(size=3, settings={"transaction.state.log.num.partitions": "2"})
+    procs = []
+    try:
+        c.start()
+        b = c.bootstrap
+        src, dst, group = topic_name + "-in", topic_name + "-out", topic_name + "-g"
+        ck.create_topic(b, src, partitions=3, replication_factor=3)
+        ck.create_topic(b, dst, partitions=3, replication_factor=3)
+        n = 600
+        plain = ck.producer(b, {"acks": "all"})
+        for i in range(n):
+            plain.produce(src, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 3)
+        ck.flush(plain)
+        here = os.path.dirname(os.path.abspath(__file__))
+        cmd = [sys.executable, os.path.join(here, "eos_processor.py"), b, src, dst, group, "tx-eos-3", "3", "0.1"]
+
+        def start():
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            procs.append(proc)
+            return proc
+
+        kills = 0
+        committed_before_kills = 0
+        for _ in range(4):
+            proc = start()
+            time.sleep(rng.uniform(1.0, 4.0))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+            out, _ = proc.communicate(timeout=30)
+            committed_before_kills += sum(int(line.split()[1]) for line in out.splitlines()
+                                          if line.startswith("committed "))
+        # The last run goes until it sees no more input.
+        for attempt in range(5):
+            proc = start()
+            out, _ = proc.communicate(timeout=240)
+            if proc.returncode == 0:
+                break
+        assert proc.returncode == 0, f"the processor kept failing: {out[-2000:]}"
+        assert kills >= 1, "no kill landed while the processor ran"
+        # The kills landed with work done and work left.
+        committed_after = sum(int(line.split()[1]) for line in out.splitlines() if line.startswith("committed "))
+        assert 0 < committed_before_kills < n and committed_after > 0, (committed_before_kills, committed_after)
+        got = ck.consume_all(b, dst, 3, n, timeout_s=90, **{"isolation.level": "read_committed"})
+        outputs = sorted(values(got))
+        assert outputs == sorted(f"v{i}-out".encode() for i in range(n)), (
+            f"seed {seed}: {len(outputs)} outputs, {len(set(outputs))} distinct")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        c.cleanup()
