@@ -240,6 +240,32 @@ impl BrokerLink {
     }
 }
 
+thread_local! {
+    /// This core's idle links by (broker, client id), kept between calls of
+    /// the callers that come and go (markers, KIP-890 checks); a link is
+    /// taken out while a request is on it.
+    static POOL: std::cell::RefCell<std::collections::HashMap<(i32, &'static str), BrokerLink>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// An idle link to `broker` from this core's pool, or a new one.
+pub async fn take(
+    core: &CoreState,
+    broker: i32,
+    client_id: &'static str,
+) -> std::io::Result<BrokerLink> {
+    if let Some(link) = POOL.with(|p| p.borrow_mut().remove(&(broker, client_id))) {
+        return Ok(link);
+    }
+    BrokerLink::connect(core, broker, client_id).await
+}
+
+/// Gives a link back after a call that succeeded (one that failed is
+/// dropped: its framing is unknown).
+pub fn give_back(broker: i32, link: BrokerLink) {
+    POOL.with(|p| p.borrow_mut().insert((broker, link.client_id), link));
+}
+
 /// Where `broker` registered its inter-broker listener: the name it gave (a
 /// TLS link checks the broker's certificate against it) and the address it
 /// resolves to; None for a broker unknown or fenced.

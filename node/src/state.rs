@@ -142,6 +142,9 @@ pub struct PartitionProducers {
     /// The offset of the producer snapshot the state was last written to or
     /// loaded from (-1: none): a snapshot is written when the log end moved.
     pub snapshot_offset: Cell<i64>,
+    /// Bumped at every rebuild of `states`: part of a KIP-890 guard (a
+    /// guard taken from an earlier state does not hold).
+    pub generation: Cell<u64>,
 }
 
 impl CoreState {
@@ -190,6 +193,7 @@ impl CoreState {
                     states: RefCell::new(ProducerStates::default()),
                     truncations: Cell::new(0),
                     snapshot_offset: Cell::new(-1),
+                    generation: Cell::new(0),
                 })
             })
             .clone()

@@ -342,15 +342,26 @@ pub(crate) static DESCRIBE_PRODUCERS: Schema = Schema {
     flexible_since: 0,
 };
 
-// AddPartitionsToTxn (add_partitions_to_txn_request.rs), v0-3: the id,
+// AddPartitionsToTxn (add_partitions_to_txn_request.rs): v4+ a batch of
+// transactions (id, producer id, epoch, verify_only, topics); v0-3 the id,
 // producer id and epoch, topics of (name, partition indexes); flexible from
-// v3. (v4's batched transactions are not served.)
+// v3.
 static ADD_PARTITIONS_TO_TXN_TOPIC: Struct = Struct {
     fields: &[f(Str), f(FixedArray(4))],
+};
+static ADD_PARTITIONS_TO_TXN_TRANSACTION: Struct = Struct {
+    fields: &[
+        f(Str),
+        f(I64),
+        f(I16),
+        f(BOOL),
+        f(Array(&ADD_PARTITIONS_TO_TXN_TOPIC)),
+    ],
 };
 pub(crate) static ADD_PARTITIONS_TO_TXN: Schema = Schema {
     body: Struct {
         fields: &[
+            since(4, Array(&ADD_PARTITIONS_TO_TXN_TRANSACTION)),
             until(3, Str),
             until(3, I64),
             until(3, I16),

@@ -98,8 +98,8 @@ pub const SERVED_APIS: &[ServedApi] = &[
     // Transactions (issue 18). The versions that say a client speaks
     // KIP-890 part 2 (AddPartitionsToTxn v5, AddOffsetsToTxn v4, EndTxn v5,
     // TxnOffsetCommit v5) are not listed; v4 of AddPartitionsToTxn is the
-    // brokers' batched form.
-    ServedApi::new(ApiKey::AddPartitionsToTxn, 0, 3).guarded(&guard::ADD_PARTITIONS_TO_TXN),
+    // brokers' batched form (KIP-890 part 1's verify_only).
+    ServedApi::new(ApiKey::AddPartitionsToTxn, 0, 4).guarded(&guard::ADD_PARTITIONS_TO_TXN),
     ServedApi::new(ApiKey::AddOffsetsToTxn, 0, 3),
     ServedApi::new(ApiKey::EndTxn, 0, 4),
     // To the group coordinator: offsets that count once the transaction

@@ -109,6 +109,7 @@ def record_batch(
     producer_epoch=NO_PRODUCER_EPOCH,
     base_sequence=NO_SEQUENCE,
     timestamps=None,
+    transactional=False,
 ):
     """An uncompressed RecordBatch v2 with base offset 0 and a valid CRC-32C.
     `records` is a list of (key, value) or (key, value, headers)."""
@@ -124,7 +125,7 @@ def record_batch(
     after_crc = (
         struct.pack(
             ">hiqqqhii",
-            0,  # attributes: no compression, CreateTime, not transactional
+            0x10 if transactional else 0,  # attributes: no compression, CreateTime
             len(records) - 1,  # lastOffsetDelta
             base_timestamp,
             max(timestamps),
@@ -375,10 +376,11 @@ def api_versions(conn: Conn, version=0):
 # ---------------------------------------------------------------- Produce v3-v8
 
 
-def produce_request(topic, partition, records_bytes, acks=-1, timeout_ms=10000, version=7):
+def produce_request(topic, partition, records_bytes, acks=-1, timeout_ms=10000, version=7,
+                    transactional_id=None):
     assert 3 <= version <= 8
     return (
-        string(None)  # transactional_id
+        string(transactional_id)
         + struct.pack(">hi", acks, timeout_ms)
         + struct.pack(">i", 1)
         + string(topic)
@@ -411,8 +413,9 @@ def parse_produce_response(body: bytes, version=7):
     return out
 
 
-def produce(conn, topic, partition, records_bytes, acks=-1, version=7):
-    resp = conn.request(API_PRODUCE, version, produce_request(topic, partition, records_bytes, acks, version=version))
+def produce(conn, topic, partition, records_bytes, acks=-1, version=7, transactional_id=None):
+    resp = conn.request(API_PRODUCE, version, produce_request(topic, partition, records_bytes, acks, version=version,
+                                                              transactional_id=transactional_id))
     parts = parse_produce_response(resp, version)
     if len(parts) != 1:
         raise ValueError(f"expected one partition response, got {parts}")

@@ -590,3 +590,40 @@ def test_exactly_once_across_three_nodes_with_the_processor_killed(topic_name):
             if proc.poll() is None:
                 proc.kill()
         c.cleanup()
+
+
+ERR_INVALID_TXN_STATE = 48
+
+
+def test_a_transactional_write_outside_its_transaction_is_refused(fresh_node, topic_name):
+    """KIP-890 part 1: a transactional batch that would open a transaction
+    on a partition its transaction does not hold (a write delayed past its
+    commit, or one never added) is refused INVALID_TXN_STATE and leaves no
+    open transaction behind: the last stable offset keeps up with the log."""
+    from confluent_kafka import Producer
+
+    b = fresh_node.bootstrap
+    ck.create_topic(b, topic_name, partitions=2)
+    p = Producer({"bootstrap.servers": b, "transactional.id": "tx-late", "socket.timeout.ms": 10000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"in", partition=0)
+    p.commit_transaction(30)
+    # A producer whose transactional id has no transaction running writes
+    # a transactional batch to partition 1 without AddPartitionsToTxn: what
+    # a write delayed past its transaction's end looks like to the leader.
+    _, pid, epoch = init([b], "tx-late2")
+    with kw.Conn(b) as c:
+        batch = kw.record_batch([(b"k", b"late")], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                                transactional=True)
+        error, _ = kw.produce(c, topic_name, 1, batch, transactional_id="tx-late2")
+        assert error == ERR_INVALID_TXN_STATE, error
+        # Without a transactional id at all: refused the same way.
+        error, _ = kw.produce(c, topic_name, 1, batch)
+        assert error == ERR_INVALID_TXN_STATE, error
+    # Nothing hangs: a plain write after it is readable read_committed.
+    plain = ck.producer(b, {"acks": "all"})
+    plain.produce(topic_name, value=b"after", partition=1)
+    ck.flush(plain)
+    got = ck.consume_all(b, topic_name, 2, 2, **{"isolation.level": "read_committed"})
+    assert sorted(values(got)) == [b"after", b"in"]

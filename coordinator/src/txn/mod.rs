@@ -451,6 +451,35 @@ impl TxnCoordinator {
         }
     }
 
+    /// KIP-890 part 1: whether a partition leader may take a transactional
+    /// write of `producer_id` at `epoch` to `partition` that opens a
+    /// transaction there: only if the id's ongoing transaction (at that
+    /// producer and epoch) holds the partition. A write that arrives after
+    /// its transaction ended (a retry stuck in the network, a zombie) is
+    /// refused instead of opening a transaction no marker would ever end.
+    /// A read: nothing is written.
+    pub fn verify(
+        &self,
+        id: &str,
+        producer_id: ProducerId,
+        epoch: Epoch,
+        partition: &TopicPartition,
+    ) -> Result<(), TxnError> {
+        let entry = self.ids.get(id).ok_or(TxnError::InvalidProducerIdMapping)?;
+        let current = &entry.current;
+        if current.producer_id != producer_id {
+            return Err(TxnError::InvalidProducerIdMapping);
+        }
+        if current.producer_epoch != epoch {
+            return Err(TxnError::ProducerFenced);
+        }
+        if current.state == TxnState::Ongoing && current.partitions.contains(partition) {
+            Ok(())
+        } else {
+            Err(TxnError::InvalidTxnState)
+        }
+    }
+
     /// The markers `id`'s decided transaction needs (None: not decided).
     pub fn markers(&self, id: &str) -> Option<Markers> {
         markers_of(id, &self.ids.get(id)?.current)

@@ -121,6 +121,50 @@ fn a_transaction_commits_through_prepare_markers_and_complete() {
 }
 
 #[test]
+fn a_write_verifies_only_inside_its_ongoing_transaction() {
+    let mut h = Harness::new();
+    let p = h.init("t").unwrap();
+    let (a, b) = (tp("a", 0), tp("b", 1));
+    // No transaction yet: nothing may open one.
+    assert_eq!(
+        h.c.verify("t", p.0, p.1, &a),
+        Err(TxnError::InvalidTxnState)
+    );
+    h.add("t", p, std::slice::from_ref(&a)).unwrap();
+    assert_eq!(h.c.verify("t", p.0, p.1, &a), Ok(()));
+    // A partition the transaction does not hold, another producer id, an
+    // old epoch, an unknown id.
+    assert_eq!(
+        h.c.verify("t", p.0, p.1, &b),
+        Err(TxnError::InvalidTxnState)
+    );
+    assert_eq!(
+        h.c.verify("t", p.0 + 1, p.1, &a),
+        Err(TxnError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        h.c.verify("t", p.0, p.1 - 1, &a),
+        Err(TxnError::ProducerFenced)
+    );
+    assert_eq!(
+        h.c.verify("nobody", p.0, p.1, &a),
+        Err(TxnError::InvalidProducerIdMapping)
+    );
+    // Decided: a late write to the partition no longer verifies, and after
+    // the markers neither.
+    h.end("t", p, true).unwrap();
+    assert_eq!(
+        h.c.verify("t", p.0, p.1, &a),
+        Err(TxnError::InvalidTxnState)
+    );
+    h.finish_markers("t");
+    assert_eq!(
+        h.c.verify("t", p.0, p.1, &a),
+        Err(TxnError::InvalidTxnState)
+    );
+}
+
+#[test]
 fn a_new_producer_fences_the_old_one() {
     let mut h = Harness::new();
     let old = h.init("t").unwrap();

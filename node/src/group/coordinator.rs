@@ -52,6 +52,9 @@ thread_local! {
     static COORDINATOR: Rc<Coordinator> = Rc::new(Coordinator::default());
 }
 
+/// A marker (producer id, epoch, commit) waiting for its partition's load.
+type DeferredMarker = (i64, i16, bool);
+
 /// Transactional offsets by producer id: (topic, partition) -> the commit.
 type PendingByProducer = BTreeMap<i64, BTreeMap<(String, i32), Committed>>;
 
@@ -149,7 +152,7 @@ pub struct Coordinator {
     txn_epochs: RefCell<HashMap<TopicPartition, HashMap<i64, i16>>>,
     /// Markers written while their offsets partition was still loading
     /// (the load may have read the log before them): applied when it ends.
-    deferred_markers: RefCell<HashMap<TopicPartition, Vec<(i64, i16, bool)>>>,
+    deferred_markers: RefCell<HashMap<TopicPartition, Vec<DeferredMarker>>>,
     /// Set when the node stops: calls are answered NOT_COORDINATOR, as a Kafka
     /// coordinator that resigns answers, so clients never wait on a dead node.
     closed: std::cell::Cell<bool>,

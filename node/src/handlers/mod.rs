@@ -515,7 +515,7 @@ async fn handle(
             None => ResponseKind::InitProducerId(init_producer_id::handle(&core, r).await),
         },
         Some(RequestKind::AddPartitionsToTxn(r)) => {
-            ResponseKind::AddPartitionsToTxn(txn::add_partitions_to_txn(&core, r).await)
+            ResponseKind::AddPartitionsToTxn(txn::add_partitions_to_txn(&core, r, version).await)
         }
         Some(RequestKind::AddOffsetsToTxn(r)) => {
             ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(&core, r).await)

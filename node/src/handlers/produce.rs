@@ -79,6 +79,7 @@ pub async fn append_phase(
     version: i16,
 ) -> ProducePending {
     let acks = request.acks;
+    let transactional_id = request.transactional_id.as_ref().map(|t| t.0.as_str());
     let topics = core.topics();
     let mut pending = Vec::new();
     for t in &request.topic_data {
@@ -126,8 +127,10 @@ pub async fn append_phase(
                     let timeout =
                         Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64);
                     produce_partition(
+                        core,
                         &shard,
                         &tp,
+                        transactional_id,
                         records,
                         log_append_time,
                         compacted,
@@ -238,9 +241,12 @@ fn respond(
     Some(ProduceResponse::default().with_responses(responses))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn produce_partition(
+    core: &CoreState,
     shard: &Rc<Shard>,
     tp: &TopicPartition,
+    transactional_id: Option<&str>,
     records: Option<Bytes>,
     log_append_time: bool,
     compacted: bool,
@@ -296,9 +302,83 @@ async fn produce_partition(
         batch::check_compressed_records(&records, &header, DECOMPRESSED_BYTES_MAX)
             .map_err(|e| refuse(ResponseError::CorruptMessage, e.to_string()))?;
     }
-    let mut batch = BytesMut::from(&records[..]);
     let size = (records.len(), header.records_count);
+    // KIP-890: a transactional batch that would open a transaction here is
+    // appended only once its coordinator confirms the transaction holds this
+    // partition (`txn::verify`); the bytes are kept for that second try.
+    let mut kept = header.is_transactional().then(|| records.clone());
+    let mut batch = BytesMut::from(&records[..]);
     drop(records);
+    let mut verified = None;
+    loop {
+        let attempt = append_on_owner(
+            shard,
+            tp,
+            header,
+            batch,
+            log_append_time,
+            acks,
+            timeout,
+            size,
+            verified,
+        )
+        .await;
+        let guard = match attempt {
+            Err(SequenceOrLog::Unverified(guard)) if verified.is_none() => guard,
+            Err(SequenceOrLog::Unverified(_)) => {
+                return Err(refuse(
+                    ResponseError::InvalidTxnState,
+                    "the transaction's state moved during its check".into(),
+                ))
+            }
+            Err(SequenceOrLog::Log(e)) => {
+                return Err(refuse(produce_error_code(&e), e.to_string()))
+            }
+            Err(SequenceOrLog::Sequence(error, message)) => return Err(refuse(error, message)),
+            Ok(appended) => return Ok(appended),
+        };
+        let Some(id) = transactional_id else {
+            return Err(refuse(
+                ResponseError::InvalidTxnState,
+                "a transactional batch in a produce request without a transactional id".into(),
+            ));
+        };
+        crate::txn::verify::verify(core, id, header.producer_id, header.producer_epoch, tp)
+            .await
+            .map_err(|e| {
+                refuse(
+                    e,
+                    format!(
+                        "producer {} epoch {}: {tp} is not in transaction {id:?}'s ongoing transaction",
+                        header.producer_id, header.producer_epoch
+                    ),
+                )
+            })?;
+        verified = Some(guard);
+        let Some(bytes) = kept.take() else {
+            return Err(refuse(
+                ResponseError::UnknownServerError,
+                "no bytes kept".into(),
+            ));
+        };
+        batch = BytesMut::from(&bytes[..]);
+    }
+}
+
+/// On the owner core: admission, the idempotent or plain append, and the
+/// durability wait started.
+#[allow(clippy::too_many_arguments)]
+async fn append_on_owner(
+    shard: &Rc<Shard>,
+    tp: &TopicPartition,
+    header: BatchHeader,
+    mut batch: BytesMut,
+    log_append_time: bool,
+    acks: i16,
+    timeout: Duration,
+    size: (usize, i32),
+    verified: Option<crate::producer::TxnGuard>,
+) -> Result<AppendedPending, SequenceOrLog> {
     let owner = shard.table().shard_of(tp);
     let tp2 = tp.clone();
     shard
@@ -317,7 +397,7 @@ async fn produce_partition(
                 batch::stamp_log_append_time(&mut batch, append_time)?;
             }
             let (base_offset, last_offset, duplicate) = if header.producer_id >= 0 {
-                append_idempotent(&partition, &tp2, &header, batch, mode).await?
+                append_idempotent(&partition, &tp2, &header, batch, mode, verified).await?
             } else {
                 let info = partition.append_buffered(batch, mode).await?;
                 (info.base_offset, info.last_offset, false)
@@ -360,11 +440,7 @@ async fn produce_partition(
             })
         })
         .await
-        .map_err(|e| refuse(produce_error_code(&e), e.to_string()))?
-        .map_err(|e| match e {
-            SequenceOrLog::Log(e) => refuse(produce_error_code(&e), e.to_string()),
-            SequenceOrLog::Sequence(error, message) => refuse(error, message),
-        })
+        .map_err(SequenceOrLog::Log)?
 }
 
 /// The error code for a produce the engine refused before its batch was in

@@ -6,8 +6,9 @@
 
 use std::rc::Rc;
 
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
@@ -23,18 +24,89 @@ use skiff_engine::TopicPartition;
 use crate::state::CoreState;
 use crate::txn::markers::MARKER_TIMEOUT;
 
-/// AddPartitionsToTxn v0-3 (a client's; v4+ are brokers' KIP-890 checks).
-/// Every partition gets the one answer; a partition that does not exist
-/// fails the request: it is UNKNOWN_TOPIC_OR_PARTITION, the others
-/// OPERATION_NOT_ATTEMPTED (Kafka's rule).
+/// AddPartitionsToTxn. v0-3 are a client's: one transactional id. v4 is a
+/// partition leader's batch of KIP-890 checks (`verify_only`; a v4 entry
+/// without it adds, as v3 does).
 pub async fn add_partitions_to_txn(
     core: &CoreState,
     request: AddPartitionsToTxnRequest,
+    version: i16,
 ) -> AddPartitionsToTxnResponse {
+    if version < 4 {
+        let topics = add_for_one(
+            core,
+            request.v3_and_below_transactional_id.to_string(),
+            request.v3_and_below_producer_id.0,
+            request.v3_and_below_producer_epoch,
+            &request.v3_and_below_topics,
+        )
+        .await;
+        return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics);
+    }
+    let mut results = Vec::with_capacity(request.transactions.len());
+    for t in &request.transactions {
+        let id = t.transactional_id.to_string();
+        let topics = if t.verify_only {
+            verify_for_one(core, &id, t.producer_id.0, t.producer_epoch, &t.topics).await
+        } else {
+            add_for_one(core, id, t.producer_id.0, t.producer_epoch, &t.topics).await
+        };
+        results.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id.clone())
+                .with_topic_results(topics),
+        );
+    }
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
+}
+
+/// KIP-890's question for each partition: is it in the id's ongoing
+/// transaction at this producer and epoch?
+async fn verify_for_one(
+    core: &CoreState,
+    id: &str,
+    producer_id: i64,
+    epoch: i16,
+    topics: &[AddPartitionsToTxnTopic],
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let mut out = Vec::new();
+    for t in topics {
+        let mut results = Vec::new();
+        for &p in &t.partitions {
+            let tp = TopicPartition::new(t.name.0.to_string(), p);
+            let verdict =
+                crate::txn::coordinator::verify_local(core, id.to_string(), producer_id, epoch, tp)
+                    .await;
+            results.push(
+                AddPartitionsToTxnPartitionResult::default()
+                    .with_partition_index(p)
+                    .with_partition_error_code(verdict.err().map_or(0, |e| e.code())),
+            );
+        }
+        out.push(
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(results),
+        );
+    }
+    out
+}
+
+/// The partitions join the id's transaction. Every partition gets the one
+/// answer; a partition that does not exist fails the request: it is
+/// UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED (Kafka's
+/// rule).
+async fn add_for_one(
+    core: &CoreState,
+    id: String,
+    producer_id: i64,
+    epoch: i16,
+    requested: &[AddPartitionsToTxnTopic],
+) -> Vec<AddPartitionsToTxnTopicResult> {
     let table = core.topics();
     let mut partitions = Vec::new();
     let mut unknown = Vec::new();
-    for t in &request.v3_and_below_topics {
+    for t in requested {
         for &p in &t.partitions {
             let tp = TopicPartition::new(t.name.0.to_string(), p);
             let exists = table
@@ -55,12 +127,11 @@ pub async fn add_partitions_to_txn(
         }
     };
     let results: Vec<(TopicPartition, i16)> = if unknown.is_empty() {
-        let id = request.v3_and_below_transactional_id.to_string();
         let outcome = crate::txn::coordinator::add_partitions(
             core,
             id,
-            request.v3_and_below_producer_id.0,
-            request.v3_and_below_producer_epoch,
+            producer_id,
+            epoch,
             partitions.clone(),
         )
         .await;
@@ -89,7 +160,7 @@ pub async fn add_partitions_to_txn(
             ),
         }
     }
-    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics)
+    topics
 }
 
 /// AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the

@@ -26,11 +26,24 @@ pub use state::{BatchMeta, MarkerCheck, ProducerStates, SequenceCheck, BATCHES_K
 
 use crate::state::CoreState;
 
-/// An append refused by the engine or by the producer's sequence.
+/// An append refused by the engine or by the producer's sequence, or a
+/// transactional write that needs KIP-890's check first.
 #[derive(Debug)]
 pub enum SequenceOrLog {
     Log(LogError),
     Sequence(ResponseError, String),
+    /// A transactional batch that would open a transaction here: ask the
+    /// coordinator (`txn::verify`), then append again with this guard.
+    Unverified(TxnGuard),
+}
+
+/// Where the producer stood on the partition when a KIP-890 check began:
+/// the append that follows holds only if no marker of the producer (and no
+/// rebuild of the state) came in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnGuard {
+    generation: u64,
+    markers: u64,
 }
 
 impl From<LogError> for SequenceOrLog {
@@ -54,6 +67,7 @@ pub async fn append_idempotent(
     header: &BatchHeader,
     batch: BytesMut,
     mode: AppendMode,
+    verified: Option<TxnGuard>,
 ) -> Result<(i64, i64, bool), SequenceOrLog> {
     let Some(core) = CoreState::current() else {
         return Err(LogError::RuntimeStopped.into());
@@ -121,6 +135,26 @@ pub async fn append_idempotent(
                 ))
             }
         }
+        if header.is_transactional() {
+            let states = producers.states.borrow();
+            if !states.txn_open(header.producer_id) {
+                let now = TxnGuard {
+                    generation: producers.generation.get(),
+                    markers: states.markers_seen(header.producer_id),
+                };
+                match verified {
+                    Some(guard) if guard == now => {}
+                    Some(_) => return Err(SequenceOrLog::Sequence(
+                        ResponseError::InvalidTxnState,
+                        format!(
+                            "producer {}'s transaction ended while this write was being verified",
+                            header.producer_id
+                        ),
+                    )),
+                    None => return Err(SequenceOrLog::Unverified(now)),
+                }
+            }
+        }
         let info = partition.append_buffered(batch, mode).await?;
         let mut states = producers.states.borrow_mut();
         states.record(
@@ -167,6 +201,20 @@ pub async fn describe_producers(
     Ok(described)
 }
 
+thread_local! {
+    static GENERATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A number no other rebuild on this core had: a state replaced by a new
+/// one (even for the same partition) never matches an old KIP-890 guard.
+fn next_generation() -> u64 {
+    GENERATIONS.with(|g| {
+        let n = g.get() + 1;
+        g.set(n);
+        n
+    })
+}
+
 /// Rebuilds the producers' state: from the latest producer snapshot (the
 /// state of the log below its offset), then the batches after it; from the
 /// log's start when there is no usable snapshot.
@@ -176,6 +224,7 @@ async fn rebuild(
     producers: &crate::state::PartitionProducers,
 ) -> Result<(), LogError> {
     producers.truncations.set(partition.truncations());
+    producers.generation.set(next_generation());
     *producers.states.borrow_mut() = ProducerStates::default();
     producers.snapshot_offset.set(-1);
     let end = partition.log_end_offset().await?;
@@ -361,6 +410,7 @@ pub async fn write_marker_on_owner(
             tracing::debug!(partition = %tp, producer_id, epoch, %message, "marker refused");
             return Err(code);
         }
+        Ok(Err(SequenceOrLog::Unverified(_))) => return Err(ResponseError::UnknownServerError),
         Ok(Err(SequenceOrLog::Log(e))) | Err(e) => e,
     };
     tracing::debug!(partition = %tp, producer_id, epoch, error = %e, "marker not written");

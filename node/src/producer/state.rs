@@ -77,6 +77,10 @@ pub enum MarkerCheck {
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
     txns: TxnTracker,
+    /// Markers recorded per producer since this state was built: a KIP-890
+    /// check's guard (a marker between the check and the append means the
+    /// transaction ended meanwhile).
+    markers_seen: HashMap<i64, u64>,
 }
 
 /// Version 2 adds the open transactions; version 1 (no transactions) is
@@ -219,7 +223,18 @@ impl ProducerStates {
             entry.epoch = epoch;
             entry.batches.clear();
         }
+        *self.markers_seen.entry(producer_id).or_default() += 1;
         self.txns.on_marker(producer_id, offset, commit)
+    }
+
+    /// Whether `producer_id` has a transaction open on this partition.
+    pub fn txn_open(&self, producer_id: i64) -> bool {
+        self.txns.open_of(producer_id).is_some()
+    }
+
+    /// How many markers of `producer_id` this state has recorded.
+    pub fn markers_seen(&self, producer_id: i64) -> u64 {
+        self.markers_seen.get(&producer_id).copied().unwrap_or(0)
     }
 
     /// The partition's open and unreplicated transactions (the LSO).
@@ -342,7 +357,11 @@ impl ProducerStates {
         if r.left() != 0 {
             return Err(format!("{} bytes after the last producer", r.left()));
         }
-        Ok(ProducerStates { producers, txns })
+        Ok(ProducerStates {
+            producers,
+            txns,
+            markers_seen: HashMap::new(),
+        })
     }
 
     /// Forgets batches and transactions at or past `offset` (the log was

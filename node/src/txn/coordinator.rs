@@ -277,6 +277,43 @@ pub async fn end_txn(
     .map(|_| ())
 }
 
+/// KIP-890: whether `partition` is in the ongoing transaction of
+/// `transactional_id` at `producer_id` and `epoch` (a read of this node's
+/// coordinator state, on the core that owns the id).
+pub async fn verify_local(
+    core: &CoreState,
+    transactional_id: String,
+    producer_id: ProducerId,
+    epoch: Epoch,
+    partition: TopicPartition,
+) -> Result<(), ResponseError> {
+    let Some((tp, owner)) = super::coordinator_of(core, &transactional_id) else {
+        return Err(ResponseError::NotCoordinator);
+    };
+    core.shard
+        .invoke_on(owner, move |_| async move {
+            let driver = Driver::current();
+            let slots = driver.slots.borrow();
+            match slots.get(&tp) {
+                None => Err(ResponseError::NotCoordinator),
+                Some(Slot::Loading { .. }) => Err(ResponseError::CoordinatorLoadInProgress),
+                Some(Slot::Ready { coordinator, .. }) => coordinator
+                    .verify(
+                        &transactional_id,
+                        producer_id,
+                        epoch,
+                        &skiff_coordinator::txn::TopicPartition {
+                            topic: partition.topic.clone(),
+                            partition: partition.partition,
+                        },
+                    )
+                    .map_err(|e| reply_error(&e)),
+            }
+        })
+        .await
+        .unwrap_or(Err(ResponseError::NotCoordinator))
+}
+
 /// Runs `rule` on the coordinator of `transactional_id` (on the core that
 /// owns its partition), makes its transition durable, and gives the reply.
 async fn on_owner<F>(

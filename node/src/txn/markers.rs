@@ -9,8 +9,8 @@
 //!     (a deleted topic needs no marker; no leader yet: next round)
 //!     per leader, all at once:
 //!       this node  -> producer::write_marker on the partition's owner core
-//!       another    -> WriteTxnMarkers v1 over a BrokerLink (kept per core
-//!                     and broker, dropped on any I/O error)
+//!       another    -> WriteTxnMarkers v1 over a BrokerLink (from the core's
+//!                     pool, dropped on any I/O error)
 //!     per partition: done (written; or the topic is gone), or retried
 //!     after a backoff (not the leader, not enough replicas, a dead link)
 //! ```
@@ -19,7 +19,6 @@
 //! no open transaction there completes nothing (the engine's `TxnTracker`),
 //! so a round retried after a lost answer is harmless.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
@@ -33,7 +32,7 @@ use kafka_protocol::ResponseError;
 use skiff_coordinator::txn::Markers;
 use skiff_engine::TopicPartition;
 
-use crate::broker_link::BrokerLink;
+use crate::broker_link;
 use crate::state::CoreState;
 
 /// WriteTxnMarkers v1 (Kafka 4 dropped v0).
@@ -43,12 +42,6 @@ const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 pub const MARKER_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-thread_local! {
-    /// This core's links to other brokers for markers, by broker id; a link
-    /// is taken out while a request is on it.
-    static LINKS: RefCell<HashMap<i32, BrokerLink>> = RefCell::new(HashMap::new());
-}
 
 /// Writes `markers` to every partition of the transaction; true once all
 /// are written, false if `still()` turned false or the node stops first.
@@ -195,16 +188,12 @@ async fn write_remote(
                     })
                     .collect(),
             )]);
-    let link = LINKS.with(|l| l.borrow_mut().remove(&leader));
-    let mut link = match link {
-        Some(l) => l,
-        None => match BrokerLink::connect(core, leader, "skiff-txn-markers").await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(leader, error = %e, "connecting to a partition leader for markers");
-                return failed(tps, ResponseError::NetworkException);
-            }
-        },
+    let mut link = match broker_link::take(core, leader, "skiff-txn-markers").await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::debug!(leader, error = %e, "connecting to a partition leader for markers");
+            return failed(tps, ResponseError::NetworkException);
+        }
     };
     let response = match link
         .call(&request, WRITE_TXN_MARKERS_VERSION, MARKER_TIMEOUT)
@@ -217,7 +206,7 @@ async fn write_remote(
             return failed(tps, ResponseError::NetworkException);
         }
     };
-    LINKS.with(|l| l.borrow_mut().insert(leader, link));
+    broker_link::give_back(leader, link);
     let mut answered: HashMap<TopicPartition, i16> = HashMap::new();
     for m in response
         .markers

@@ -18,11 +18,13 @@
 //! Built so far (issue 18): FindCoordinator for transactions, InitProducerId
 //! with a transactional id (a new id, an epoch bump that fences the previous
 //! producer, KIP-360 recovery), AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-//! the markers, expiry of transactions past their timeout. Not yet:
-//! TxnOffsetCommit, KIP-890 verification at the partition leader.
+//! the markers, expiry of transactions past their timeout, TxnOffsetCommit
+//! (in the group coordinator), KIP-890 verification of a transactional
+//! write at the partition leader (`verify.rs`).
 
 pub mod coordinator;
 pub mod markers;
+pub mod verify;
 
 use skiff_engine::TopicPartition;
 

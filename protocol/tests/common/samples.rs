@@ -3,7 +3,9 @@
 //! the round-trip tests and by the guard's layout check (which includes this file).
 
 use bytes::Bytes;
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
 use kafka_protocol::messages::alter_configs_request::{
     AlterConfigsResource as LegacyAlterConfigsResource, AlterableConfig as LegacyAlterableConfig,
 };
@@ -485,6 +487,22 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                         .with_value(None),
                 ])])
             .with_validate_only(false)
+            .into(),
+        ApiKey::AddPartitionsToTxn if v >= 4 => AddPartitionsToTxnRequest::default()
+            .with_transactions(vec![
+                AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(TransactionalId(s("tx-1")))
+                    .with_producer_id(ProducerId(42))
+                    .with_producer_epoch(3)
+                    .with_verify_only(true)
+                    .with_topics(vec![AddPartitionsToTxnTopic::default()
+                        .with_name(topic("orders"))
+                        .with_partitions(vec![0, 3])]),
+                AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(TransactionalId(s("tx-2")))
+                    .with_producer_id(ProducerId(43))
+                    .with_topics(vec![]),
+            ])
             .into(),
         ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::default()
             .with_v3_and_below_transactional_id(TransactionalId(s("tx-1")))
