@@ -86,6 +86,11 @@ enum Command {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Transactions (Kafka's ListTransactions, DescribeTransactions).
+    Txn {
+        #[command(subcommand)]
+        command: TxnCommand,
+    },
     /// Partition leadership (Kafka's ElectLeaders) and replica moves
     /// (AlterPartitionReassignments).
     Partition {
@@ -414,6 +419,25 @@ enum ClusterCommand {
 }
 
 #[derive(Subcommand)]
+enum TxnCommand {
+    /// Every transactional id with its producer id, state and coordinator.
+    List {
+        /// Only these states (Ongoing, PrepareCommit, CompleteAbort, ...).
+        #[arg(long = "state")]
+        states: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// One transactional id: state, producer id and epoch, timeout, start
+    /// time and the partitions of its ongoing transaction.
+    Describe {
+        transactional_id: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Subcommand)]
 enum GroupCommand {
     /// Every group with its protocol type and state.
     List {
@@ -641,6 +665,7 @@ fn main() {
         Command::Node(args) => run_node(args),
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
+        Command::Txn { command } => txn(command),
         Command::Cluster { command } => cluster(command),
         Command::User { command } => user(command),
         Command::Acl { command } => acl(command),
@@ -1646,6 +1671,29 @@ fn print_status(addr: std::net::SocketAddr, s: &skiff_controller::service::Contr
         );
     }
     println!("(lag: metadata offsets the node had not applied at its last heartbeat to the active controller)");
+}
+
+fn txn(command: TxnCommand) -> anyhow::Result<()> {
+    match command {
+        TxnCommand::List { states, conn } => {
+            let listed = skiff_node::txn::admin::list(&conn.bootstrap, &states)?;
+            println!("TRANSACTIONAL-ID\tPRODUCER-ID\tSTATE\tCOORDINATOR");
+            for t in listed {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    t.transactional_id, t.producer_id, t.state, t.coordinator
+                );
+            }
+        }
+        TxnCommand::Describe {
+            transactional_id,
+            conn,
+        } => print!(
+            "{}",
+            skiff_node::txn::admin::describe(&conn.bootstrap, &transactional_id)?
+        ),
+    }
+    Ok(())
 }
 
 fn group(command: GroupCommand) -> anyhow::Result<()> {

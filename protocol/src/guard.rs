@@ -397,6 +397,24 @@ pub(crate) static TXN_OFFSET_COMMIT: Schema = Schema {
     flexible_since: 3,
 };
 
+// ListTransactions (list_transactions_request.rs): state filters, producer
+// id filters, a duration filter (v1+); flexible from v0.
+pub(crate) static LIST_TRANSACTIONS: Schema = Schema {
+    body: Struct {
+        fields: &[f(StrArray), f(FixedArray(8)), since(1, I64)],
+    },
+    flexible_since: 0,
+};
+
+// DescribeTransactions (describe_transactions_request.rs): transactional
+// ids; flexible from v0.
+pub(crate) static DESCRIBE_TRANSACTIONS: Schema = Schema {
+    body: Struct {
+        fields: &[f(StrArray)],
+    },
+    flexible_since: 0,
+};
+
 // WriteTxnMarkers (write_txn_markers_request.rs), v1: markers of (producer
 // id, epoch, result, topics of (name, partition indexes), coordinator
 // epoch); flexible from v1.

@@ -105,6 +105,10 @@ pub const SERVED_APIS: &[ServedApi] = &[
     // To the group coordinator: offsets that count once the transaction
     // commits.
     ServedApi::new(ApiKey::TxnOffsetCommit, 0, 4).guarded(&guard::TXN_OFFSET_COMMIT),
+    // Inspection (KIP-664): ListTransactions v1 adds the duration filter
+    // (v2's id pattern is not served).
+    ServedApi::new(ApiKey::ListTransactions, 0, 1).guarded(&guard::LIST_TRANSACTIONS),
+    ServedApi::new(ApiKey::DescribeTransactions, 0, 0).guarded(&guard::DESCRIBE_TRANSACTIONS),
     // Between brokers: a transaction coordinator to a partition leader.
     ServedApi::new(ApiKey::WriteTxnMarkers, 1, 1).guarded(&guard::WRITE_TXN_MARKERS),
     ServedApi::new(ApiKey::DeleteRecords, 0, 2).guarded(&guard::DELETE_RECORDS),

@@ -201,3 +201,39 @@ def test_skiff_acl_adds_lists_and_removes(acl_node, topic_name):
     assert r.returncode != 0 and "error 31" in r.stderr, r.stderr
     r = acl("admin", "remove", "--all")
     assert r.returncode == 0 and r.stdout.count("removed: ") == 2, r.stdout
+
+
+def test_transactions_need_write_on_their_transactional_id(acl_node, topic_name):
+    """Kafka's rules for transactions: WRITE on the transactional id for
+    every transactional call, WRITE on the topics it writes, READ on the
+    group whose offsets it commits."""
+    n = acl_node
+    root = admin_of(n, "admin")
+    from confluent_kafka.admin import NewTopic
+    root.create_topics([NewTopic(topic_name, num_partitions=1, replication_factor=1)],
+                       request_timeout=T)[topic_name].result(timeout=T)
+    txn_id, group = "tx-" + topic_name, "g-" + topic_name
+    for fut in root.create_acls([allow(topic_name, "alice", AclOperation.WRITE),
+                                 allow(topic_name, "alice", AclOperation.READ)],
+                                request_timeout=T).values():
+        fut.result(timeout=T)
+    p = Producer(dict(conf(n, "alice"), **{"transactional.id": txn_id}))
+    with pytest.raises(KafkaException) as refused:
+        p.init_transactions(10)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, refused.value
+    for fut in root.create_acls([allow(txn_id, "alice", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID)],
+                                request_timeout=T).values():
+        fut.result(timeout=T)
+    p = Producer(dict(conf(n, "alice"), **{"transactional.id": txn_id}))
+    p.init_transactions(T)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"v")
+    p.commit_transaction(T)
+    # Offsets for a group alice may not read: refused.
+    meta = Consumer(dict(conf(n, "alice"), **{"group.id": group}))
+    from confluent_kafka import TopicPartition
+    p.begin_transaction()
+    with pytest.raises(KafkaException) as refused:
+        p.send_offsets_to_transaction([TopicPartition(topic_name, 0, 1)], meta.consumer_group_metadata(), 10)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED, refused.value
+    meta.close()

@@ -627,3 +627,41 @@ def test_a_transactional_write_outside_its_transaction_is_refused(fresh_node, to
     ck.flush(plain)
     got = ck.consume_all(b, topic_name, 2, 2, **{"isolation.level": "read_committed"})
     assert sorted(values(got)) == [b"after", b"in"]
+
+
+def test_skiff_txn_lists_and_describes_transactions(fresh_node, topic_name):
+    """`skiff txn list | describe` (ListTransactions to every broker,
+    DescribeTransactions at the id's coordinator): an ongoing transaction
+    with its partitions, then its completion; filters by state; an unknown
+    id and an unknown state are errors."""
+    from confluent_kafka import Producer
+
+    node = fresh_node
+    ck.create_topic(node.bootstrap, topic_name, partitions=2)
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "tx-cli", "socket.timeout.ms": 10000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"a", partition=0)
+    p.produce(topic_name, value=b"b", partition=1)
+    p.flush(30)
+    out = node.cli("txn", "list").stdout.decode()
+    row = [line.split("\t") for line in out.splitlines() if line.startswith("tx-cli\t")]
+    assert len(row) == 1 and row[0][2] == "Ongoing" and row[0][3] == "1", out
+    described = node.cli("txn", "describe", "tx-cli").stdout.decode()
+    assert "Ongoing" in described, described
+    assert f"{topic_name}-0" in described and f"{topic_name}-1" in described, described
+    assert "tx-cli" not in node.cli("txn", "list", "--state", "CompleteCommit").stdout.decode()
+    p.commit_transaction(30)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        out = node.cli("txn", "list", "--state", "CompleteCommit").stdout.decode()
+        if "tx-cli" in out:
+            break
+        time.sleep(0.2)
+    assert "tx-cli" in out, out
+    described = node.cli("txn", "describe", "tx-cli").stdout.decode()
+    assert "CompleteCommit" in described and topic_name not in described, described
+    missing = node.cli("txn", "describe", "tx-nobody", check=False)
+    assert missing.returncode != 0 and b"error code 105" in missing.stderr, missing.stderr
+    bad = node.cli("txn", "list", "--state", "Sleeping", check=False)
+    assert bad.returncode != 0 and b"unknown transaction state" in bad.stderr, bad.stderr

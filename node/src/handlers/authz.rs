@@ -58,6 +58,13 @@ pub fn covered(api_key: ApiKey) -> bool {
             | OffsetCommit
             | OffsetFetch
             | InitProducerId
+            | AddPartitionsToTxn
+            | AddOffsetsToTxn
+            | EndTxn
+            | TxnOffsetCommit
+            | WriteTxnMarkers
+            | ListTransactions
+            | DescribeTransactions
             | CreateTopics
             | DeleteTopics
             | CreateAcls
@@ -182,10 +189,29 @@ impl Access {
     }
 }
 
-// -- Produce: WRITE on each topic.
+// -- Produce: WRITE on each topic; a transactional produce WRITE on its
+// transactional id too (else every partition is refused with
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
-pub fn produce(access: &Access, request: &mut kafka_protocol::messages::ProduceRequest) -> Denied {
-    access.refuse(
+pub fn produce(
+    access: &Access,
+    request: &mut kafka_protocol::messages::ProduceRequest,
+) -> (Denied, ResponseError) {
+    if let Some(id) = &request.transactional_id {
+        if transactional_id(access, &id.0).is_some() {
+            let all = std::mem::take(&mut request.topic_data)
+                .into_iter()
+                .map(|t| {
+                    (
+                        t.name.0.to_string(),
+                        t.partition_data.iter().map(|p| p.index).collect(),
+                    )
+                })
+                .collect();
+            return (all, ResponseError::TransactionalIdAuthorizationFailed);
+        }
+    }
+    let denied = access.refuse(
         &mut request.topic_data,
         |t| access.topic(Op::Write, &t.name.0),
         |t| {
@@ -194,10 +220,14 @@ pub fn produce(access: &Access, request: &mut kafka_protocol::messages::ProduceR
                 t.partition_data.iter().map(|p| p.index).collect(),
             )
         },
-    )
+    );
+    (denied, TOPIC_DENIED)
 }
 
-pub fn produce_denied(response: &mut kafka_protocol::messages::ProduceResponse, denied: Denied) {
+pub fn produce_denied(
+    response: &mut kafka_protocol::messages::ProduceResponse,
+    (denied, error): (Denied, ResponseError),
+) {
     for (name, partitions) in denied {
         response.responses.push(
             TopicProduceResponse::default()
@@ -208,7 +238,7 @@ pub fn produce_denied(response: &mut kafka_protocol::messages::ProduceResponse, 
                         .map(|p| {
                             PartitionProduceResponse::default()
                                 .with_index(p)
-                                .with_error_code(TOPIC_DENIED.code())
+                                .with_error_code(error.code())
                                 .with_base_offset(-1)
                                 .with_log_append_time_ms(-1)
                                 .with_log_start_offset(-1)
@@ -724,6 +754,24 @@ pub fn init_producer_id(
             && !access.any(Op::Write, ResourceType::Topic))
         .then_some(ResponseError::ClusterAuthorizationFailed),
     }
+}
+
+// -- Transactions (Kafka's rules): WRITE on the transactional id for
+// AddPartitionsToTxn (plus WRITE on its topics), AddOffsetsToTxn (plus READ
+// on the group), EndTxn and TxnOffsetCommit (plus READ on the group and the
+// topics); CLUSTER_ACTION for the brokers' calls (AddPartitionsToTxn v4,
+// WriteTxnMarkers).
+
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the principal may WRITE `id`.
+pub fn transactional_id(access: &Access, id: &str) -> Option<ResponseError> {
+    (!access.unrestricted() && !access.allowed(Op::Write, ResourceType::TransactionalId, id))
+        .then_some(ResponseError::TransactionalIdAuthorizationFailed)
+}
+
+/// CLUSTER_AUTHORIZATION_FAILED unless the principal may CLUSTER_ACTION.
+pub fn cluster_action(access: &Access) -> Option<ResponseError> {
+    (!access.unrestricted() && !access.cluster(Op::ClusterAction))
+        .then_some(ResponseError::ClusterAuthorizationFailed)
 }
 
 // -- Configs: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the

@@ -392,11 +392,18 @@ pub async fn offset_commit(
 /// added to the transaction).
 pub async fn txn_offset_commit(
     core: &CoreState,
+    access: &super::authz::Access,
     request: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
     let topics = core.topics();
     let now = now_ms();
+    // Kafka's order: the transactional id (WRITE), the group (READ), then
+    // each topic (READ).
+    let whole = super::authz::transactional_id(access, &request.transactional_id).or_else(|| {
+        (!access.unrestricted() && !access.group(skiff_security::AclOperation::Read, &group_id))
+            .then_some(ResponseError::GroupAuthorizationFailed)
+    });
     let mut decided: Vec<(String, i32, Option<ResponseError>)> = Vec::new();
     let mut offsets: Vec<(String, i32, OffsetValue)> = Vec::new();
     for t in &request.topics {
@@ -407,7 +414,13 @@ pub async fn txn_offset_commit(
                 .as_ref()
                 .map(|m| m.to_string())
                 .unwrap_or_default();
-            let refusal = if !topics.has_partition(&name, p.partition_index) {
+            let refusal = if whole.is_some() {
+                whole
+            } else if !access.unrestricted()
+                && !access.topic(skiff_security::AclOperation::Read, &name)
+            {
+                Some(ResponseError::TopicAuthorizationFailed)
+            } else if !topics.has_partition(&name, p.partition_index) {
                 Some(ResponseError::UnknownTopicOrPartition)
             } else if metadata.len() > coordinator::OFFSET_METADATA_BYTES_MAX {
                 Some(ResponseError::OffsetMetadataTooLarge)
@@ -434,6 +447,9 @@ pub async fn txn_offset_commit(
     let instance = request.group_instance_id.as_ref().map(|s| s.to_string());
     let generation_id = request.generation_id;
     let producer = (request.producer_id.0, request.producer_epoch);
+    if whole.is_some() {
+        offsets.clear();
+    }
     let outcome: Result<(), ResponseError> =
         on_coordinator(core, &group_id, move |shard, tp, limits| async move {
             Coordinator::current()

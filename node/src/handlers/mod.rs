@@ -514,18 +514,24 @@ async fn handle(
             ),
             None => ResponseKind::InitProducerId(init_producer_id::handle(&core, r).await),
         },
-        Some(RequestKind::AddPartitionsToTxn(r)) => {
-            ResponseKind::AddPartitionsToTxn(txn::add_partitions_to_txn(&core, r, version).await)
-        }
+        Some(RequestKind::AddPartitionsToTxn(r)) => ResponseKind::AddPartitionsToTxn(
+            txn::add_partitions_to_txn(&core, &access, r, version).await,
+        ),
         Some(RequestKind::AddOffsetsToTxn(r)) => {
-            ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(&core, r).await)
+            ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(&core, &access, r).await)
         }
-        Some(RequestKind::EndTxn(r)) => ResponseKind::EndTxn(txn::end_txn(&core, r).await),
+        Some(RequestKind::EndTxn(r)) => ResponseKind::EndTxn(txn::end_txn(&core, &access, r).await),
         Some(RequestKind::TxnOffsetCommit(r)) => {
-            ResponseKind::TxnOffsetCommit(groups::txn_offset_commit(&core, r).await)
+            ResponseKind::TxnOffsetCommit(groups::txn_offset_commit(&core, &access, r).await)
+        }
+        Some(RequestKind::ListTransactions(r)) => {
+            ResponseKind::ListTransactions(txn::list_transactions(&core, &access, r, version).await)
+        }
+        Some(RequestKind::DescribeTransactions(r)) => {
+            ResponseKind::DescribeTransactions(txn::describe_transactions(&core, &access, r).await)
         }
         Some(RequestKind::WriteTxnMarkers(r)) => {
-            ResponseKind::WriteTxnMarkers(txn::write_txn_markers(&core, r).await)
+            ResponseKind::WriteTxnMarkers(txn::write_txn_markers(&core, &access, r).await)
         }
         Some(other) => {
             // versions::accepts only lets through what is matched above (and

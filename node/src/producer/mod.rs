@@ -144,13 +144,15 @@ pub async fn append_idempotent(
                 };
                 match verified {
                     Some(guard) if guard == now => {}
-                    Some(_) => return Err(SequenceOrLog::Sequence(
-                        ResponseError::InvalidTxnState,
-                        format!(
+                    Some(_) => {
+                        return Err(SequenceOrLog::Sequence(
+                            ResponseError::InvalidTxnState,
+                            format!(
                             "producer {}'s transaction ended while this write was being verified",
                             header.producer_id
                         ),
-                    )),
+                        ))
+                    }
                     None => return Err(SequenceOrLog::Unverified(now)),
                 }
             }

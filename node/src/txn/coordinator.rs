@@ -277,6 +277,49 @@ pub async fn end_txn(
     .map(|_| ())
 }
 
+/// Every transactional id this node coordinates, with its state, from
+/// every core (ListTransactions).
+pub async fn list_all(core: &CoreState) -> Vec<(String, TxnRecord)> {
+    let mut out = Vec::new();
+    for target in 0..core.shard.table().shards() {
+        if let Ok(states) = core
+            .shard
+            .invoke_on(target, |_| async { Driver::current().states() })
+            .await
+        {
+            out.extend(states);
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The state of `transactional_id` where this node coordinates it
+/// (DescribeTransactions).
+pub async fn describe(
+    core: &CoreState,
+    transactional_id: String,
+) -> Result<TxnRecord, ResponseError> {
+    let Some((tp, owner)) = super::coordinator_of(core, &transactional_id) else {
+        return Err(ResponseError::NotCoordinator);
+    };
+    core.shard
+        .invoke_on(owner, move |_| async move {
+            let driver = Driver::current();
+            let slots = driver.slots.borrow();
+            match slots.get(&tp) {
+                None => Err(ResponseError::NotCoordinator),
+                Some(Slot::Loading { .. }) => Err(ResponseError::CoordinatorLoadInProgress),
+                Some(Slot::Ready { coordinator, .. }) => coordinator
+                    .get(&transactional_id)
+                    .cloned()
+                    .ok_or(ResponseError::TransactionalIdNotFound),
+            }
+        })
+        .await
+        .unwrap_or(Err(ResponseError::NotCoordinator))
+}
+
 /// KIP-890: whether `partition` is in the ongoing transaction of
 /// `transactional_id` at `producer_id` and `epoch` (a read of this node's
 /// coordinator state, on the core that owns the id).

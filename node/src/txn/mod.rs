@@ -22,6 +22,7 @@
 //! (in the group coordinator), KIP-890 verification of a transactional
 //! write at the partition leader (`verify.rs`).
 
+pub mod admin;
 pub mod coordinator;
 pub mod markers;
 pub mod verify;

@@ -67,8 +67,8 @@ use kafka_protocol::messages::{
     DescribeClientQuotasRequest,
 };
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest,
-    WriteTxnMarkersRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+    ListTransactionsRequest, TxnOffsetCommitRequest, WriteTxnMarkersRequest,
 };
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest, BrokerId,
@@ -528,6 +528,14 @@ pub fn sample_request(api_key: ApiKey, version: i16) -> Option<RequestKind> {
             .with_producer_id(ProducerId(42))
             .with_producer_epoch(3)
             .with_committed(true)
+            .into(),
+        ApiKey::ListTransactions => ListTransactionsRequest::default()
+            .with_state_filters(vec![s("Ongoing"), s("PrepareCommit")])
+            .with_producer_id_filters(vec![ProducerId(42), ProducerId(43)])
+            .with_duration_filter(if v >= 1 { 60_000 } else { -1 })
+            .into(),
+        ApiKey::DescribeTransactions => DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(s("tx-1")), TransactionalId(s("tx-2"))])
             .into(),
         ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::default()
             .with_transactional_id(TransactionalId(s("tx-1")))
