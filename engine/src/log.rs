@@ -1450,11 +1450,14 @@ impl PartitionLog {
         }
         let lag_ms = self.config.min_compaction_lag.as_millis() as i64;
         let closed = self.segments.len().saturating_sub(1);
+        // Below the last stable offset only: an open transaction's records
+        // may yet be aborted, and must not displace a committed value.
+        let stable = self.last_stable_offset(high_watermark);
         let segments: Vec<SegmentSnapshot> = self
             .segments
             .values()
             .take(closed)
-            .take_while(|s| s.next_offset() <= high_watermark)
+            .take_while(|s| s.next_offset() <= stable)
             .take_while(|s| lag_ms == 0 || s.max_timestamp() <= now_ms - lag_ms)
             .map(|s| SegmentSnapshot {
                 base_offset: s.base_offset(),
@@ -1487,8 +1490,15 @@ impl PartitionLog {
                 })
         });
         let horizon_passed = self.tombstone_horizon.is_some_and(|h| h <= now_ms);
+        // Aborted transactions with records in the range (their markers may
+        // lie past it: every index up to the stable end is read).
+        let aborted = segments
+            .first()
+            .map(|s| self.aborted_transactions(s.base_offset, stable))
+            .unwrap_or_default();
         Some(CleanPlan {
             dir: self.dir.clone(),
+            aborted,
             segments,
             first_dirty,
             clean_bytes,

@@ -451,3 +451,94 @@ fn keyless_records_and_superseded_producer_batches_go() {
         partition.close().await.unwrap();
     });
 }
+
+/// Kafka's cleaning of transactions: an aborted transaction's value never
+/// displaces the committed one (it is neither mapped nor kept), markers stay,
+/// and nothing at or past an open transaction (the last stable offset) is
+/// cleaned.
+#[test]
+fn aborted_records_go_markers_stay_and_open_transactions_are_not_cleaned() {
+    use skiff_engine::batch::{marker_batch, EndTxnMarker};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let partition = open_partition(&path, compact_config(), 0).await;
+        let append = |bytes: Bytes| {
+            let partition = &partition;
+            async move { partition.append(mutable(&bytes), LEADER).await.unwrap() }
+        };
+        let data = |pid: i64, seq: i32, key: &[u8], value: &[u8]| {
+            let mut b = BatchBuilder::new()
+                .producer(pid, 0, seq)
+                .transactional(true);
+            b.push(1, Some(key), Some(value), &[]);
+            b.build().unwrap()
+        };
+        let marker = |pid: i64, commit: bool| {
+            marker_batch(
+                pid,
+                0,
+                EndTxnMarker {
+                    commit,
+                    coordinator_epoch: 0,
+                },
+                1,
+            )
+            .unwrap()
+        };
+        // Producer 5 commits a=committed, then aborts a=aborted.
+        append(data(5, 0, b"a", b"committed")).await;
+        append(marker(5, true)).await;
+        append(data(5, 1, b"a", b"aborted")).await;
+        append(marker(5, false)).await;
+        // A plain key written twice: the first goes.
+        let mut b = BatchBuilder::new();
+        b.push(1, Some(b"c"), Some(b"v1"), &[]);
+        append(b.build().unwrap()).await;
+        let mut b = BatchBuilder::new();
+        b.push(1, Some(b"c"), Some(b"v2"), &[]);
+        append(b.build().unwrap()).await;
+        // Roll: all of the above is closed.
+        let mut b = BatchBuilder::new();
+        b.push(1, Some(b"filler"), Some(&[0u8; 5000]), &[]);
+        append(b.build().unwrap()).await;
+        // Producer 6's transaction stays open; c=v3 after it is unstable.
+        let open = append(data(6, 0, b"c", b"open")).await;
+        let mut b = BatchBuilder::new();
+        b.push(1, Some(b"c"), Some(b"v3"), &[]);
+        append(b.build().unwrap()).await;
+        let mut b = BatchBuilder::new();
+        b.push(1, Some(b"filler2"), Some(&[0u8; 5000]), &[]);
+        append(b.build().unwrap()).await;
+        let mut b = BatchBuilder::new();
+        b.push(1, Some(b"z"), Some(b"active"), &[]);
+        append(b.build().unwrap()).await;
+
+        clean_fully(&mut cleaner(1000), &partition, 10_000).await;
+        let records = read_records(&partition).await;
+        let values: Vec<(i64, Option<Bytes>)> =
+            records.iter().map(|(o, _, v)| (*o, v.clone())).collect();
+        let has = |v: &[u8]| values.iter().any(|(_, x)| x.as_deref() == Some(v));
+        // The committed value survives the aborted one written after it.
+        assert!(has(b"committed"), "{values:?}");
+        assert!(!has(b"aborted"), "{values:?}");
+        // Below the open transaction, compaction went on as usual.
+        assert!(!has(b"v1") && has(b"v2"), "{values:?}");
+        // At and past the open transaction nothing was cleaned, though v3
+        // supersedes both: the transaction may yet commit or abort.
+        assert!(has(b"open") && has(b"v3"), "{values:?}");
+        assert_eq!(
+            partition.last_stable_offset().await.unwrap(),
+            open.base_offset
+        );
+        // Both markers of producer 5 are still in the log.
+        let read = partition.read(0, 1 << 20, i64::MAX).await.unwrap();
+        let markers = read
+            .batches
+            .iter()
+            .map(|b| BatchHeader::parse(b).unwrap())
+            .filter(|h| h.is_control() && h.producer_id == 5)
+            .count();
+        assert_eq!(markers, 2);
+    });
+}

@@ -32,8 +32,13 @@
 //!    point) → the old files go → `.log`; recovery finishes an interrupted swap and
 //!    deletes a `.cleaned` leftover. Then the checkpoint moves to the pass's end.
 //!
+//! Transactions (Kafka's rules): only segments below the last stable offset
+//! are cleaned (an open transaction may still abort); records of aborted
+//! transactions (the `.txnindex` entries of the range) are neither mapped nor
+//! kept, so an aborted value never displaces a committed one; markers stay.
+//!
 //! Invariants: offsets only ever disappear, never move; the active segment and
-//! anything at or past the high watermark are never touched; every batch read is
+//! anything at or past the last stable offset are never touched; every batch read is
 //! CRC-checked before it is rewritten, so corruption is never laundered into a
 //! fresh CRC.
 
@@ -55,6 +60,7 @@ use crate::error::{LogError, Result};
 use crate::fsutil;
 use crate::partition::Partition;
 use crate::segment::appender::{Appender, Growth, Sizing};
+use crate::segment::txn_index::AbortedTxn;
 use crate::segment::{cleaned_path, SegmentState};
 pub use offset_map::OffsetMap;
 
@@ -100,6 +106,9 @@ pub struct SegmentSnapshot {
 /// What one cleaning of a log would cover (from `PartitionLog::clean_plan`).
 pub struct CleanPlan {
     pub dir: PathBuf,
+    /// Aborted transactions whose records may be in the range: those records
+    /// are neither mapped nor kept.
+    pub aborted: Vec<AbortedTxn>,
     /// The cleanable closed segments, from the first of the log, in order.
     pub segments: Vec<SegmentSnapshot>,
     /// Below it the log is already compacted.
@@ -289,6 +298,7 @@ impl Cleaner {
         let mut pass = Pass {
             plan: &plan,
             rules: Rules {
+                aborted: &plan.aborted,
                 map: &self.map,
                 producers_last: &mapped.producers_last,
                 now_ms,
@@ -358,7 +368,12 @@ impl Cleaner {
                         break 'segments;
                     }
                     let section = records_section(&bytes, &header, size_limit)?;
+                    // An aborted value must not displace a committed one.
+                    let aborted = is_aborted(&plan.aborted, &header);
                     for record in record_views(&section, header.records_count)? {
+                        if aborted {
+                            break;
+                        }
                         if let Some(key) = record.key {
                             self.map
                                 .put(key, header.base_offset + i64::from(record.offset_delta));
@@ -377,6 +392,17 @@ impl Cleaner {
             producers_last,
         })
     }
+}
+
+/// Whether `header` is a data batch of a transaction that was aborted.
+fn is_aborted(aborted: &[AbortedTxn], header: &BatchHeader) -> bool {
+    header.is_transactional()
+        && !header.is_control()
+        && aborted.iter().any(|a| {
+            a.producer_id == header.producer_id
+                && a.first_offset <= header.base_offset
+                && header.base_offset <= a.last_offset
+        })
 }
 
 /// Consecutive segments whose total size stays within `max_bytes` (at least one
@@ -406,6 +432,7 @@ fn group_segments<'a>(
 
 /// The record-level decisions of one pass.
 struct Rules<'a> {
+    aborted: &'a [AbortedTxn],
     map: &'a OffsetMap,
     producers_last: &'a HashMap<i64, i64>,
     now_ms: i64,
@@ -435,8 +462,13 @@ impl Rules<'_> {
         let records = record_views(&section, header.records_count)?;
         stats.records_read += records.len() as u64;
         let horizon_passed = header.has_delete_horizon() && header.base_timestamp <= self.now_ms;
+        // An aborted transaction's records are never readable
+        // (read_committed skips them): none is kept, the batch goes unless
+        // it is its producer's last (below).
+        let aborted = is_aborted(self.aborted, header);
         let kept: Vec<_> = records
             .iter()
+            .filter(|_| !aborted)
             .filter(|r| {
                 let Some(key) = r.key else {
                     return false; // keyless records have no place in a compacted log
