@@ -39,5 +39,5 @@ pub use log::{AppendInfo, AppendMode, PartitionLog, ReadBatches, RetentionOutcom
 pub mod partition;
 pub mod shard;
 
-pub use partition::{wait_for_any, LogStats, LongPoll, OffsetQuery, Partition};
+pub use partition::{wait_for_any, LogStats, LongPoll, OffsetQuery, Partition, TxnStats};
 pub use shard::{Runtime, Shard, ShardConfig, ShardTable, TopicPartition};

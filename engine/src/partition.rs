@@ -71,6 +71,17 @@ pub struct LogStats {
     pub log_end_offset: i64,
     /// Why the partition is offline; None while it serves.
     pub offline: Option<String>,
+    /// Transactions: None for a log that never held one; else the open
+    /// transactions and how far the last stable offset trails the high
+    /// watermark (records read_committed readers wait for).
+    pub transactions: Option<TxnStats>,
+}
+
+/// A transactional log's state for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxnStats {
+    pub open: usize,
+    pub lso_lag: i64,
 }
 
 impl Partition {
@@ -101,12 +112,20 @@ impl Partition {
     /// Size, segment count, offsets and offline state (a brief shared lock).
     pub async fn log_stats(&self) -> Result<LogStats> {
         let log = self.shared().await?;
+        let transactions = log.has_transactions().then(|| {
+            let hw = self.high_watermark();
+            TxnStats {
+                open: log.open_transactions().len(),
+                lso_lag: hw - log.last_stable_offset(hw),
+            }
+        });
         Ok(LogStats {
             segments: log.segment_count(),
             size_bytes: log.size_bytes(),
             log_start_offset: log.log_start_offset(),
             log_end_offset: log.log_end_offset(),
             offline: log.offline_reason().map(str::to_string),
+            transactions,
         })
     }
 

@@ -350,6 +350,35 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         }
     }
 
+    // Transactions: only logs that have held one get these series.
+    type TxnField = fn(&skiff_engine::TxnStats) -> i64;
+    let txn_families: [(&str, &str, TxnField); 2] = [
+        (
+            "skiff_log_open_transactions",
+            "Transactions open on a partition (begun, no marker yet).",
+            |t| t.open as i64,
+        ),
+        (
+            "skiff_log_last_stable_offset_lag",
+            "Records between a partition's last stable offset and its high watermark: what read_committed readers wait for.",
+            |t| t.lso_lag,
+        ),
+    ];
+    for (name, help, field) in txn_families {
+        w.family(name, Kind::Gauge, help);
+        for p in &s.partitions {
+            let Some(t) = &p.log.transactions else {
+                continue;
+            };
+            let partition = p.tp.partition.to_string();
+            w.sample(
+                name,
+                &[("topic", &p.tp.topic), ("partition", &partition)],
+                field(t),
+            );
+        }
+    }
+
     w.single(
         "skiff_log_cleaner_runs_total",
         Kind::Counter,
@@ -838,6 +867,10 @@ mod tests {
                     log_start_offset: 0,
                     log_end_offset: 9,
                     offline: None,
+                    transactions: Some(skiff_engine::TxnStats {
+                        open: 2,
+                        lso_lag: 7,
+                    }),
                 },
             }],
             offline: vec![(TopicPartition::new("orders", 1), "fdatasync failed".into())],
@@ -925,6 +958,8 @@ mod tests {
             ("skiff_batch_cache_hits_total", "counter"),
             ("skiff_log_segments", "gauge"),
             ("skiff_log_size_bytes", "gauge"),
+            ("skiff_log_open_transactions", "gauge"),
+            ("skiff_log_last_stable_offset_lag", "gauge"),
             ("skiff_log_cleaner_read_bytes_total", "counter"),
             ("skiff_log_retention_deleted_segments_total", "counter"),
             ("skiff_partitions_offline", "gauge"),
@@ -1003,6 +1038,12 @@ mod tests {
             Some(0.0)
         );
         assert_eq!(find("skiff_partitions_offline", &[]), Some(1.0));
+        let orders0 = [("topic", "orders"), ("partition", "0")];
+        assert_eq!(find("skiff_log_open_transactions", &orders0), Some(2.0));
+        assert_eq!(
+            find("skiff_log_last_stable_offset_lag", &orders0),
+            Some(7.0)
+        );
         for (name, value) in [
             ("skiff_broker_fenced", 0.0),
             ("skiff_broker_metadata_offset", 41.0),
