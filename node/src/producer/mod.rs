@@ -260,12 +260,9 @@ async fn rebuild(
                 // A marker: the producer's epoch, its transaction ended; no
                 // sequence (a control batch has none).
                 if let Ok(Some(m)) = batch::parse_marker(b) {
-                    producers.states.borrow_mut().record_marker(
-                        h.producer_id,
-                        h.producer_epoch,
-                        h.base_offset,
-                        m.commit,
-                    );
+                    let mut states = producers.states.borrow_mut();
+                    states.record_marker(h.producer_id, h.producer_epoch, h.base_offset, m.commit);
+                    states.record_coordinator(h.producer_id, m.coordinator_epoch);
                 }
             } else if h.producer_id >= 0 {
                 if h.is_transactional() {
@@ -456,6 +453,16 @@ async fn write_marker(
             rebuild(&partition, tp, &producers).await?;
             producers.loaded.set(true);
         }
+        let fenced = producers
+            .states
+            .borrow()
+            .coordinator_fenced(producer_id, coordinator_epoch);
+        if let Some(latest) = fenced {
+            return Err(SequenceOrLog::Sequence(
+                ResponseError::TransactionCoordinatorFenced,
+                format!("marker of producer {producer_id} from coordinator epoch {coordinator_epoch}: the partition has one from epoch {latest}"),
+            ));
+        }
         let check = producers.states.borrow().check_marker(producer_id, epoch);
         if let MarkerCheck::Fenced { current_epoch } = check {
             return Err(SequenceOrLog::Sequence(
@@ -475,6 +482,10 @@ async fn write_marker(
             .states
             .borrow_mut()
             .record_marker(producer_id, epoch, info.base_offset, commit);
+        producers
+            .states
+            .borrow_mut()
+            .record_coordinator(producer_id, coordinator_epoch);
         info
     };
     partition.await_durable_to(info.last_offset + 1).await?;

@@ -81,6 +81,11 @@ pub struct ProducerStates {
     /// check's guard (a marker between the check and the append means the
     /// transaction ended meanwhile).
     markers_seen: HashMap<i64, u64>,
+    /// The latest transaction coordinator epoch whose marker each producer
+    /// got here: a marker from an older coordinator (one deposed, writing
+    /// late) is TRANSACTION_COORDINATOR_FENCED, so it cannot end a later
+    /// transaction of the same producer and epoch.
+    coordinator_epochs: HashMap<i64, i32>,
 }
 
 /// Version 2 adds the open transactions; version 1 (no transactions) is
@@ -227,6 +232,25 @@ impl ProducerStates {
         self.txns.on_marker(producer_id, offset, commit)
     }
 
+    /// The coordinator epoch a marker of `producer_id` must reach: Some(the
+    /// latest seen) when `coordinator_epoch` is older than it.
+    pub fn coordinator_fenced(&self, producer_id: i64, coordinator_epoch: i32) -> Option<i32> {
+        self.coordinator_epochs
+            .get(&producer_id)
+            .copied()
+            .filter(|latest| coordinator_epoch < *latest)
+    }
+
+    /// A marker of `producer_id` from a coordinator at `coordinator_epoch`
+    /// was appended.
+    pub fn record_coordinator(&mut self, producer_id: i64, coordinator_epoch: i32) {
+        let latest = self
+            .coordinator_epochs
+            .entry(producer_id)
+            .or_insert(coordinator_epoch);
+        *latest = (*latest).max(coordinator_epoch);
+    }
+
     /// Whether `producer_id` has a transaction open on this partition.
     pub fn txn_open(&self, producer_id: i64) -> bool {
         self.txns.open_of(producer_id).is_some()
@@ -361,6 +385,7 @@ impl ProducerStates {
             producers,
             txns,
             markers_seen: HashMap::new(),
+            coordinator_epochs: HashMap::new(),
         })
     }
 
@@ -585,6 +610,21 @@ mod txn_tests {
         // written and completes nothing.
         assert_eq!(s.check_marker(99, 0), MarkerCheck::Append);
         assert_eq!(s.record_marker(99, 0, 14, true), None);
+    }
+
+    #[test]
+    fn a_marker_from_an_older_coordinator_is_fenced() {
+        let mut s = ProducerStates::default();
+        assert_eq!(s.coordinator_fenced(7, 3), None);
+        s.record_coordinator(7, 5);
+        assert_eq!(s.coordinator_fenced(7, 4), Some(5));
+        assert_eq!(s.coordinator_fenced(7, 5), None);
+        assert_eq!(s.coordinator_fenced(7, 6), None);
+        s.record_coordinator(7, 6);
+        s.record_coordinator(7, 5);
+        assert_eq!(s.coordinator_fenced(7, 5), Some(6));
+        // Per producer.
+        assert_eq!(s.coordinator_fenced(8, 0), None);
     }
 
     #[test]

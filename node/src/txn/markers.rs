@@ -100,6 +100,15 @@ pub async fn write_all(
                 Ok(()) | Err(ResponseError::UnknownTopicOrPartition) => {
                     left.remove(&tp);
                 }
+                Err(ResponseError::TransactionCoordinatorFenced) => {
+                    // A newer coordinator of this id has written there: this
+                    // one is deposed (its leadership check will say so).
+                    tracing::warn!(
+                        partition = %tp, transactional_id = %markers.id, coordinator_epoch,
+                        "the partition refused the marker: a newer transaction coordinator wrote there"
+                    );
+                    return false;
+                }
                 Err(ResponseError::InvalidProducerEpoch) => {
                     // The partition holds a later epoch of this producer: a
                     // newer decision reached it; this one has nothing left
