@@ -665,3 +665,53 @@ def test_skiff_txn_lists_and_describes_transactions(fresh_node, topic_name):
     assert missing.returncode != 0 and b"error code 105" in missing.stderr, missing.stderr
     bad = node.cli("txn", "list", "--state", "Sleeping", check=False)
     assert bad.returncode != 0 and b"unknown transaction state" in bad.stderr, bad.stderr
+
+
+def test_kafka_python_admin_finds_and_aborts_an_open_transaction(fresh_node, topic_name):
+    """KIP-664's tooling through kafka-python's admin client: ListTransactions
+    and DescribeTransactions show an open transaction; DescribeProducers
+    shows where it began on the partition; abort_transaction (a
+    WriteTxnMarkers from an operator, at the producer's coordinator epoch)
+    ends it there, and read_committed readers move past it."""
+    from confluent_kafka import Producer
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.admin._transactions import AbortTransactionSpec
+
+    b = fresh_node.bootstrap
+    ck.create_topic(b, topic_name, partitions=1)
+    p = Producer({"bootstrap.servers": b, "transactional.id": "tx-admin", "socket.timeout.ms": 10000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"committed")
+    p.commit_transaction(30)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"left-open")
+    p.flush(30)
+    plain = ck.producer(b, {"acks": "all"})
+    plain.produce(topic_name, value=b"after")
+    ck.flush(plain)
+    a = KafkaAdminClient(bootstrap_servers=b, request_timeout_ms=30000)
+    try:
+        listed = a.list_transactions()
+        ids = {t.transactional_id: t for txns in listed.values() for t in txns}
+        assert "tx-admin" in ids, listed
+        described = a.describe_transactions(["tx-admin"])["tx-admin"]
+        assert described.state.value == "Ongoing", described
+        assert KpTopicPartition(topic_name, 0) in described.topic_partitions, described
+        tp = KpTopicPartition(topic_name, 0)
+        producers = a.describe_producers([tp])[tp].active_producers
+        mine = [x for x in producers if x.producer_id == described.producer_id]
+        assert len(mine) == 1, producers
+        # Offsets: 0 committed, 1 its marker, 2 the open transaction's record.
+        assert mine[0].current_transaction_start_offset == 2, mine
+        got = ck.consume_all(b, topic_name, 1, 1, **{"isolation.level": "read_committed"})
+        assert values(got) == [b"committed"]
+        a.abort_transaction(AbortTransactionSpec(tp, mine[0].producer_id, mine[0].producer_epoch,
+                                                 mine[0].coordinator_epoch))
+        got = ck.consume_all(b, topic_name, 1, 2, **{"isolation.level": "read_committed"})
+        assert values(got) == [b"committed", b"after"]
+        producers = a.describe_producers([tp])[tp].active_producers
+        assert all(x.current_transaction_start_offset == -1 for x in producers), producers
+    finally:
+        a.close()

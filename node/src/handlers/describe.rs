@@ -285,14 +285,14 @@ pub async fn describe_producers(
                 Ok(producers) => response.with_active_producers(
                     producers
                         .into_iter()
-                        .map(|(id, epoch, last_sequence, _)| {
+                        .map(|p| {
                             ProducerState::default()
-                                .with_producer_id(ProducerId(id))
-                                .with_producer_epoch(i32::from(epoch))
-                                .with_last_sequence(last_sequence)
+                                .with_producer_id(ProducerId(p.producer_id))
+                                .with_producer_epoch(i32::from(p.epoch))
+                                .with_last_sequence(p.last_sequence)
                                 .with_last_timestamp(-1)
-                                .with_coordinator_epoch(-1)
-                                .with_current_txn_start_offset(-1)
+                                .with_coordinator_epoch(p.coordinator_epoch)
+                                .with_current_txn_start_offset(p.txn_start_offset)
                         })
                         .collect(),
                 ),

@@ -22,7 +22,9 @@ use kafka_protocol::ResponseError;
 use skiff_engine::batch::{self, BatchHeader, EndTxnMarker};
 use skiff_engine::{AppendMode, LogError, Partition, TopicPartition};
 
-pub use state::{BatchMeta, MarkerCheck, ProducerStates, SequenceCheck, BATCHES_KEPT};
+pub use state::{
+    BatchMeta, DescribedProducer, MarkerCheck, ProducerStates, SequenceCheck, BATCHES_KEPT,
+};
 
 use crate::state::CoreState;
 
@@ -178,12 +180,10 @@ pub async fn append_idempotent(
     Ok((info.base_offset, info.last_offset, false))
 }
 
-/// The idempotent producers of a partition this core owns, as its producer
-/// state holds them (loaded from the log first if no produce has yet):
-/// (producer id, epoch, last sequence, last batch's last offset).
-pub async fn describe_producers(
-    tp: &TopicPartition,
-) -> Result<Vec<(i64, i16, i32, i64)>, LogError> {
+/// The idempotent and transactional producers of a partition this core owns,
+/// as its producer state holds them (loaded from the log first if no produce
+/// has yet), with the open transaction and coordinator epoch of each.
+pub async fn describe_producers(tp: &TopicPartition) -> Result<Vec<DescribedProducer>, LogError> {
     let core = CoreState::current().ok_or(LogError::RuntimeStopped)?;
     let partition = core
         .shard

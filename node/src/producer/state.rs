@@ -63,6 +63,20 @@ pub enum SequenceCheck {
     UnknownProducer,
 }
 
+/// One producer as DescribeProducers shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DescribedProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_sequence: i32,
+    /// The offset of its last batch.
+    pub last_offset: i64,
+    /// The last transaction coordinator epoch of its markers here (-1: none).
+    pub coordinator_epoch: i32,
+    /// Where its open transaction began (-1: none).
+    pub txn_start_offset: i64,
+}
+
 /// A COMMIT or ABORT marker's check against the producer's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MarkerCheck {
@@ -273,16 +287,23 @@ impl ProducerStates {
 
     /// Every producer with its epoch, last sequence and the offset of its
     /// last batch (DescribeProducers), by producer id.
-    pub fn describe(&self) -> Vec<(i64, i16, i32, i64)> {
-        let mut out: Vec<(i64, i16, i32, i64)> = self
+    pub fn describe(&self) -> Vec<DescribedProducer> {
+        let mut out: Vec<DescribedProducer> = self
             .producers
             .iter()
             .filter_map(|(id, e)| {
                 let last = e.batches.back()?;
-                Some((*id, e.epoch, last.last_seq, last.last_offset))
+                Some(DescribedProducer {
+                    producer_id: *id,
+                    epoch: e.epoch,
+                    last_sequence: last.last_seq,
+                    last_offset: last.last_offset,
+                    coordinator_epoch: self.coordinator_epochs.get(id).copied().unwrap_or(-1),
+                    txn_start_offset: self.txns.open_of(*id).unwrap_or(-1),
+                })
             })
             .collect();
-        out.sort_unstable();
+        out.sort_unstable_by_key(|p| p.producer_id);
         out
     }
 
