@@ -103,6 +103,10 @@ const LAG_PERSIST: Duration = Duration::from_millis(200);
 /// At most one election over a lagging leader per this long (Raft's
 /// election timeout at the default tick is 1-2 s).
 const LAG_CAMPAIGN_COOLDOWN: Duration = Duration::from_secs(2);
+/// The head start each follower's campaign over a lagging leader gives the
+/// one ranked before it (`lag::campaign_stagger`): more than a vote's round
+/// trip and fdatasync on a healthy quorum.
+const LAG_CAMPAIGN_STAGGER: Duration = Duration::from_millis(300);
 
 /// How to run one controller.
 #[derive(Debug)]
@@ -608,9 +612,13 @@ impl Core {
         };
         let max = lag::max_lag(self.config.session_timeout_ms);
         let now = Instant::now();
+        // `peers` holds every voter, this one included.
+        let voters: Vec<u64> = self.peers.keys().copied().collect();
+        let persist =
+            LAG_PERSIST + lag::campaign_stagger(self.id, leader, &voters, LAG_CAMPAIGN_STAGGER);
         if self
             .leader_lag
-            .observe(leader, now, max, LAG_PERSIST, LAG_CAMPAIGN_COOLDOWN)
+            .observe(leader, now, max, persist, LAG_CAMPAIGN_COOLDOWN)
         {
             tracing::warn!(
                 leader,
