@@ -333,40 +333,16 @@ impl Coordinator {
         offsets: Vec<(String, i32, OffsetValue)>,
     ) -> Result<(), ResponseError> {
         let now = now_ms();
-        {
-            let mut groups = self.groups.borrow_mut();
-            match groups.get_mut(&group_id) {
-                // Kafka: a commit with no generation creates a group that only
-                // stores offsets; any other commit needs a member.
-                None if generation_id < 0 => {
-                    Self::entry_or_new(&mut groups, &group_id, &tp, limits, now);
-                }
-                None => return Err(ResponseError::IllegalGeneration),
-                Some(entry) => entry.group.check_commit(
-                    now,
-                    &member_id,
-                    generation_id,
-                    group_instance_id.as_deref(),
-                )?,
-            }
-        }
+        let member = (
+            member_id.as_str(),
+            generation_id,
+            group_instance_id.as_deref(),
+        );
+        self.check_committer(&tp, &group_id, limits, member, now)?;
         if offsets.is_empty() {
             return Ok(());
         }
-        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = offsets
-            .iter()
-            .map(|(topic, partition, value)| {
-                let key = RecordKey::Offset {
-                    group: group_id.clone(),
-                    topic: topic.clone(),
-                    partition: *partition,
-                };
-                (
-                    records::encode_key(&key),
-                    Some(records::encode_offset_value(value)),
-                )
-            })
-            .collect();
+        let records = offset_records(&group_id, &offsets);
         let base_offset = append(shard, &tp, &records, &group_id, self.write_timeout()).await?;
         let mut groups = self.groups.borrow_mut();
         let entry = Self::entry_or_new(&mut groups, &group_id, &tp, limits, now);
@@ -414,38 +390,16 @@ impl Coordinator {
         if known.is_some_and(|k| epoch < k) {
             return Err(ResponseError::InvalidProducerEpoch);
         }
-        {
-            let mut groups = self.groups.borrow_mut();
-            match groups.get_mut(&group_id) {
-                None if generation_id < 0 => {
-                    Self::entry_or_new(&mut groups, &group_id, &tp, limits, now);
-                }
-                None => return Err(ResponseError::IllegalGeneration),
-                Some(entry) => entry.group.check_commit(
-                    now,
-                    &member_id,
-                    generation_id,
-                    group_instance_id.as_deref(),
-                )?,
-            }
-        }
+        let member = (
+            member_id.as_str(),
+            generation_id,
+            group_instance_id.as_deref(),
+        );
+        self.check_committer(&tp, &group_id, limits, member, now)?;
         if offsets.is_empty() {
             return Ok(());
         }
-        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = offsets
-            .iter()
-            .map(|(topic, partition, value)| {
-                let key = RecordKey::Offset {
-                    group: group_id.clone(),
-                    topic: topic.clone(),
-                    partition: *partition,
-                };
-                (
-                    records::encode_key(&key),
-                    Some(records::encode_offset_value(value)),
-                )
-            })
-            .collect();
+        let records = offset_records(&group_id, &offsets);
         let base_offset = crate::internal::append_transactional(
             shard,
             &tp,
@@ -516,6 +470,32 @@ impl Coordinator {
             };
             if commit {
                 settle(&mut entry.offsets, pending);
+            }
+        }
+    }
+
+    /// Whether `member` (id, generation, instance id) may commit offsets
+    /// for `group_id` (Kafka: a commit with no generation creates a group
+    /// that only stores offsets; any other commit needs a member).
+    fn check_committer(
+        &self,
+        tp: &TopicPartition,
+        group_id: &str,
+        limits: Limits,
+        (member_id, generation_id, group_instance_id): (&str, i32, Option<&str>),
+        now: i64,
+    ) -> Result<(), ResponseError> {
+        let mut groups = self.groups.borrow_mut();
+        match groups.get_mut(group_id) {
+            None if generation_id < 0 => {
+                Self::entry_or_new(&mut groups, group_id, tp, limits, now);
+                Ok(())
+            }
+            None => Err(ResponseError::IllegalGeneration),
+            Some(entry) => {
+                entry
+                    .group
+                    .check_commit(now, member_id, generation_id, group_instance_id)
             }
         }
     }
@@ -1213,6 +1193,27 @@ fn apply_record(
                 .insert((topic, partition), committed);
         }
     }
+}
+
+/// One offset record per committed offset of `group`.
+fn offset_records(
+    group: &str,
+    offsets: &[(String, i32, OffsetValue)],
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    offsets
+        .iter()
+        .map(|(topic, partition, value)| {
+            let key = RecordKey::Offset {
+                group: group.to_string(),
+                topic: topic.clone(),
+                partition: *partition,
+            };
+            (
+                records::encode_key(&key),
+                Some(records::encode_offset_value(value)),
+            )
+        })
+        .collect()
 }
 
 /// The record that deletes a committed offset: its key, no value.

@@ -307,45 +307,20 @@ pub async fn offset_commit(
     version: i16,
 ) -> OffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
-    let topics = core.topics();
-    let now = now_ms();
-    // Per partition: a refusal decided here, or the offset to commit.
-    let mut decided: Vec<(String, i32, Option<ResponseError>)> = Vec::new();
-    let mut offsets: Vec<(String, i32, OffsetValue)> = Vec::new();
-    for t in &request.topics {
-        let name = t.name.0.to_string();
-        for p in &t.partitions {
-            let metadata = p
-                .committed_metadata
-                .as_ref()
-                .map(|m| m.to_string())
-                .unwrap_or_default();
-            let refusal = if !topics.has_partition(&name, p.partition_index) {
-                Some(ResponseError::UnknownTopicOrPartition)
-            } else if metadata.len() > coordinator::OFFSET_METADATA_BYTES_MAX {
-                Some(ResponseError::OffsetMetadataTooLarge)
+    let wanted = request.topics.iter().flat_map(|t| {
+        t.partitions.iter().map(move |p| Wanted {
+            topic: t.name.0.to_string(),
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: if version >= 6 {
+                p.committed_leader_epoch
             } else {
-                None
-            };
-            if refusal.is_none() {
-                offsets.push((
-                    name.clone(),
-                    p.partition_index,
-                    OffsetValue {
-                        offset: p.committed_offset,
-                        leader_epoch: if version >= 6 {
-                            p.committed_leader_epoch
-                        } else {
-                            -1
-                        },
-                        metadata,
-                        commit_timestamp_ms: now,
-                    },
-                ));
-            }
-            decided.push((name.clone(), p.partition_index, refusal));
-        }
-    }
+                -1
+            },
+            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+        })
+    });
+    let (decided, offsets) = check_offsets(core, wanted, |_| None);
     // Kafka accepts an empty group id here (a legacy of ZooKeeper offsets).
     let gid = group_id.clone();
     let member_id = request.member_id.to_string();
@@ -368,22 +343,96 @@ pub async fn offset_commit(
         })
         .await
         .and_then(|r| r);
-    let mut response: Vec<OffsetCommitResponseTopic> = Vec::new();
-    for (name, partition, refusal) in decided {
-        let error = refusal.or(outcome.err());
-        let entry = OffsetCommitResponsePartition::default()
-            .with_partition_index(partition)
-            .with_error_code(code(error));
-        match response.last_mut() {
-            Some(last) if last.name.0.as_str() == name => last.partitions.push(entry),
-            _ => response.push(
-                OffsetCommitResponseTopic::default()
-                    .with_name(TopicName(str_bytes(name)))
-                    .with_partitions(vec![entry]),
-            ),
+    let response = by_topic(
+        decided,
+        outcome.err(),
+        |partition, error| {
+            OffsetCommitResponsePartition::default()
+                .with_partition_index(partition)
+                .with_error_code(code(error))
+        },
+        |name, partitions| {
+            OffsetCommitResponseTopic::default()
+                .with_name(TopicName(str_bytes(name)))
+                .with_partitions(partitions)
+        },
+        |t| t.name.0.as_str(),
+        |t, p| t.partitions.push(p),
+    );
+    OffsetCommitResponse::default().with_topics(response)
+}
+
+/// One partition's offset as an OffsetCommit or TxnOffsetCommit carries it.
+struct Wanted {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<String>,
+}
+
+/// Per partition: a refusal decided here (`refuse_topic`'s, an unknown
+/// partition, metadata too large), or the offset to commit.
+#[allow(clippy::type_complexity)]
+fn check_offsets(
+    core: &CoreState,
+    wanted: impl Iterator<Item = Wanted>,
+    refuse_topic: impl Fn(&str) -> Option<ResponseError>,
+) -> (
+    Vec<(String, i32, Option<ResponseError>)>,
+    Vec<(String, i32, OffsetValue)>,
+) {
+    let topics = core.topics();
+    let now = now_ms();
+    let mut decided = Vec::new();
+    let mut offsets = Vec::new();
+    for w in wanted {
+        let metadata = w.metadata.unwrap_or_default();
+        let refusal = refuse_topic(&w.topic).or_else(|| {
+            if !topics.has_partition(&w.topic, w.partition) {
+                Some(ResponseError::UnknownTopicOrPartition)
+            } else if metadata.len() > coordinator::OFFSET_METADATA_BYTES_MAX {
+                Some(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                None
+            }
+        });
+        if refusal.is_none() {
+            offsets.push((
+                w.topic.clone(),
+                w.partition,
+                OffsetValue {
+                    offset: w.offset,
+                    leader_epoch: w.leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: now,
+                },
+            ));
+        }
+        decided.push((w.topic, w.partition, refusal));
+    }
+    (decided, offsets)
+}
+
+/// A commit's answer grouped by topic in request order: each partition's
+/// own refusal, else the commit's outcome.
+fn by_topic<T, P>(
+    decided: Vec<(String, i32, Option<ResponseError>)>,
+    outcome: Option<ResponseError>,
+    partition: impl Fn(i32, Option<ResponseError>) -> P,
+    topic: impl Fn(String, Vec<P>) -> T,
+    name_of: impl Fn(&T) -> &str,
+    push: impl Fn(&mut T, P),
+) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for (name, index, refusal) in decided {
+        let entry = partition(index, refusal.or(outcome));
+        match out.last_mut() {
+            Some(last) if name_of(last) == name => push(last, entry),
+            _ => out.push(topic(name, vec![entry])),
         }
     }
-    OffsetCommitResponse::default().with_topics(response)
+    out
 }
 
 /// TxnOffsetCommit: a transactional producer's offsets for a group, checked
@@ -396,60 +445,35 @@ pub async fn txn_offset_commit(
     request: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
-    let topics = core.topics();
-    let now = now_ms();
     // Kafka's order: the transactional id (WRITE), the group (READ), then
     // each topic (READ).
     let whole = super::authz::transactional_id(access, &request.transactional_id).or_else(|| {
         (!access.unrestricted() && !access.group(skiff_security::AclOperation::Read, &group_id))
             .then_some(ResponseError::GroupAuthorizationFailed)
     });
-    let mut decided: Vec<(String, i32, Option<ResponseError>)> = Vec::new();
-    let mut offsets: Vec<(String, i32, OffsetValue)> = Vec::new();
-    for t in &request.topics {
-        let name = t.name.0.to_string();
-        for p in &t.partitions {
-            let metadata = p
-                .committed_metadata
-                .as_ref()
-                .map(|m| m.to_string())
-                .unwrap_or_default();
-            let refusal = if whole.is_some() {
-                whole
-            } else if !access.unrestricted()
-                && !access.topic(skiff_security::AclOperation::Read, &name)
-            {
-                Some(ResponseError::TopicAuthorizationFailed)
-            } else if !topics.has_partition(&name, p.partition_index) {
-                Some(ResponseError::UnknownTopicOrPartition)
-            } else if metadata.len() > coordinator::OFFSET_METADATA_BYTES_MAX {
-                Some(ResponseError::OffsetMetadataTooLarge)
-            } else {
-                None
-            };
-            if refusal.is_none() {
-                offsets.push((
-                    name.clone(),
-                    p.partition_index,
-                    OffsetValue {
-                        offset: p.committed_offset,
-                        leader_epoch: p.committed_leader_epoch,
-                        metadata,
-                        commit_timestamp_ms: now,
-                    },
-                ));
-            }
-            decided.push((name.clone(), p.partition_index, refusal));
-        }
+    let wanted = request.topics.iter().flat_map(|t| {
+        t.partitions.iter().map(move |p| Wanted {
+            topic: t.name.0.to_string(),
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+        })
+    });
+    let (decided, mut offsets) = check_offsets(core, wanted, |topic| {
+        whole.or_else(|| {
+            (!access.unrestricted() && !access.topic(skiff_security::AclOperation::Read, topic))
+                .then_some(ResponseError::TopicAuthorizationFailed)
+        })
+    });
+    if whole.is_some() {
+        offsets.clear();
     }
     let gid = group_id.clone();
     let member_id = request.member_id.to_string();
     let instance = request.group_instance_id.as_ref().map(|s| s.to_string());
     let generation_id = request.generation_id;
     let producer = (request.producer_id.0, request.producer_epoch);
-    if whole.is_some() {
-        offsets.clear();
-    }
     let outcome: Result<(), ResponseError> =
         on_coordinator(core, &group_id, move |shard, tp, limits| async move {
             Coordinator::current()
@@ -468,21 +492,22 @@ pub async fn txn_offset_commit(
         })
         .await
         .and_then(|r| r);
-    let mut response: Vec<TxnOffsetCommitResponseTopic> = Vec::new();
-    for (name, partition, refusal) in decided {
-        let error = refusal.or(outcome.err());
-        let entry = TxnOffsetCommitResponsePartition::default()
-            .with_partition_index(partition)
-            .with_error_code(code(error));
-        match response.last_mut() {
-            Some(last) if last.name.0.as_str() == name => last.partitions.push(entry),
-            _ => response.push(
-                TxnOffsetCommitResponseTopic::default()
-                    .with_name(TopicName(str_bytes(name)))
-                    .with_partitions(vec![entry]),
-            ),
-        }
-    }
+    let response = by_topic(
+        decided,
+        outcome.err(),
+        |partition, error| {
+            TxnOffsetCommitResponsePartition::default()
+                .with_partition_index(partition)
+                .with_error_code(code(error))
+        },
+        |name, partitions| {
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(TopicName(str_bytes(name)))
+                .with_partitions(partitions)
+        },
+        |t| t.name.0.as_str(),
+        |t, p| t.partitions.push(p),
+    );
     TxnOffsetCommitResponse::default().with_topics(response)
 }
 
