@@ -88,10 +88,7 @@ pub async fn append_idempotent(
         // its epoch, renumbering writes still waiting that may already be in
         // the log: duplicates (nemesis seed 2000, bitflip on a leader).
         partition.check_appendable(mode).await?;
-        if !producers.loaded.get() {
-            rebuild(partition, tp, &producers).await?;
-            producers.loaded.set(true);
-        }
+        ensure_loaded(partition, tp, &producers).await?;
         let first_seq = header.base_sequence;
         let last_seq = first_seq.wrapping_add(header.last_offset_delta);
         let check = producers.states.borrow().check(
@@ -195,12 +192,23 @@ pub async fn describe_producers(tp: &TopicPartition) -> Result<Vec<DescribedProd
         .acquire_permit(1)
         .await
         .map_err(|_| LogError::RuntimeStopped)?;
-    if !producers.loaded.get() {
-        rebuild(&partition, tp, &producers).await?;
-        producers.loaded.set(true);
-    }
+    ensure_loaded(&partition, tp, &producers).await?;
     let described = producers.states.borrow().describe();
     Ok(described)
+}
+
+/// Loads the producers' state from the log the first time it is needed
+/// (callers hold the producer lock).
+async fn ensure_loaded(
+    partition: &Partition,
+    tp: &TopicPartition,
+    producers: &crate::state::PartitionProducers,
+) -> Result<(), LogError> {
+    if !producers.loaded.get() {
+        rebuild(partition, tp, producers).await?;
+        producers.loaded.set(true);
+    }
+    Ok(())
 }
 
 thread_local! {
@@ -449,10 +457,7 @@ async fn write_marker(
             .await
             .map_err(|_| LogError::RuntimeStopped)?;
         partition.check_appendable(mode).await?;
-        if !producers.loaded.get() {
-            rebuild(&partition, tp, &producers).await?;
-            producers.loaded.set(true);
-        }
+        ensure_loaded(&partition, tp, &producers).await?;
         let fenced = producers
             .states
             .borrow()

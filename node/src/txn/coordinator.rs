@@ -300,24 +300,13 @@ pub async fn describe(
     core: &CoreState,
     transactional_id: String,
 ) -> Result<TxnRecord, ResponseError> {
-    let Some((tp, owner)) = super::coordinator_of(core, &transactional_id) else {
-        return Err(ResponseError::NotCoordinator);
-    };
-    core.shard
-        .invoke_on(owner, move |_| async move {
-            let driver = Driver::current();
-            let slots = driver.slots.borrow();
-            match slots.get(&tp) {
-                None => Err(ResponseError::NotCoordinator),
-                Some(Slot::Loading { .. }) => Err(ResponseError::CoordinatorLoadInProgress),
-                Some(Slot::Ready { coordinator, .. }) => coordinator
-                    .get(&transactional_id)
-                    .cloned()
-                    .ok_or(ResponseError::TransactionalIdNotFound),
-            }
-        })
-        .await
-        .unwrap_or(Err(ResponseError::NotCoordinator))
+    read_on_owner(core, transactional_id, |coordinator, id| {
+        coordinator
+            .get(id)
+            .cloned()
+            .ok_or(ResponseError::TransactionalIdNotFound)
+    })
+    .await
 }
 
 /// KIP-890: whether `partition` is in the ongoing transaction of
@@ -330,6 +319,30 @@ pub async fn verify_local(
     epoch: Epoch,
     partition: TopicPartition,
 ) -> Result<(), ResponseError> {
+    let partition = skiff_coordinator::txn::TopicPartition {
+        topic: partition.topic,
+        partition: partition.partition,
+    };
+    read_on_owner(core, transactional_id, move |coordinator, id| {
+        coordinator
+            .verify(id, producer_id, epoch, &partition)
+            .map_err(|e| reply_error(&e))
+    })
+    .await
+}
+
+/// Reads the coordinator of `transactional_id` on the core that owns it
+/// (no transition): NOT_COORDINATOR where this node does not lead its
+/// partition, COORDINATOR_LOAD_IN_PROGRESS while it loads.
+async fn read_on_owner<T, F>(
+    core: &CoreState,
+    transactional_id: String,
+    read: F,
+) -> Result<T, ResponseError>
+where
+    F: FnOnce(&TxnCoordinator, &str) -> Result<T, ResponseError> + Send + 'static,
+    T: Send + 'static,
+{
     let Some((tp, owner)) = super::coordinator_of(core, &transactional_id) else {
         return Err(ResponseError::NotCoordinator);
     };
@@ -340,17 +353,7 @@ pub async fn verify_local(
             match slots.get(&tp) {
                 None => Err(ResponseError::NotCoordinator),
                 Some(Slot::Loading { .. }) => Err(ResponseError::CoordinatorLoadInProgress),
-                Some(Slot::Ready { coordinator, .. }) => coordinator
-                    .verify(
-                        &transactional_id,
-                        producer_id,
-                        epoch,
-                        &skiff_coordinator::txn::TopicPartition {
-                            topic: partition.topic.clone(),
-                            partition: partition.partition,
-                        },
-                    )
-                    .map_err(|e| reply_error(&e)),
+                Some(Slot::Ready { coordinator, .. }) => read(coordinator, &transactional_id),
             }
         })
         .await
