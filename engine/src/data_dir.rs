@@ -2,7 +2,11 @@
 //! `key=value` lines with `version=1`, `node.id` and `cluster.id`; `#` comments.
 //!
 //! Written once when a node first uses a data directory and checked at every
-//! start, so a directory cannot silently move to another node id.
+//! start, so a directory cannot silently move to another node id. The first
+//! time the node joins a cluster, `joined.cluster.id` records that cluster
+//! (`join_cluster`); from then on the directory refuses any other, as Kafka's
+//! does (InconsistentClusterIdException): a node pointed at the wrong quorum
+//! would otherwise take every partition of its directory for a deleted topic.
 //!
 //! And the directory's lock, `.lock` (`lock`): one process at a time uses a data
 //! directory, as Kafka locks every log directory. Two nodes writing one directory
@@ -22,7 +26,25 @@ pub const LOCK_FILE: &str = ".lock";
 pub struct MetaProperties {
     pub version: u32,
     pub node_id: i32,
+    /// The id this directory proposes when its node founds a cluster (the
+    /// first active controller names the cluster with it).
     pub cluster_id: String,
+    /// The cluster this directory's node joined (`join_cluster`); None before
+    /// its first join.
+    pub joined_cluster_id: Option<String>,
+}
+
+impl MetaProperties {
+    fn render(&self) -> String {
+        let mut text = format!(
+            "#written by skiff\nversion={}\nnode.id={}\ncluster.id={}\n",
+            self.version, self.node_id, self.cluster_id
+        );
+        if let Some(joined) = &self.joined_cluster_id {
+            text.push_str(&format!("joined.cluster.id={joined}\n"));
+        }
+        text
+    }
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -36,6 +58,7 @@ pub struct MetaError {
 pub fn parse_meta_properties(text: &str) -> Result<MetaProperties, MetaError> {
     let err = |line: usize, reason: String| MetaError { line, reason };
     let (mut version, mut node_id, mut cluster_id) = (None, None, None);
+    let mut joined_cluster_id = None;
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
         let line = line.trim();
@@ -52,6 +75,10 @@ pub fn parse_meta_properties(text: &str) -> Result<MetaProperties, MetaError> {
             "node.id" => node_id = Some(value.parse::<i32>().map_err(|_| number("node.id"))?),
             "cluster.id" if value.is_empty() => return Err(err(n, "empty cluster.id".into())),
             "cluster.id" => cluster_id = Some(value.to_owned()),
+            "joined.cluster.id" if value.is_empty() => {
+                return Err(err(n, "empty joined.cluster.id".into()))
+            }
+            "joined.cluster.id" => joined_cluster_id = Some(value.to_owned()),
             _ => {}
         }
     }
@@ -60,6 +87,7 @@ pub fn parse_meta_properties(text: &str) -> Result<MetaProperties, MetaError> {
         version: version.ok_or_else(|| missing("version"))?,
         node_id: node_id.ok_or_else(|| missing("node.id"))?,
         cluster_id: cluster_id.ok_or_else(|| missing("cluster.id"))?,
+        joined_cluster_id,
     })
 }
 
@@ -77,6 +105,12 @@ pub enum DataDirError {
         path: String,
         found: i32,
         expected: i32,
+    },
+    #[error("{path} belongs to cluster {joined}, but the controller quorum serves cluster {cluster}: is --controller-quorum pointing at the wrong cluster?")]
+    ClusterIdMismatch {
+        path: String,
+        joined: String,
+        cluster: String,
     },
     #[error("data directory {dir} is in use by another skiff process ({holder})")]
     InUse {
@@ -196,22 +230,62 @@ pub fn load_or_create(data_dir: &Path, node_id: i32) -> Result<MetaProperties, D
                 version: 1,
                 node_id,
                 cluster_id: new_cluster_id(),
+                joined_cluster_id: None,
             };
-            let text = format!(
-                "#written by skiff\nversion={}\nnode.id={}\ncluster.id={}\n",
-                meta.version, meta.node_id, meta.cluster_id
-            );
-            let tmp = data_dir.join(format!("{META_FILE}.tmp"));
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            f.write_all(text.as_bytes()).map_err(io)?;
-            f.sync_all().map_err(io)?;
-            std::fs::rename(&tmp, &path).map_err(io)?;
-            std::fs::File::open(data_dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io)?;
+            write_meta(data_dir, &meta)?;
             Ok(meta)
         }
         Err(e) => Err(io(e)),
+    }
+}
+
+/// Writes `meta.properties` atomically: a temporary file, fsync, rename,
+/// fsync of the directory.
+fn write_meta(data_dir: &Path, meta: &MetaProperties) -> Result<(), DataDirError> {
+    let path = data_dir.join(META_FILE);
+    let io = |source| DataDirError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let tmp = data_dir.join(format!("{META_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(meta.render().as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(io)?;
+    std::fs::File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)
+}
+
+/// Binds the data directory to the cluster its node has joined: records
+/// `cluster` the first time (a new directory, or one from before the key
+/// existed), and refuses with `ClusterIdMismatch` when the directory joined
+/// another. Runs once per start, after the node caught up with the cluster's
+/// metadata and before it acts on it (stray partitions are deleted only in a
+/// directory bound to the cluster whose metadata says so). A few hundred
+/// bytes through `std::fs`, once.
+pub fn join_cluster(data_dir: &Path, cluster: &str) -> Result<(), DataDirError> {
+    let path = data_dir.join(META_FILE);
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(&path).map_err(|source| DataDirError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    let mut meta = parse_meta_properties(&text).map_err(|source| DataDirError::Malformed {
+        path: shown.clone(),
+        source,
+    })?;
+    match &meta.joined_cluster_id {
+        Some(joined) if joined == cluster => Ok(()),
+        Some(joined) => Err(DataDirError::ClusterIdMismatch {
+            path: shown,
+            joined: joined.clone(),
+            cluster: cluster.to_string(),
+        }),
+        None => {
+            meta.joined_cluster_id = Some(cluster.to_string());
+            write_meta(data_dir, &meta)
+        }
     }
 }
 
@@ -235,12 +309,7 @@ pub fn random_id_bytes() -> [u8; 16] {
 
 /// 16 random bytes as 22 characters of URL-safe base64, like Kafka's cluster ids.
 fn new_cluster_id() -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes = random_id_bytes();
-    let bits = u128::from_be_bytes(bytes);
-    (0..22u32)
-        .map(|i| ALPHABET[((bits >> (126 - 6 * i)) & 63) as usize] as char)
-        .collect()
+    crate::partition_meta::uuid_string(&random_id_bytes())
 }
 
 #[cfg(test)]
@@ -277,6 +346,21 @@ mod tests {
             load_or_create(dir.path(), 8),
             Err(DataDirError::NodeIdMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn the_first_cluster_joined_is_the_only_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = load_or_create(dir.path(), 7).unwrap();
+        assert_eq!(first.joined_cluster_id, None);
+        join_cluster(dir.path(), "clusterA").unwrap();
+        join_cluster(dir.path(), "clusterA").unwrap();
+        let e = join_cluster(dir.path(), "clusterB").unwrap_err();
+        assert!(matches!(e, DataDirError::ClusterIdMismatch { .. }), "{e}");
+        assert!(e.to_string().contains("clusterA"), "{e}");
+        let again = load_or_create(dir.path(), 7).unwrap();
+        assert_eq!(again.cluster_id, first.cluster_id);
+        assert_eq!(again.joined_cluster_id.as_deref(), Some("clusterA"));
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod error;
 pub mod fsutil;
 pub mod leader_epoch;
 pub mod log;
+pub mod partition_meta;
 pub mod recovery;
 pub mod segment;
 pub mod snapshot;

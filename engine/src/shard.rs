@@ -274,20 +274,27 @@ impl Shard {
     }
 
     pub async fn create_partition(self: &Rc<Self>, tp: &TopicPartition) -> Result<()> {
-        self.create_partition_with(tp, self.config.log.clone())
+        self.create_partition_with(tp, self.config.log.clone(), None)
             .await
     }
 
-    /// Creates a partition with its own settings (a topic's config overrides).
+    /// Creates a partition with its own settings (a topic's config overrides)
+    /// and, given one, its topic's id in `partition.metadata`.
     pub async fn create_partition_with(
         self: &Rc<Self>,
         tp: &TopicPartition,
         log: LogConfig,
+        topic_id: Option<[u8; 16]>,
     ) -> Result<()> {
         let owner = self.table.shard_of(tp);
         let tp = tp.clone();
         self.invoke_on(owner, move |shard| async move {
-            shard.open_local(&tp, true, log).await
+            shard.open_local(&tp, true, log).await?;
+            if let Some(id) = topic_id {
+                let dir = shard.config.data_dir.join(tp.dir_name());
+                crate::partition_meta::write(&dir, &id).await?;
+            }
+            Ok(())
         })
         .await?
     }
@@ -843,9 +850,14 @@ async fn background_loop(shard: Rc<Shard>) {
         let checkpoint = since_checkpoint >= checkpoint_every;
         let retention = since_retention >= retention_every;
         let now_ms = now_ms();
-        for p in shard.snapshot() {
+        for (tp, p) in shard.local_partition_handles() {
             if shard.stopping.get() {
                 return; // the stop flushes and checkpoints every partition
+            }
+            // Deleted since the list was taken (a topic deletion while an
+            // earlier partition's fdatasync was awaited): its files are gone.
+            if !shard.local(&tp).is_some_and(|q| Rc::ptr_eq(&q, &p)) {
+                continue;
             }
             if matches!(p.offline_reason().await, Ok(Some(_))) {
                 // Logged when it went offline; nothing is written to it now.

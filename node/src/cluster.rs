@@ -120,6 +120,8 @@ pub enum ClusterError {
     Topic(#[from] TopicError),
     #[error("stopped while joining the cluster")]
     Stopped,
+    #[error(transparent)]
+    DataDir(#[from] skiff_engine::data_dir::DataDirError),
 }
 
 impl Broker {
@@ -243,6 +245,11 @@ async fn join(
         }
     }
     let table = Arc::new(derive_table(&broker));
+    // Before acting on the metadata (deleting a stray partition among it),
+    // the data directory must be this cluster's.
+    if let Some(cluster) = &table.cluster_id {
+        skiff_engine::data_dir::join_cluster(&core.node.data_dir, cluster)?;
+    }
     open_assigned(&core, &TopicTable::default(), &table, true).await?;
     let offset = table.metadata_offset;
     crate::state::publish_table(&core.shard, table)
@@ -817,9 +824,17 @@ async fn delete_one(core: &CoreState, tp: &TopicPartition) -> Result<(), TopicEr
 }
 
 /// Opens a log for every partition `new` assigns to this node and keeps
-/// configs current. At start (`first`), partition directories the metadata
-/// does not assign here are reported and left alone: deleting data on a guess
-/// loses it.
+/// configs current.
+///
+/// At start (`first`), with the metadata caught up to this node's own
+/// registration and the data directory bound to the cluster (`join`), the
+/// local partition directories are checked against it, as Kafka's stray
+/// replica detection does: one whose `partition.metadata` names another topic
+/// id holds a topic of the same name deleted while this node was down, and is
+/// deleted before the new topic's log is created; one the metadata does not
+/// assign here (its topic deleted, or the replica moved away, while the node
+/// was down) is deleted. Without a cluster id to bind to (a metadata log from
+/// before it had one) strays are only reported.
 async fn open_assigned(
     core: &CoreState,
     old: &TopicTable,
@@ -838,6 +853,7 @@ async fn open_assigned(
         let before = old.topics.get(name).filter(|o| o.id == info.id);
         let configs_changed = before.is_none_or(|o| o.configs != info.configs);
         let log = &core.node.config.log_config(&info.configs);
+        let topic_id = *info.id.as_bytes();
         let created = std::cell::Cell::new(0);
         let mine = info
             .assignment
@@ -849,8 +865,18 @@ async fn open_assigned(
             .try_for_each_concurrent(APPLY_CONCURRENCY, |tp| {
                 let created = &created;
                 async move {
-                    if !data_dir.join(tp.dir_name()).exists() {
-                        core.shard.create_partition_with(&tp, log.clone()).await?;
+                    let dir = data_dir.join(tp.dir_name());
+                    let mut exists = dir.exists();
+                    // A topic new to this node may find a directory of an
+                    // earlier one: left by a deletion while the node was
+                    // down, or one that failed (a full disk).
+                    if exists && (first || before.is_none()) {
+                        exists = keep_if_same_topic(core, &tp, &dir, topic_id).await?;
+                    }
+                    if !exists {
+                        core.shard
+                            .create_partition_with(&tp, log.clone(), Some(topic_id))
+                            .await?;
                         created.set(created.get() + 1);
                     } else if first || configs_changed {
                         core.shard.update_partition_config(&tp, log.clone()).await?;
@@ -866,17 +892,57 @@ async fn open_assigned(
     }
     if first {
         for tp in list_partition_dirs(data_dir)? {
-            let assigned = new
-                .topics
-                .get(&tp.topic)
+            let topic = new.topics.get(&tp.topic);
+            let assigned = topic
                 .and_then(|t| t.assignment.get(usize::try_from(tp.partition).ok()?))
                 .is_some_and(|a| a.replicas.contains(&me));
-            if !assigned {
-                tracing::warn!(partition = %tp, "a partition directory the cluster metadata does not assign to this node; left alone (stray)");
+            if assigned {
+                continue;
             }
+            if new.cluster_id.is_none() {
+                tracing::warn!(partition = %tp, "a partition directory the cluster metadata does not assign to this node; left alone (stray: the metadata names no cluster to check it against)");
+                continue;
+            }
+            let why = if topic.is_some() {
+                "the replica moved off this node"
+            } else {
+                "its topic was deleted"
+            };
+            tracing::info!(partition = %tp, why, "deleting a stray partition directory: the cluster metadata does not assign it to this node");
+            delete_one(core, &tp).await?;
         }
     }
     Ok(())
+}
+
+/// Whether local partition directory `dir` holds topic `topic_id`'s
+/// log. A directory from before `partition.metadata` existed is taken for the
+/// topic of its name (the id is written); one whose file names another id is
+/// an earlier topic's of the same name, and is deleted (false).
+async fn keep_if_same_topic(
+    core: &CoreState,
+    tp: &TopicPartition,
+    dir: &std::path::Path,
+    topic_id: [u8; 16],
+) -> Result<bool, TopicError> {
+    use skiff_engine::partition_meta;
+    match partition_meta::read(dir).await? {
+        Some(id) if id == topic_id => Ok(true),
+        Some(other) => {
+            tracing::info!(
+                partition = %tp,
+                held = %partition_meta::uuid_string(&other),
+                topic_id = %partition_meta::uuid_string(&topic_id),
+                "deleting a partition directory of an earlier topic of the same name (deleted and created again while this node was down)"
+            );
+            delete_one(core, tp).await?;
+            Ok(false)
+        }
+        None => {
+            partition_meta::write(dir, &topic_id).await?;
+            Ok(true)
+        }
+    }
 }
 
 /// Creates a topic through the controller; returns once this node has applied

@@ -18,8 +18,8 @@ from confluent_kafka import KafkaError
 
 import ck
 import kafka_wire as kw
-from cluster import WAIT_S, cluster_factory  # noqa: F401 (fixture)
-from conftest import REPO
+from cluster import WAIT_S, cluster_factory, produce_keys  # noqa: F401 (fixture)
+from conftest import REPO, Node, _live_nodes
 
 SKIFF_TOOLS = os.environ.get("SKIFF_TOOLS_BIN", str(REPO / "target" / "debug" / "skiff-tools"))
 
@@ -690,3 +690,106 @@ def test_group_coordinator_fails_over(cluster_factory, topic_name):
         assert [tp.offset for tp in got] == [60, 60, 60], got
     finally:
         check.close()
+
+
+def partition_files(node, topic, partition):
+    """The bytes of every `.log` segment of one partition directory on `node`
+    and its `partition.metadata` text (None when either is missing)."""
+    d = os.path.join(node.data_dir, f"{topic}-{partition}")
+    if not os.path.isdir(d):
+        return None, None
+    data = b"".join(open(f, "rb").read() for f in sorted(glob.glob(os.path.join(d, "*.log"))))
+    meta = os.path.join(d, "partition.metadata")
+    return data, (open(meta).read() if os.path.exists(meta) else None)
+
+
+def test_a_replica_down_while_its_topic_was_replaced_keeps_nothing_of_the_old_one(cluster_factory, topic_name):
+    """Kafka's stray replicas: a replica that was down while its topic was
+    deleted and created again under the same name must not serve the old
+    topic's log as the new one's (only the leader epochs' truncation stood
+    between them), and a topic deleted meanwhile must not leave its
+    directories behind for good (they did: "left alone (stray)"). The replica is paused (still
+    unfenced, so the new topic is placed on it too), killed, restarted."""
+    c = cluster_factory(size=3, settings={**REPLICATED, "broker.session.timeout.ms": "15000"})
+    gone = topic_name + "-gone"
+    ck.create_topic(c.bootstrap, topic_name, 2, replication_factor=3)
+    ck.create_topic(c.bootstrap, gone, 2, replication_factor=3)
+    for t in (topic_name, gone):
+        wait_partition(c.bootstrap, t, lambda d: all(len(d[p][2]) == 3 for p in d), "ISRs of 3")
+    produce_keys(c.bootstrap, topic_name, 2, 50, "old")
+    produce_keys(c.bootstrap, gone, 2, 5, "gone")
+    active = c.status()["active"]
+    victim = c.node(next(n for n in (3, 2, 1) if n != active))
+    for p in range(2):
+        wait_for(lambda p=p: b"value-old-%d-49" % p in (partition_files(victim, topic_name, p)[0] or b""),
+                 f"node {victim.node_id} holding the old records of partition {p}")
+    old_meta = partition_files(victim, topic_name, 0)[1]
+
+    others = ",".join(n.bootstrap for n in c.nodes if n is not victim)
+    os.kill(victim.proc.pid, signal.SIGSTOP)
+    try:
+        a = ck.admin(others)
+        for t, f in a.delete_topics([topic_name, gone], operation_timeout=30, request_timeout=30).items():
+            f.result(timeout=30)
+        deadline = time.monotonic() + WAIT_S
+        while topic_name in ck.admin(others).list_topics(timeout=10).topics:
+            assert time.monotonic() < deadline, "the topic never went away"
+            time.sleep(0.1)
+        # The paused node is still unfenced (a 15 s session): placed on it too.
+        ck.create_topic(others, topic_name, 2, replication_factor=3)
+        d = describe(others, topic_name)
+        assert all(victim.node_id in d[p][1] for p in d), d
+    finally:
+        victim.kill()
+    victim.start()
+    wait_partition(c.bootstrap, topic_name, lambda d: all(sorted(d[p][2]) == [1, 2, 3] for p in d),
+                   f"node {victim.node_id} back in the new topic's ISRs", timeout_s=60)
+    produce_keys(c.bootstrap, topic_name, 2, 20, "new")
+    for p in range(2):
+        wait_for(lambda p=p: b"value-new-%d-19" % p in (partition_files(victim, topic_name, p)[0] or b""),
+                 f"node {victim.node_id} holding the new records of partition {p}")
+        data, meta = partition_files(victim, topic_name, p)
+        assert b"value-old" not in data, f"node {victim.node_id} kept the deleted topic's records in {topic_name}-{p}"
+        assert not os.path.exists(os.path.join(victim.data_dir, f"{gone}-{p}")), \
+            f"node {victim.node_id} kept the deleted topic's directory {gone}-{p}"
+        assert old_meta and old_meta.startswith("version: 0\ntopic_id: "), old_meta
+        assert meta and meta.startswith("version: 0\ntopic_id: ") and meta != old_meta, (meta, old_meta)
+    log = open(victim.log_path, errors="replace").read()
+    assert "deleting a stray partition directory" in log, victim.log_tail()
+    assert "an earlier topic of the same name" in log, victim.log_tail()
+    # Every replica serves the new records only, in order.
+    msgs = ck.consume_all(c.bootstrap, topic_name, 2, 40)
+    for p in range(2):
+        assert [m.key() for m in msgs[p]] == [f"new-{p}-{i}".encode() for i in range(20)]
+
+
+def test_a_data_directory_joins_one_cluster_only(cluster_factory):
+    """A node pointed at another cluster's quorum with its data directory
+    refuses to start (Kafka: InconsistentClusterIdException) instead of taking
+    every partition it holds for a deleted topic's and deleting it."""
+    first = cluster_factory(controllers=1, brokers=1)
+    ck.create_topic(first.bootstrap, "kept", 1)
+    produce_keys(first.bootstrap, "kept", 1, 5, "k")
+    broker = first.node(2)
+    assert broker.stop() == 0
+    meta = open(os.path.join(broker.data_dir, "meta.properties")).read()
+    assert "joined.cluster.id=" in meta, meta
+
+    second = cluster_factory(size=1)
+    wrong = Node(settings=second.settings, cores=1, node_id=2,
+                 extra_args=["--controller-quorum", second.quorum, "--roles", "broker"])
+    _live_nodes.append(wrong)
+    wrong.data_dir = broker.data_dir
+    try:
+        wrong.launch()
+        code = wrong.proc.wait(timeout=60)
+        log = open(wrong.log_path, errors="replace").read()
+        assert code != 0, log[-3000:]
+        assert "belongs to cluster" in log, log[-3000:]
+    finally:
+        wrong.cleanup()
+        _live_nodes.remove(wrong)
+    assert os.path.isdir(os.path.join(broker.data_dir, "kept-0"))
+    broker.start()
+    msgs = ck.consume_all(first.bootstrap, "kept", 1, 5)
+    assert [m.key() for m in msgs[0]] == [f"k-0-{i}".encode() for i in range(5)]

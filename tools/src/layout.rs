@@ -1,13 +1,14 @@
 //! Names in a data directory, as the engine writes them:
 //!
 //! ```text
-//! <data dir>/meta.properties                    version, node.id, cluster.id
+//! <data dir>/meta.properties                    version, node.id, cluster.id, joined.cluster.id
 //! <data dir>/<topic>-<partition>/               one directory per partition
 //!     00000000000000000000.log                  segments, named by base offset
 //!     00000000000000000000.index
 //!     00000000000000000000.timeindex
 //!     leader-epoch-checkpoint
 //!     recovery-point-offset-checkpoint
+//!     partition.metadata                        the topic's id (Kafka's format)
 //! ```
 
 use std::path::Path;

@@ -21,6 +21,8 @@
 //!   logs, whose cleaner may have removed records), and a segment whose log
 //!   ends aborted transactions has one;
 //! - `leader-epoch-checkpoint` parses, with increasing epochs and start offsets;
+//! - `partition.metadata`, when present, names a topic id (`version: 0`,
+//!   `topic_id: <base64>`);
 //! - `recovery-point-offset-checkpoint` names this partition and does not point past
 //!   the log end (data below the recovery point was flushed: it must be there).
 //!
@@ -423,6 +425,7 @@ fn verify_partition(
         )?;
     }
     verify_leader_epochs(dir, findings)?;
+    verify_partition_metadata(dir, findings)?;
     verify_recovery_point(dir, state.log_end_offset, findings)
 }
 
@@ -871,6 +874,23 @@ fn verify_leader_epochs(dir: &Path, findings: &mut Findings<'_>) -> Result<(), T
             Ok(())
         }
         Err(e) => findings.report_line(&path, e),
+    }
+}
+
+/// `partition.metadata`, when there is one (directories from before skiff
+/// wrote it have none), names a topic id in Kafka's format.
+fn verify_partition_metadata(dir: &Path, findings: &mut Findings<'_>) -> Result<(), ToolError> {
+    use skiff_engine::partition_meta::{decode, PARTITION_METADATA_FILE};
+    let path = dir.join(PARTITION_METADATA_FILE);
+    let Some(text) = read_optional(&path, findings)? else {
+        return Ok(());
+    };
+    match decode(&path, &text) {
+        Ok(_) => Ok(()),
+        Err(skiff_engine::LogError::Checkpoint { reason, .. }) => {
+            findings.report(&path, Location::File, reason)
+        }
+        Err(e) => findings.report(&path, Location::File, e.to_string()),
     }
 }
 

@@ -415,6 +415,11 @@ fn checkpoint_problems_name_the_line() {
         "0\n1\norders 0 99\n",
     )
     .unwrap();
+    std::fs::write(
+        fx.partition.join("partition.metadata"),
+        "version: 0\ntopic_id: not-an-id\n",
+    )
+    .unwrap();
     let out = verify(&fx.data_dir);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     let text = stdout(&out);
@@ -424,6 +429,10 @@ fn checkpoint_problems_name_the_line() {
     );
     assert!(
         text.contains("recovery-point-offset-checkpoint: line 3: recovery point 99 is past the log end offset 15"),
+        "{text}"
+    );
+    assert!(
+        text.contains("partition.metadata: topic_id \"not-an-id\""),
         "{text}"
     );
 }
