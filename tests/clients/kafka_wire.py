@@ -437,6 +437,24 @@ def init_producer_id(conn, version=1, transactional_id=None, timeout_ms=60000):
     return error, producer_id, epoch
 
 
+API_ADD_PARTITIONS_TO_TXN = 24
+
+
+def add_partitions_to_txn(conn, transactional_id, producer_id, epoch, topic, partitions):
+    """AddPartitionsToTxn v1 for one topic: {partition: error code}."""
+    body = (string(transactional_id) + struct.pack(">qhi", producer_id, epoch, 1) + string(topic)
+            + struct.pack(">i", len(partitions)) + b"".join(struct.pack(">i", p) for p in partitions))
+    r = Reader(conn.request(API_ADD_PARTITIONS_TO_TXN, 1, body))
+    r.i32()  # throttle_time_ms
+    out = {}
+    for _ in range(r.i32()):
+        r.string()
+        for _ in range(r.i32()):
+            partition = r.i32()
+            out[partition] = r.i16()
+    return out
+
+
 # ---------------------------------------------------------------- ListOffsets v1
 
 

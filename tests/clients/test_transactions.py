@@ -632,6 +632,30 @@ def test_a_transactional_write_outside_its_transaction_is_refused(fresh_node, to
     assert sorted(values(got)) == [b"after", b"in"]
 
 
+def test_a_plain_write_inside_an_open_transaction_is_refused(fresh_node, topic_name):
+    """Kafka's rule: a producer whose transaction is open on a partition may
+    not write a non-transactional batch there (INVALID_TXN_STATE): it would
+    sit inside the transaction and be committed or aborted with it."""
+    b = fresh_node.bootstrap
+    ck.create_topic(b, topic_name, partitions=1)
+    _, pid, epoch = init([b], "tx-plain")
+    with kw.Conn(b) as c:
+        assert kw.add_partitions_to_txn(c, "tx-plain", pid, epoch, topic_name, [0]) == {0: 0}
+        txn = kw.record_batch([(b"k", b"in-txn")], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                              transactional=True)
+        assert kw.produce(c, topic_name, 0, txn, transactional_id="tx-plain")[0] == 0
+        plain = kw.record_batch([(b"k", b"plain")], producer_id=pid, producer_epoch=epoch, base_sequence=1)
+        error, _ = kw.produce(c, topic_name, 0, plain)
+        assert error == ERR_INVALID_TXN_STATE, error
+        # The transaction goes on: its next batch is in sequence.
+        more = kw.record_batch([(b"k", b"in-txn-2")], producer_id=pid, producer_epoch=epoch, base_sequence=1,
+                               transactional=True)
+        assert kw.produce(c, topic_name, 0, more, transactional_id="tx-plain")[0] == 0
+    # Only the two transactional batches are in the log.
+    batches = kw.all_batches(b, topic_name, 0)
+    assert [(bt["producer_id"], bt["base_sequence"]) for bt in batches] == [(pid, 0), (pid, 1)], batches
+
+
 def test_skiff_txn_lists_and_describes_transactions(fresh_node, topic_name):
     """`skiff txn list | describe` (ListTransactions to every broker,
     DescribeTransactions at the id's coordinator): an ongoing transaction

@@ -134,6 +134,19 @@ pub async fn append_idempotent(
                 ))
             }
         }
+        let in_txn = producers
+            .states
+            .borrow()
+            .plain_write_in_txn(header.producer_id, header.is_transactional());
+        if let Some(since) = in_txn {
+            return Err(SequenceOrLog::Sequence(
+                ResponseError::InvalidTxnState,
+                format!(
+                    "producer {} sent a non-transactional batch while its transaction (from offset {since}) is open",
+                    header.producer_id
+                ),
+            ));
+        }
         if header.is_transactional() {
             let states = producers.states.borrow();
             if !states.txn_open(header.producer_id) {

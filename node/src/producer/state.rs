@@ -266,6 +266,18 @@ impl ProducerStates {
     }
 
     /// Whether `producer_id` has a transaction open on this partition.
+    /// Where `producer_id`'s open transaction began, when a batch that is not
+    /// `transactional` comes from it: Kafka refuses that (INVALID_TXN_STATE),
+    /// or the write would sit inside the transaction and be committed or
+    /// aborted with it.
+    pub fn plain_write_in_txn(&self, producer_id: i64, transactional: bool) -> Option<i64> {
+        if transactional {
+            None
+        } else {
+            self.txns.open_of(producer_id)
+        }
+    }
+
     pub fn txn_open(&self, producer_id: i64) -> bool {
         self.txns.open_of(producer_id).is_some()
     }
@@ -610,6 +622,11 @@ mod txn_tests {
         s.record(7, 2, meta(1, 11));
         s.record_txn_data(7, 11);
         assert_eq!(s.txns().last_stable_offset(20), 10);
+        // A plain write of the producer while its transaction is open is
+        // refused; transactional ones and other producers' are not.
+        assert_eq!(s.plain_write_in_txn(7, false), Some(10));
+        assert_eq!(s.plain_write_in_txn(7, true), None);
+        assert_eq!(s.plain_write_in_txn(8, false), None);
         assert_eq!(
             s.check_marker(7, 1),
             MarkerCheck::Fenced { current_epoch: 2 }
@@ -625,6 +642,7 @@ mod txn_tests {
             SequenceCheck::Fenced { current_epoch: 3 }
         );
         assert_eq!(s.check(7, 3, 0, 0), SequenceCheck::Append);
+        assert_eq!(s.plain_write_in_txn(7, false), None);
         s.on_high_watermark(13);
         assert_eq!(s.txns().last_stable_offset(13), 13);
         // A marker of a producer never seen (its data was deleted) is
