@@ -102,12 +102,15 @@ pub struct ProducerStates {
     coordinator_epochs: HashMap<i64, i32>,
 }
 
-/// Version 2 adds the open transactions; version 1 (no transactions) is
-/// still read.
-const SNAPSHOT_VERSION: u8 = 2;
+/// Version 3 adds the producers' coordinator epochs, version 2 the open
+/// transactions; versions 1 (no transactions) and 2 are still read.
+const SNAPSHOT_VERSION: u8 = 3;
+const SNAPSHOT_VERSION_NO_COORDINATOR_EPOCHS: u8 = 2;
 const SNAPSHOT_VERSION_NO_TXNS: u8 = 1;
 /// Bytes of one open transaction in a snapshot.
 const OPEN_TXN_LEN: usize = 8 + 8;
+/// Bytes of one producer's coordinator epoch in a snapshot.
+const COORDINATOR_EPOCH_LEN: usize = 8 + 4;
 /// Bytes of a producer's fixed part and of one batch in a snapshot.
 const ENTRY_LEN: usize = 8 + 2 + 1;
 const META_LEN: usize = 4 + 4 + 8 + 8;
@@ -323,8 +326,11 @@ impl ProducerStates {
     /// per producer (by id) `id i64 | epoch i16 | batches u8`, then per batch
     /// `first_seq i32 | last_seq i32 | base_offset i64 | last_offset i64`,
     /// then `open transactions u32 BE` and per one (by first offset)
-    /// `producer id i64 | first offset i64` (big-endian). The engine frames it
-    /// with a CRC.
+    /// `producer id i64 | first offset i64`, then `coordinator epochs u32
+    /// BE` and per producer (by id) `producer id i64 | coordinator epoch
+    /// i32` (big-endian): a snapshot taken after a producer's last marker
+    /// must still fence a deposed coordinator's late one. The engine frames
+    /// it with a CRC.
     pub fn encode(&self) -> Vec<u8> {
         let mut ids: Vec<i64> = self.producers.keys().copied().collect();
         ids.sort_unstable();
@@ -349,6 +355,17 @@ impl ProducerStates {
             out.extend_from_slice(&producer_id.to_be_bytes());
             out.extend_from_slice(&first_offset.to_be_bytes());
         }
+        let mut epochs: Vec<(i64, i32)> = self
+            .coordinator_epochs
+            .iter()
+            .map(|(id, e)| (*id, *e))
+            .collect();
+        epochs.sort_unstable();
+        out.extend_from_slice(&(epochs.len() as u32).to_be_bytes());
+        for (producer_id, epoch) in epochs {
+            out.extend_from_slice(&producer_id.to_be_bytes());
+            out.extend_from_slice(&epoch.to_be_bytes());
+        }
         out
     }
 
@@ -357,7 +374,13 @@ impl ProducerStates {
     pub fn decode(bytes: &[u8]) -> Result<ProducerStates, String> {
         let mut r = Reader { bytes, pos: 0 };
         let version = r.take::<1>()?[0];
-        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_NO_TXNS {
+        if ![
+            SNAPSHOT_VERSION,
+            SNAPSHOT_VERSION_NO_COORDINATOR_EPOCHS,
+            SNAPSHOT_VERSION_NO_TXNS,
+        ]
+        .contains(&version)
+        {
             return Err(format!("unknown producer snapshot version {version}"));
         }
         let count = u32::from_be_bytes(r.take()?) as usize;
@@ -394,7 +417,7 @@ impl ProducerStates {
             }
         }
         let mut txns = TxnTracker::default();
-        if version == SNAPSHOT_VERSION {
+        if version >= SNAPSHOT_VERSION_NO_COORDINATOR_EPOCHS {
             let open = u32::from_be_bytes(r.take()?) as usize;
             if open > r.left() / OPEN_TXN_LEN {
                 return Err(format!(
@@ -411,6 +434,23 @@ impl ProducerStates {
                 txns.on_data(producer_id, first_offset);
             }
         }
+        let mut coordinator_epochs = HashMap::new();
+        if version >= SNAPSHOT_VERSION {
+            let n = u32::from_be_bytes(r.take()?) as usize;
+            if n > r.left() / COORDINATOR_EPOCH_LEN {
+                return Err(format!(
+                    "{n} coordinator epochs cannot fit in {} bytes",
+                    r.left()
+                ));
+            }
+            for _ in 0..n {
+                let producer_id = i64::from_be_bytes(r.take()?);
+                let epoch = i32::from_be_bytes(r.take()?);
+                if coordinator_epochs.insert(producer_id, epoch).is_some() {
+                    return Err(format!("producer {producer_id} has two coordinator epochs"));
+                }
+            }
+        }
         if r.left() != 0 {
             return Err(format!("{} bytes after the last producer", r.left()));
         }
@@ -418,7 +458,7 @@ impl ProducerStates {
             producers,
             txns,
             markers_seen: HashMap::new(),
-            coordinator_epochs: HashMap::new(),
+            coordinator_epochs,
         })
     }
 
@@ -443,7 +483,7 @@ mod tests {
     #[test]
     fn snapshot_encoding_round_trips_and_refuses_garbage() {
         let empty = ProducerStates::default();
-        assert_eq!(empty.encode(), vec![2, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(empty.encode(), vec![3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert!(ProducerStates::decode(&empty.encode())
             .unwrap()
             .producers
@@ -456,6 +496,9 @@ mod tests {
                     (id % 3) as i16,
                     meta(i * 2, i * 2 + 1, id * 1000 + i64::from(i) * 2),
                 );
+            }
+            if id % 4 == 0 {
+                s.record_coordinator(id << 32, id as i32);
             }
         }
         let bytes = s.encode();
@@ -480,11 +523,17 @@ mod tests {
         }
         assert!(ProducerStates::decode(&[]).is_err());
         assert!(
-            ProducerStates::decode(&[3, 0, 0, 0, 0, 0, 0, 0, 0]).is_err(),
+            ProducerStates::decode(&[4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err(),
             "unknown version"
         );
-        // Version 1 (before transactions) is read.
+        // Versions 1 (before transactions) and 2 (before coordinator
+        // epochs) are read.
         assert!(ProducerStates::decode(&[1, 0, 0, 0, 0]).is_ok());
+        assert!(ProducerStates::decode(&[2, 0, 0, 0, 0, 0, 0, 0, 0]).is_ok());
+        // The same producer's coordinator epoch twice.
+        let mut b = vec![3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+        b.extend_from_slice(&[0; 2 * COORDINATOR_EPOCH_LEN]);
+        assert!(ProducerStates::decode(&b).is_err());
         assert!(
             ProducerStates::decode(&[1, 0xff, 0xff, 0xff, 0xff]).is_err(),
             "huge count"
@@ -664,6 +713,11 @@ mod txn_tests {
         assert_eq!(s.coordinator_fenced(7, 5), Some(6));
         // Per producer.
         assert_eq!(s.coordinator_fenced(8, 0), None);
+        // Kept by a snapshot: one taken after the producer's last marker
+        // still fences the deposed coordinator's late one.
+        let back = ProducerStates::decode(&s.encode()).unwrap();
+        assert_eq!(back.coordinator_fenced(7, 5), Some(6));
+        assert_eq!(back.coordinator_fenced(7, 6), None);
     }
 
     #[test]
@@ -686,18 +740,22 @@ mod txn_tests {
         s.truncate(11);
         assert_eq!(s.txns().open().collect::<Vec<_>>(), [(7, 10)]);
 
-        // Snapshot garbage about transactions: errors, never panics.
-        let mut two = s.encode();
-        let n = two.len();
-        two[n - 20..n - 16].copy_from_slice(&2u32.to_be_bytes());
-        two.extend_from_within(n - 16..n);
+        // Snapshot garbage about transactions: errors, never panics. The
+        // bytes end with one open transaction, then no coordinator epochs.
+        let bytes = s.encode();
+        let n = bytes.len();
+        assert_eq!(bytes[n - 4..], [0, 0, 0, 0]);
+        let (txns, epochs) = (n - 24, n - 4);
+        let mut two = bytes[..epochs].to_vec();
+        two[txns..txns + 4].copy_from_slice(&2u32.to_be_bytes());
+        two.extend_from_within(txns + 4..epochs);
+        two.extend_from_slice(&bytes[epochs..]);
         assert!(
             ProducerStates::decode(&two).is_err(),
             "the same producer twice"
         );
-        let mut huge = s.encode();
-        let n = huge.len();
-        huge[n - 20..n - 16].copy_from_slice(&u32::MAX.to_be_bytes());
+        let mut huge = bytes.clone();
+        huge[txns..txns + 4].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(ProducerStates::decode(&huge).is_err());
     }
 }
