@@ -1555,21 +1555,13 @@ impl PartitionLog {
         // state recovery completes). Cached copies of the replaced batches go, so
         // readers see the compacted log.
         self.cache.truncate_front(self.cache_id, group_end);
-        // The cleaned segment indexes the aborted transactions the replaced
-        // ones did (their markers stay: the cleaner keeps control batches).
-        let mut txn_index = crate::segment::txn_index::TxnIndex::default();
+        // The cleaned segment's state indexes the aborted transactions whose
+        // ABORT marker the cleaner kept (`cleaner::Pass::fill`).
         for &(base, _) in old {
-            if let Some(segment) = self.segments.remove(&base) {
-                for txn in segment.txn_index().entries() {
-                    let _ = txn_index.push(*txn);
-                }
-            }
+            self.segments.remove(&base);
         }
-        let new_segment = new.map(|n| {
-            let mut state = n.state;
-            state.txn_index = txn_index;
-            Segment::from_state(&self.dir, n.base_offset, n.file, state)
-        });
+        let new_segment =
+            new.map(|n| Segment::from_state(&self.dir, n.base_offset, n.file, n.state));
         let new_base = new_segment.as_ref().map(Segment::base_offset);
         if let Some(segment) = new_segment {
             self.segments.insert(segment.base_offset(), segment);

@@ -542,3 +542,121 @@ fn aborted_records_go_markers_stay_and_open_transactions_are_not_cleaned() {
         assert_eq!(markers, 2);
     });
 }
+
+#[test]
+fn markers_go_once_their_transactions_data_is_gone_and_their_horizon_passed() {
+    use skiff_engine::batch::{marker_batch, EndTxnMarker};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let partition = open_partition(&path, compact_config(), 0).await;
+        let append = |bytes: Bytes| {
+            let partition = &partition;
+            async move { partition.append(mutable(&bytes), LEADER).await.unwrap() }
+        };
+        let record = |pid: i64, seq: i32, key: &[u8], value: &[u8]| {
+            let mut b = BatchBuilder::new();
+            if pid >= 0 {
+                b = b.producer(pid, 0, seq).transactional(true);
+            }
+            b.push(1, Some(key), Some(value), &[]);
+            b.build().unwrap()
+        };
+        let marker = |commit: bool| {
+            let m = EndTxnMarker {
+                commit,
+                coordinator_epoch: 0,
+            };
+            marker_batch(5, 0, m, 1).unwrap()
+        };
+        // Producer 5: a commits (later overwritten by a plain write), b
+        // aborts, c commits and stays the latest c.
+        append(record(5, 0, b"a", b"committed")).await;
+        let commit_a = append(marker(true)).await.base_offset;
+        append(record(5, 1, b"b", b"aborted")).await;
+        let abort_b = append(marker(false)).await.base_offset;
+        append(record(5, 2, b"c", b"kept")).await;
+        let commit_c = append(marker(true)).await.base_offset;
+        append(record(-1, 0, b"a", b"plain")).await;
+        let roll = |n: u8| {
+            let filler = format!("filler-{n}");
+            async move {
+                append(record(-1, 0, filler.as_bytes(), &[0u8; 5000])).await;
+                append(record(-1, 0, b"z", b"active")).await;
+            }
+        };
+        roll(0).await;
+        let markers = || async {
+            let read = partition.read(0, 1 << 20, i64::MAX).await.unwrap();
+            read.batches
+                .iter()
+                .map(|b| BatchHeader::parse(b).unwrap())
+                .filter(|h| h.is_control())
+                .map(|h| (h.base_offset, h.has_delete_horizon()))
+                .collect::<Vec<_>>()
+        };
+        let aborted = || async {
+            let end = partition.log_end_offset().await.unwrap();
+            partition.aborted_transactions(0, end).await.unwrap()
+        };
+        assert_eq!(aborted().await.len(), 1);
+
+        // First pass: it reads every transaction's data, so every marker
+        // stays as it was (the aborted record and the overwritten a go).
+        let now = 10_000;
+        clean_fully(&mut cleaner(1000), &partition, now).await;
+        assert_eq!(
+            markers().await,
+            [(commit_a, false), (abort_b, false), (commit_c, false)]
+        );
+        assert_eq!(aborted().await.len(), 1);
+
+        // Second pass (new dirty data): a's and b's transactions have no
+        // batch left, so their markers get a horizon; c's keeps its record.
+        roll(1).await;
+        clean_fully(&mut cleaner(1000), &partition, now).await;
+        assert_eq!(
+            markers().await,
+            [(commit_a, true), (abort_b, true), (commit_c, false)]
+        );
+
+        // Before the horizon they stay; after it the next pass drops them,
+        // and the aborted transaction leaves the index with its marker.
+        let mut c = cleaner(1000);
+        let before = now + DELETE_RETENTION_MS - 1;
+        c.clean(&partition, before).await.unwrap();
+        assert_eq!(
+            markers().await,
+            [(commit_a, true), (abort_b, true), (commit_c, false)]
+        );
+        let later = now + DELETE_RETENTION_MS + 1;
+        assert!(c.clean(&partition, later).await.unwrap().is_some());
+        assert_eq!(markers().await, [(commit_c, false)]);
+        assert!(aborted().await.is_empty(), "{:?}", aborted().await);
+        let records = read_records(&partition).await;
+        let values: Vec<Option<Bytes>> = records.iter().map(|(_, _, v)| v.clone()).collect();
+        let has = |v: &[u8]| values.iter().any(|x| x.as_deref() == Some(v));
+        assert!(has(b"kept") && has(b"plain"), "{values:?}");
+        assert!(!has(b"committed") && !has(b"aborted"), "{values:?}");
+
+        // Recovery agrees: reopened, the same markers and no aborted
+        // transaction.
+        partition.close().await.unwrap();
+        let partition = open_partition(&path, compact_config(), 0).await;
+        let end = partition.log_end_offset().await.unwrap();
+        assert!(partition
+            .aborted_transactions(0, end)
+            .await
+            .unwrap()
+            .is_empty());
+        let read = partition.read(0, 1 << 20, i64::MAX).await.unwrap();
+        let kept: Vec<i64> = read
+            .batches
+            .iter()
+            .map(|b| BatchHeader::parse(b).unwrap())
+            .filter(|h| h.is_control())
+            .map(|h| h.base_offset)
+            .collect();
+        assert_eq!(kept, [commit_c]);
+    });
+}

@@ -35,7 +35,13 @@
 //! Transactions (Kafka's rules): only segments below the last stable offset
 //! are cleaned (an open transaction may still abort); records of aborted
 //! transactions (the `.txnindex` entries of the range) are neither mapped nor
-//! kept, so an aborted value never displaces a committed one; markers stay.
+//! kept, so an aborted value never displaces a committed one. A COMMIT or
+//! ABORT marker stays while any batch of its transaction does (a pass that
+//! read one keeps it); the first pass that reads none gives it a delete
+//! horizon (now + `delete.retention.ms`, as a tombstone's), and the first
+//! pass after that drops it, so a consumer that read the transaction's data
+//! still finds its marker. The cleaned segment's `.txnindex` holds the
+//! aborted transactions whose ABORT marker it kept.
 //!
 //! Invariants: offsets only ever disappear, never move; the active segment and
 //! anything at or past the last stable offset are never touched; every batch read is
@@ -44,7 +50,7 @@
 
 pub mod offset_map;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -298,6 +304,7 @@ impl Cleaner {
         let mut pass = Pass {
             plan: &plan,
             rules: Rules {
+                txn_data_seen: HashSet::new(),
                 aborted: &plan.aborted,
                 map: &self.map,
                 producers_last: &mapped.producers_last,
@@ -432,6 +439,10 @@ fn group_segments<'a>(
 
 /// The record-level decisions of one pass.
 struct Rules<'a> {
+    /// Producers with a data batch of their current transaction read in
+    /// this pass (from the log's start, in offset order): their next marker
+    /// stays.
+    txn_data_seen: HashSet<i64>,
     aborted: &'a [AbortedTxn],
     map: &'a OffsetMap,
     producers_last: &'a HashMap<i64, i64>,
@@ -450,13 +461,16 @@ enum Filtered {
 
 impl Rules<'_> {
     fn filter(
-        &self,
+        &mut self,
         bytes: &[u8],
         header: &BatchHeader,
         stats: &mut CleanStats,
     ) -> Result<Filtered> {
         if header.is_control() {
-            return Ok(Filtered::Verbatim);
+            return self.filter_marker(bytes, header);
+        }
+        if header.is_transactional() {
+            self.txn_data_seen.insert(header.producer_id);
         }
         let section = records_section(bytes, header, self.size_limit)?;
         let records = record_views(&section, header.records_count)?;
@@ -500,6 +514,33 @@ impl Rules<'_> {
         }
         let horizon = needs_horizon.then_some(self.new_horizon);
         Ok(Filtered::Rewritten(batch::rebuild(header, &kept, horizon)?))
+    }
+
+    /// A control batch (a transaction's COMMIT or ABORT marker): kept while
+    /// a batch of its transaction is in the log, then given a delete
+    /// horizon, then dropped once the horizon passed.
+    fn filter_marker(&mut self, bytes: &[u8], header: &BatchHeader) -> Result<Filtered> {
+        if self.txn_data_seen.remove(&header.producer_id) {
+            return Ok(Filtered::Verbatim);
+        }
+        if header.has_delete_horizon() {
+            return Ok(if header.base_timestamp <= self.now_ms {
+                Filtered::Dropped
+            } else {
+                Filtered::Verbatim
+            });
+        }
+        let section = records_section(bytes, header, self.size_limit)?;
+        let records = record_views(&section, header.records_count)?;
+        if records.is_empty() {
+            // Nothing a reader could need (Kafka drops an empty control batch).
+            return Ok(Filtered::Dropped);
+        }
+        Ok(Filtered::Rewritten(batch::rebuild(
+            header,
+            &records,
+            Some(self.new_horizon),
+        )?))
     }
 }
 
@@ -584,6 +625,17 @@ impl Pass<'_> {
                     Filtered::Rewritten(b) => b,
                 };
                 let out_header = BatchHeader::parse(&out)?;
+                if out_header.is_control() {
+                    // The aborted transaction this kept ABORT marker ends.
+                    if let Some(txn) = self.rules.aborted.iter().find(|a| {
+                        a.producer_id == out_header.producer_id
+                            && a.last_offset == out_header.base_offset
+                    }) {
+                        // Markers come in offset order, as the index wants
+                        // them: a push cannot fail.
+                        let _ = state.txn_index.push(*txn);
+                    }
+                }
                 if out_header.has_delete_horizon() && out_header.records_count > 0 {
                     let h = out_header.base_timestamp;
                     self.earliest_horizon = Some(self.earliest_horizon.map_or(h, |e| e.min(h)));
