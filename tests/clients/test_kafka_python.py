@@ -127,7 +127,9 @@ def test_default_producer_codecs(node, topic_name, codec):
     for part in range(PARTITIONS):
         batches = kw.all_batches(node.bootstrap, topic_name, part)
         assert all(b["crc_ok"] for b in batches)
-        assert {b["codec"] for b in batches} == {codec or "none"}, batches
+        # kafka-python, like librdkafka, sends a batch uncompressed when
+        # compressing does not make it smaller (a record that lingered alone).
+        kw.assert_codec(batches, codec or "none", f"partition {part}")
         assert all(b["producer_id"] >= 0 and b["base_sequence"] >= 0 for b in batches), (
             f"partition {part}: stored batches without producer id / sequence: {batches[:3]}"
         )

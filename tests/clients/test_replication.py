@@ -172,6 +172,8 @@ def test_two_of_three_down_refuses_acks_all(cluster_factory, topic_name):
     ck.create_topic(c.bootstrap, topic_name, 1, replication_factor=3)
     d = wait_partition(c.bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "an ISR of 3")
     leader = d[0][0]
+    # Another broker may show the topic before the leader has applied it.
+    wait_partition(c.node(leader).bootstrap, topic_name, lambda d: len(d[0][2]) == 3, "the leader serving it")
     followers = [n for n in brokers if n != leader]
     batch = kw.record_batch([(b"k", b"v")])
     with kw.Conn(c.node(leader).bootstrap) as conn:
