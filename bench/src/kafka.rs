@@ -294,27 +294,18 @@ impl Connection {
     }
 
     /// ApiVersions (v2: no tagged fields, understood by every server since Kafka
-    /// 0.11), then the highest common version of each request the load generator
-    /// sends.
-    pub fn negotiate(&mut self) -> anyhow::Result<Versions> {
+    /// 0.11): the versions the server serves, for [`pick_version`].
+    pub fn api_versions(&mut self) -> anyhow::Result<ApiVersionsResponse> {
         let response: ApiVersionsResponse = self.call(&ApiVersionsRequest::default(), 2)?;
         check(response.error_code, "ApiVersions")?;
-        let pick = |key: ApiKey, (ours_min, ours_max): (i16, i16)| -> anyhow::Result<i16> {
-            let theirs = response
-                .api_keys
-                .iter()
-                .find(|k| k.api_key == key as i16)
-                .ok_or_else(|| anyhow::anyhow!("the server does not serve {key:?}"))?;
-            let version = theirs.max_version.min(ours_max);
-            if version < ours_min.max(theirs.min_version) {
-                bail!(
-                    "no common {key:?} version: server {}-{}, skiff-bench {ours_min}-{ours_max}",
-                    theirs.min_version,
-                    theirs.max_version
-                );
-            }
-            Ok(version)
-        };
+        Ok(response)
+    }
+
+    /// ApiVersions, then the highest common version of each request the load
+    /// generator sends.
+    pub fn negotiate(&mut self) -> anyhow::Result<Versions> {
+        let response = self.api_versions()?;
+        let pick = |key, ours| pick_version(&response, key, ours);
         Ok(Versions {
             produce: pick(ApiKey::Produce, PRODUCE_VERSIONS)?,
             fetch: pick(ApiKey::Fetch, FETCH_VERSIONS)?,
@@ -324,6 +315,29 @@ impl Connection {
             delete_topics: pick(ApiKey::DeleteTopics, DELETE_TOPICS_VERSIONS)?,
         })
     }
+}
+
+/// The highest version of `key` both the server (its ApiVersions answer) and
+/// the load generator (`ours_min..=ours_max`) speak.
+pub fn pick_version(
+    response: &ApiVersionsResponse,
+    key: ApiKey,
+    (ours_min, ours_max): (i16, i16),
+) -> anyhow::Result<i16> {
+    let theirs = response
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == key as i16)
+        .ok_or_else(|| anyhow::anyhow!("the server does not serve {key:?}"))?;
+    let version = theirs.max_version.min(ours_max);
+    if version < ours_min.max(theirs.min_version) {
+        bail!(
+            "no common {key:?} version: server {}-{}, skiff-bench {ours_min}-{ours_max}",
+            theirs.min_version,
+            theirs.max_version
+        );
+    }
+    Ok(version)
 }
 
 /// Where each partition of the benchmark topic lives.

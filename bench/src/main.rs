@@ -8,7 +8,8 @@
 //!   the raw disk baseline measured in the same run and the ratio between them.
 //! - `produce`, `consume`, `e2e`: a Kafka-protocol load generator (pipelined
 //!   requests over several connections, HdrHistogram latencies) that works against
-//!   any Kafka-compatible server.
+//!   any Kafka-compatible server; `produce` also as an idempotent or
+//!   transactional producer.
 //! - `suite`: starts its own `skiff` node and runs all of the above at fixed
 //!   workloads; writes results.json, results.md and SVG plots.
 //! - `scale`: what partitions and connections cost (disk, memory, latency,
@@ -30,6 +31,7 @@ mod scale;
 mod stats;
 mod suite;
 mod tls;
+mod txn;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -55,7 +57,7 @@ enum Command {
     /// Log cleaner (compaction) throughput, and append latency with it running.
     Cleaner(cleaner::Args),
     /// Kafka-protocol produce load: MB/s, records/s, request latency percentiles.
-    Produce(workload::WorkloadArgs),
+    Produce(produce::Args),
     /// Kafka-protocol fetch load: reads the topic from its earliest offsets.
     Consume(consume::Args),
     /// Produce-to-consume latency while producing (best with --rate).

@@ -140,6 +140,14 @@ pub fn markdown(r: &Value) -> String {
                 "latency probe at {} records/s (no quota)",
                 f(w, "report.rate")
             ),
+            "produce" if name.starts_with("produce idempotent") => format!(
+                "{:.2}x acks=all none",
+                f(r, "producer_modes.idempotent.vs_plain")
+            ),
+            "produce" if name.starts_with("produce transactional") => format!(
+                "{:.2}x acks=all none",
+                f(r, "producer_modes.transactional.vs_plain")
+            ),
             "produce" if name.ends_with("over TLS") => format!(
                 "{:.2}x the same produce in plaintext",
                 f(r, "tls.produce_vs_plaintext")
@@ -193,6 +201,19 @@ pub fn markdown(r: &Value) -> String {
                 .join(", "))
             .unwrap_or_default()
     );
+    let t = &r["producer_modes"]["transactional"];
+    if t.is_object() {
+        let _ = writeln!(
+            md,
+            "\nProducer modes: the acks=all/none produce again as an idempotent producer (a producer id, every batch sequenced) and as a transactional one (AddPartitionsToTxn for all {} partitions, {} ms of produce, every answer awaited, EndTxn commit): {:.0} transactions committed, commit (EndTxn round trip) p50/p99/max {:.2}/{:.2}/{:.2} ms; each row's ratio is its MB/s over the plain acks=all none row.",
+            p["partitions"],
+            f(t, "commit_interval_ms"),
+            f(t, "transactions"),
+            f(t, "commit_p50_ms"),
+            f(t, "commit_p99_ms"),
+            f(t, "commit_max_ms"),
+        );
+    }
     let q = &r["quota"];
     if q.is_object() {
         let _ = writeln!(

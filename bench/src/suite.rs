@@ -3,7 +3,9 @@
 //! Kafka protocol: produce at 1 KiB records x 16 partitions for acks=1/all x
 //! compression none/lz4, a catch-up consume of what the first produce wrote, a hot
 //! consume (a topic that fits the node's batch cache, read over and over), and
-//! end-to-end latency at a fixed rate for acks=1 and acks=all. Then the single
+//! end-to-end latency at a fixed rate for acks=1 and acks=all; after the
+//! acks=all/none produce, the same as an idempotent and as a transactional
+//! producer (`producer_modes`, each beside the plain one). Then the single
 //! node stops and the replicated workload runs: a 3-node cluster on this machine
 //! (`ClusterProcess`), a topic with replication factor 3 and
 //! `min.insync.replicas=2`, and the acks=all/none produce again with the same
@@ -55,6 +57,11 @@ pub struct Plan {
     pub loopback_mib: u64,
     pub engine_mib_per_partition: u64,
     pub produce_s: f64,
+    /// The idempotent and transactional produce steps (the acks=all/none
+    /// workload again).
+    pub producer_modes_s: f64,
+    /// How often the transactional step commits.
+    pub commit_interval_ms: u64,
     pub consume_s: f64,
     pub hot_topic_mib: u64,
     pub e2e_s: f64,
@@ -85,6 +92,8 @@ impl Plan {
             loopback_mib: if quick { 512 } else { 4096 },
             engine_mib_per_partition: if quick { 64 } else { 1024 },
             produce_s: if quick { 4.0 } else { 20.0 },
+            producer_modes_s: if quick { 2.0 } else { 20.0 },
+            commit_interval_ms: 100,
             consume_s: if quick { 3.0 } else { 15.0 },
             hot_topic_mib: if quick { 64 } else { 256 },
             e2e_s: if quick { 3.0 } else { 15.0 },
@@ -106,7 +115,7 @@ impl Plan {
     }
 
     /// Estimated seconds per step, for the progress bar.
-    fn estimates(&self) -> [u64; 10] {
+    fn estimates(&self) -> [u64; 11] {
         // Write and read of every sweep point (6 quick, 18 full).
         let points = if self.quick { 6 } else { 18 };
         let disk = (points * self.disk_mib_per_stream * self.disk_streams as u64 / 500).max(1);
@@ -124,6 +133,8 @@ impl Plan {
             self.produce_s as u64 + self.consume_s as u64 + 4,
             // Quota: a node, the probe alone, the greedy producer's windows.
             self.produce_s as u64 + (1 + QUOTA_PERIODS as u64) * quota_windows(self.quick) + 4,
+            // Idempotent and transactional produce.
+            2 * (self.producer_modes_s as u64 + 1),
         ]
     }
 }
@@ -280,41 +291,85 @@ fn run_steps(
         w
     };
 
-    // Produce: acks x compression. Right after the first one, a catch-up read of
-    // everything it wrote (then its topic goes, as every topic does after its
-    // step, so the disk holds one workload's data at a time).
+    // Produce: acks x compression, and after acks=all/none the same workload
+    // as an idempotent and as a transactional producer. Right after the first
+    // one, a catch-up read of everything it wrote (then its topic goes, as
+    // every topic does after its step, so the disk holds one workload's data
+    // at a time).
     let mut headline = None;
     let mut single_all = None;
     let mut catchup = None;
-    for (acks, compression) in [
-        (1i16, Compression::None),
-        (-1, Compression::None),
-        (1, Compression::Lz4),
-        (-1, Compression::Lz4),
+    let transactional = produce::Mode::Transactional {
+        id: "skiff-bench-suite".to_string(),
+        commit_interval: Duration::from_millis(plan.commit_interval_ms),
+    };
+    let mut modes_json = serde_json::Map::new();
+    for (acks, compression, mode) in [
+        (1i16, Compression::None, produce::Mode::Plain),
+        (-1, Compression::None, produce::Mode::Plain),
+        (-1, Compression::None, produce::Mode::Idempotent),
+        (-1, Compression::None, transactional),
+        (1, Compression::Lz4, produce::Mode::Plain),
+        (-1, Compression::Lz4, produce::Mode::Plain),
     ] {
+        let plain = mode == produce::Mode::Plain;
         let mut w = base(&format!(
-            "produce-acks{}-{}",
+            "produce-acks{}-{}{}",
             acks_label(acks),
-            compression.name()
+            compression.name(),
+            if plain {
+                String::new()
+            } else {
+                format!("-{}", mode.name())
+            }
         ));
         w.acks = acks;
         w.compression = compression;
-        w.duration = plan.produce_s;
+        w.duration = if plain {
+            plan.produce_s
+        } else {
+            plan.producer_modes_s
+        };
         w.num_records = disk_budget(scratch, 1, plan.record_size);
-        let name = format!("produce acks={} {}", w.acks_name(), compression.name());
+        let name = match &mode {
+            produce::Mode::Plain => {
+                format!("produce acks={} {}", w.acks_name(), compression.name())
+            }
+            produce::Mode::Idempotent => {
+                format!(
+                    "produce idempotent acks={} {}",
+                    w.acks_name(),
+                    compression.name()
+                )
+            }
+            produce::Mode::Transactional {
+                commit_interval, ..
+            } => format!(
+                "produce transactional acks={} {} (commit every {} ms)",
+                w.acks_name(),
+                compression.name(),
+                commit_interval.as_millis()
+            ),
+        };
         step(&name);
         let cluster = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, true)?;
-        let outcome = produce::produce(&cluster, &w, Some(stop.clone()))?;
+        let outcome = produce::produce_with(&cluster, &w, &mode, Some(stop.clone()))?;
         check_stop(stop)?;
         anyhow::ensure!(
             outcome.report.errors == 0,
             "{name}: {} produce errors",
             outcome.report.errors
         );
-        progress.inc(est[3] / 4);
+        progress.inc(if plain { est[3] / 4 } else { est[10] / 2 });
         let r = &outcome.report;
-        if acks == -1 && compression == Compression::None {
+        if plain && acks == -1 && compression == Compression::None {
             single_all = Some(r.clone());
+        }
+        if !plain {
+            let against = single_all
+                .as_ref()
+                .context("the producer modes run after the plain acks=all none produce")?;
+            modes_json.insert(mode.name().to_string(), mode_json(r, against));
         }
         workloads.push(WorkloadResult {
             name,
@@ -564,7 +619,20 @@ fn run_steps(
             "consume_vs_loopback": hot.mb_s / loopback_mb_s,
             "catchup_vs_limit": catchup.mb_s / disk.read_mb_s.min(loopback_mb_s),
             "replicated_vs_single": rr.mb_s / single_all.mb_s,
+            "idempotent_vs_plain": modes_json
+                .get("idempotent")
+                .and_then(|m| m.get("vs_plain"))
+                .cloned()
+                .unwrap_or_default(),
+            "transactional_vs_plain": modes_json
+                .get("transactional")
+                .and_then(|m| m.get("vs_plain"))
+                .cloned()
+                .unwrap_or_default(),
         },
+        // The acks=all/none produce as an idempotent and as a transactional
+        // producer, each over the plain one of this run.
+        "producer_modes": modes_json,
         "targets": {
             "engine_vs_disk": 0.9,
             "produce_vs_limit": 0.6,
@@ -952,6 +1020,30 @@ fn produce_result(name: &str, o: &produce::ProduceOutcome) -> anyhow::Result<Wor
         timeline: o.report.timeline.clone(),
         report: serde_json::to_value(&o.report)?,
     })
+}
+
+/// An idempotent or transactional produce step for `producer_modes`, with
+/// its MB/s over `plain`'s (the same workload without a producer id).
+fn mode_json(r: &produce::ProduceReport, plain: &produce::ProduceReport) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "workload": format!("acks={}, compression {}", r.acks, r.compression),
+        "mb_s": r.mb_s,
+        "records_s": r.records_s,
+        "p50_ms": r.latency.p50_ms,
+        "p99_ms": r.latency.p99_ms,
+        "max_ms": r.latency.max_ms,
+        "plain_mb_s": plain.mb_s,
+        "vs_plain": r.mb_s / plain.mb_s.max(1e-9),
+    });
+    if let Some(t) = &r.transactions {
+        v["commit_interval_ms"] = t.commit_interval_ms.into();
+        v["transactions"] = t.committed.into();
+        v["commit_p50_ms"] = t.commit_latency.p50_ms.into();
+        v["commit_p99_ms"] = t.commit_latency.p99_ms.into();
+        v["commit_max_ms"] = t.commit_latency.max_ms.into();
+        v["concurrent_transactions_retries"] = t.retries.into();
+    }
+    v
 }
 
 fn consume_result(name: &str, r: &consume::ConsumeReport) -> anyhow::Result<WorkloadResult> {

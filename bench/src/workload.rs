@@ -155,10 +155,24 @@ pub struct Payload {
     pub payload_bytes: u64,
 }
 
+/// The producer an idempotent or transactional run writes as: every batch
+/// carries its id and epoch (and, in a transaction, the transactional bit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerStamp {
+    pub id: i64,
+    pub epoch: i16,
+    pub transactional: bool,
+}
+
 /// Builds one batch of about `batch_bytes` (uncompressed) of `record_size`-byte
-/// records of random uppercase letters, compressed with the workload's codec.
-/// Compressed once here; the senders only restamp timestamps and the CRC.
-pub fn build_payload(args: &WorkloadArgs) -> anyhow::Result<Payload> {
+/// records of random uppercase letters, compressed with the workload's codec,
+/// written as `producer` when there is one (base sequence 0: the senders stamp
+/// each partition's own). Compressed once here; the senders only restamp
+/// timestamps and the CRC (and sequences).
+pub fn build_payload_for(
+    args: &WorkloadArgs,
+    producer: Option<ProducerStamp>,
+) -> anyhow::Result<Payload> {
     let mut rng = fastrand::Rng::with_seed(0x5eed);
     let mut value = vec![0u8; args.record_size];
     // One record measures the per-record overhead (lengths, deltas) in the batch.
@@ -176,6 +190,11 @@ pub fn build_payload(args: &WorkloadArgs) -> anyhow::Result<Payload> {
         / per_record)
         .max(1);
     let mut builder = BatchBuilder::new().compression(args.compression);
+    if let Some(p) = producer {
+        builder = builder
+            .producer(p.id, p.epoch, 0)
+            .transactional(p.transactional);
+    }
     for _ in 0..records {
         value.iter_mut().for_each(|b| *b = rng.u8(b'A'..=b'Z'));
         builder.push(0, None, Some(&value), &[]);

@@ -236,6 +236,81 @@ fn e2e_sees_every_record_and_acks_0_sends() {
     assert_eq!(num(&fire, "latency.count"), 0.0);
 }
 
+/// `produce --idempotent` and `--transactional-id`: no errors, transactions
+/// committed, and a consume reads every record (and at most the commit
+/// markers beside them).
+#[test]
+fn idempotent_and_transactional_produce() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    let b = node.bootstrap.as_str();
+    let common = [
+        "--bootstrap",
+        b,
+        "--topic",
+        "modes",
+        "--partitions",
+        "4",
+        "--record-size",
+        "200",
+        "--batch-bytes",
+        "8192",
+        "--connections",
+        "2",
+        "--acks",
+        "all",
+    ];
+    let idempotent = bench(
+        &[
+            &["produce"],
+            &common[..],
+            &["--idempotent", "--duration", "1"],
+        ]
+        .concat(),
+    );
+    assert_eq!(idempotent["mode"], "idempotent", "{idempotent}");
+    assert_eq!(num(&idempotent, "errors"), 0.0, "{idempotent}");
+    assert!(idempotent["transactions"].is_null(), "{idempotent}");
+    let idempotent_records = num(&idempotent, "records");
+    assert!(idempotent_records > 0.0, "{idempotent}");
+
+    let tx = bench(
+        &[
+            &["produce"],
+            &common[..],
+            &[
+                "--transactional-id",
+                "loadgen-tx",
+                "--commit-interval-ms",
+                "100",
+                "--duration",
+                "2",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(tx["mode"], "transactional", "{tx}");
+    assert_eq!(num(&tx, "errors"), 0.0, "{tx}");
+    let tx_records = num(&tx, "records");
+    assert!(tx_records > 0.0, "{tx}");
+    let committed = num(&tx, "transactions.committed");
+    assert!(committed >= 1.0, "{tx}");
+    assert_eq!(num(&tx, "transactions.commit_latency.count"), committed);
+    assert!(num(&tx, "transactions.commit_latency.max_ms") > 0.0, "{tx}");
+
+    // The consumer counts offsets: the records, and each commit's marker in
+    // every partition (the last commit's may still be on their way).
+    let consumed = num(
+        &bench(&[&["consume"], &common[..], &["--duration", "60"]].concat()),
+        "records",
+    );
+    let records = idempotent_records + tx_records;
+    assert!(
+        consumed >= records && consumed <= records + 4.0 * committed,
+        "consumed {consumed} of {records} records and {committed} x 4 markers"
+    );
+}
+
 #[test]
 fn missing_skiff_binary_is_a_clear_error() {
     let out = Command::new(bench_bin())
