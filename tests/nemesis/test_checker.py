@@ -288,3 +288,97 @@ def test_machine_stalls_need_two_nodes_at_once():
               {"cycle": 8, "fault_start": 199.5, "window_end": 210.0}]
     assert checker.cycles_at([200.0], cycles) == [8]
     assert checker.machine_stalls([]) == []
+
+
+# -- transactions
+
+def txn(n, outcome, intent=None, per=3, err=None):
+    values = [f"x{n:07d}-{j}" for j in range(per)]
+    return {"txn": n, "values": values, "p": [j % 3 for j in range(per)],
+            "intent": intent or ("abort" if outcome == "aborted" else "commit"), "outcome": outcome, "err": err,
+            "delivered": [[j % 3, n] for j in range(per)], "t0": 0.0, "t1": 0.0}
+
+
+def reads(*txns):
+    """The read_committed records of whole transactions, in order, at the
+    next offset of each partition (a marker after each transaction)."""
+    nxt = {}
+    out = []
+    for t in txns:
+        for v, p in zip(t["values"], t["p"]):
+            o = nxt.get(p, 0)
+            out.append({"p": p, "o": o, "v": v, "t": 0.0})
+            nxt[p] = o + 2
+    return out
+
+
+def test_txn_clean_history():
+    c0, a1, c2, u3, u4 = txn(0, "committed"), txn(1, "aborted"), txn(2, "committed"), txn(3, "unknown"), \
+        txn(4, "unknown")
+    # u3 took effect, u4 did not: both all-or-nothing. a1 was written, then aborted.
+    seen = reads(c0, c2, u3)
+    everything = reads(c0, a1, c2, u3, u4)
+    r, fig = checker.check_transactions([c0, a1, c2, u3, u4], seen, everything)
+    assert counts(r) == {}
+    assert fig["committed"] == 2 and fig["aborted"] == 1 and fig["unknown"] == 2
+    assert fig["unknown_read"] == 1 and fig["unknown_not_read"] == 1
+    assert fig["records_read"] == 9 and fig["records_written"] == 15 and fig["aborted_written"] == 3
+    assert fig["unrecorded_read"] == 0
+    # A transaction in flight when the workload ended (no record) is a figure, not an anomaly.
+    r, fig = checker.check_transactions([c0], reads(c0, txn(1, "committed")), [])
+    assert counts(r) == {} and fig["unrecorded_read"] == 3
+
+
+def test_txn_lost_committed_value():
+    c0, c1 = txn(0, "committed"), txn(1, "committed")
+    everything = reads(c0, c1)
+    seen = [r for r in everything if r["v"] != "x0000001-2"]
+    r, _ = checker.check_transactions([c0, c1], seen, everything)
+    # One value missing: lost, and the transaction read in part.
+    assert counts(r) == {"txn_lost": 1, "txn_partial": 1}
+    ex = r["txn_lost"]["examples"][0]
+    assert ex["value"] == "x0000001-2" and ex["txn"] == 1 and ex["written_at"] is not None
+    # A whole committed transaction missing: lost per value, not partial.
+    r, _ = checker.check_transactions([c0, c1], reads(c0), reads(c0))
+    assert counts(r) == {"txn_lost": 3}
+    assert r["txn_lost"]["examples"][0]["written_at"] is None
+
+
+def test_txn_aborted_read():
+    c0, a1 = txn(0, "committed"), txn(1, "aborted", err="commit: ... (txn_requires_abort)")
+    r, _ = checker.check_transactions([c0, a1], reads(c0, a1), reads(c0, a1))
+    assert counts(r) == {"txn_aborted_read": 3}
+    assert r["txn_aborted_read"]["examples"][0]["err"].startswith("commit:")
+    # An aborted transaction read in part: still one anomaly per value read, never partial.
+    seen = reads(c0, a1)[:4]
+    r, _ = checker.check_transactions([c0, a1], seen, [])
+    assert counts(r) == {"txn_aborted_read": 1}
+
+
+def test_txn_partial_unknown_outcome():
+    c0, u1 = txn(0, "committed"), txn(1, "unknown")
+    seen = reads(c0) + [r for r in reads(c0, u1)[3:] if r["v"] != "x0000001-0"]
+    r, _ = checker.check_transactions([c0, u1], seen, reads(c0, u1))
+    assert counts(r) == {"txn_partial": 1}
+    ex = r["txn_partial"]["examples"][0]
+    assert ex["missing"] == ["x0000001-0"] and sorted(ex["read"]) == ["x0000001-1", "x0000001-2"]
+
+
+def test_txn_duplicate_and_nonmonotonic():
+    c0 = txn(0, "committed")
+    seen = reads(c0)
+    # The log held x0000000-0 twice (p0 offsets 0 and 2): a duplicate.
+    dup = seen + [{"p": 0, "o": 2, "v": "x0000000-0", "t": 0.0}]
+    r, _ = checker.check_transactions([c0], dup, [])
+    assert counts(r) == {"txn_duplicate": 1}
+    assert r["txn_duplicate"]["examples"][0]["at"] == [(0, 0), (0, 2)]
+    # The consumer went back to an offset it had read: non-monotonic, not a duplicate.
+    again = seen + [{"p": 1, "o": 0, "v": "x0000000-1", "t": 0.0}]
+    r, _ = checker.check_transactions([c0], again, [])
+    assert counts(r) == {"txn_nonmonotonic": 1}
+    # Offsets going back within a partition with another value.
+    back = [{"p": 0, "o": 4, "v": "x0000000-0", "t": 0.0}, {"p": 0, "o": 3, "v": "x0000000-1", "t": 0.0},
+            {"p": 0, "o": 5, "v": "x0000000-2", "t": 0.0}]
+    r, _ = checker.check_transactions([c0], back, [])
+    assert counts(r) == {"txn_nonmonotonic": 1}
+    assert r["txn_nonmonotonic"]["examples"][0] == {"partition": 0, "offset": 3, "after": 4}

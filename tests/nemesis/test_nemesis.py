@@ -5,11 +5,13 @@ disk, a flipped byte in a closed segment, a link that loses a share of its
 packets, one that reorders them) in a seeded order; a second seed
 with one cycle of each network and process nemesis; then three cycles of two
 nemeses at once; all under two idempotent acks=all producers, a live
-consumer, a consumer group committing offsets and topic churn. No anomaly
+consumer, a consumer group committing offsets, topic churn and a
+transactional producer with a read_committed consumer. No anomaly
 allowed (lost, duplicated, inconsistent, divergent replicas, crashes, a
 cluster that does not recover, a group's committed offsets going back or
 skipped records, churned topics missing or not deleted, a controller quorum
-split the majority did not resolve).
+split the majority did not resolve, committed transactions lost or read in
+part, aborted ones read).
 
 bitflip's corruption is the node's to find and repair (batch CRCs checked on
 read from disk, the replica repaired from the others): the anomalies a

@@ -29,6 +29,8 @@ def parse(argv):
     ap.add_argument("--no-group", action="store_true",
                     help="no consumer group (two members committing offsets) during the faults")
     ap.add_argument("--no-churn", action="store_true", help="no topic creation and deletion during the faults")
+    ap.add_argument("--no-txn", action="store_true",
+                    help="no transactional producer (commits and aborts) and read_committed consumer during the faults")
     ap.add_argument("--recover-timeout", type=float, default=60.0,
                     help="seconds to wait after a heal for leaders and full ISRs (default 60)")
     ap.add_argument("--max-gap", type=float, default=0.0,
@@ -69,7 +71,7 @@ def main(argv=None):
     cfg = Config(seed=seed, cycles=a.cycles, nemeses=tuple(names), concurrent=a.concurrent,
                  min_fault_s=a.fault_min, max_fault_s=a.fault_max, rate=a.rate, consumer=not a.no_consumer,
                  skiff_bin=os.path.abspath(skiff), tools_bin=os.path.abspath(tools), keep=a.keep,
-                 group=not a.no_group, churn=not a.no_churn,
+                 group=not a.no_group, churn=not a.no_churn, txn=not a.no_txn,
                  recover_timeout_s=a.recover_timeout, max_gap_s=a.max_gap, json_out=a.json,
                  max_minutes=a.max_minutes)
     if a.dir:

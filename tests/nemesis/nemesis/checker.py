@@ -15,6 +15,9 @@ Anomalies (any one fails the run):
   gaps          offsets missing inside a partition (no compaction or
                 transactions here: offsets must be contiguous)
   divergent     replicas whose batches differ below the high watermark
+The consumer group's, the topic churn's and the transactional workload's
+checks (check_group, check_churn, check_transactions) have anomalies of
+their own, described at each.
 Availability (figures, not anomalies): the longest stretch without an
 acknowledged write per partition over the fault phase and per cycle, and the
 seconds from a fault to every partition acknowledging a write sent after it."""
@@ -377,6 +380,97 @@ def check_churn(calls, views):
             if t is not None and t["error"] == 0:
                 report("churn_undeleted", {"node": node, "topic": topic, "partitions": t["partitions"]})
     return out, dict(sorted(errors.items()))
+
+
+
+def check_transactions(txns, seen_committed, seen_all=()):
+    """The transactional workload. txns: [{"txn", "values", "intent",
+    "outcome": "committed"/"aborted"/"unknown", "err"}] as recorded (a
+    transaction whose commit was never asked is recorded aborted).
+    seen_committed: [{"p", "o", "v"}] in the order one read_committed
+    consumer got them (one session, from offset 0). seen_all: [{"p", "o",
+    "v"}], the topic read whole read_uncommitted at the end (what was written
+    at all; it only adds detail and figures).
+    Returns (anomalies, figures) with anomalies {kind: {"count", "examples"}}:
+      txn_lost          a value of a committed transaction the read_committed
+                        read does not have (one per value)
+      txn_aborted_read  a value of an aborted transaction the read_committed
+                        read has (one per value)
+      txn_partial       a committed or unknown transaction some of whose
+                        values were read and some not (unknown outcomes are
+                        all or nothing; one per transaction)
+      txn_duplicate     a value read at more than one offset
+      txn_nonmonotonic  offsets not increasing within a partition (the same
+                        offset read again included)
+    and figures: transactions by outcome, unknown ones read whole / not at
+    all, records read, records written, aborted records written, values read
+    of no recorded transaction (one in flight when the workload ended)."""
+    out = {k: {"count": 0, "examples": []} for k in
+           ("txn_lost", "txn_aborted_read", "txn_partial", "txn_duplicate", "txn_nonmonotonic")}
+
+    def report(kind, detail):
+        out[kind]["count"] += 1
+        if len(out[kind]["examples"]) < EXAMPLES:
+            out[kind]["examples"].append(detail)
+
+    places = {}  # value -> [(p, o)] where the read_committed read had it
+    last = {}
+    for r in seen_committed:
+        p, o, v = r["p"], r["o"], r["v"]
+        if p in last and o <= last[p]:
+            report("txn_nonmonotonic", {"partition": p, "offset": o, "after": last[p]})
+        last[p] = o
+        at = places.setdefault(v, [])
+        if (p, o) not in at:
+            at.append((p, o))
+    for v, at in places.items():
+        if len(at) > 1:
+            report("txn_duplicate", {"value": v, "at": at})
+
+    written = {}
+    for r in seen_all:
+        written.setdefault(r["v"], (r["p"], r["o"]))
+    figures = {"committed": 0, "aborted": 0, "unknown": 0, "unknown_read": 0, "unknown_not_read": 0,
+               "records_read": len(seen_committed), "records_written": len(seen_all), "aborted_written": 0,
+               "unrecorded_read": 0}
+    recorded = set()
+    for t in txns:
+        outcome = t.get("outcome")
+        figures[outcome] = figures.get(outcome, 0) + 1
+        values = list(t.get("values") or ())
+        recorded.update(values)
+        read = [v for v in values if v in places]
+        missing = [v for v in values if v not in places]
+        base = {"txn": t.get("txn"), "intent": t.get("intent"), "outcome": outcome}
+        if t.get("err"):
+            base["err"] = t["err"][:300]
+        if outcome == "aborted":
+            figures["aborted_written"] += sum(1 for v in values if v in written)
+            for v in read:
+                report("txn_aborted_read", {**base, "value": v, "read_at": places[v]})
+            continue
+        if outcome == "committed":
+            for v in missing:
+                report("txn_lost", {**base, "value": v, "written_at": written.get(v),
+                                    "delivered": _delivered(t, v)})
+        elif outcome == "unknown":
+            if not missing:
+                figures["unknown_read"] += 1
+            elif not read:
+                figures["unknown_not_read"] += 1
+        if read and missing:
+            report("txn_partial", {**base, "read": {v: places[v] for v in read}, "missing": missing,
+                                   "missing_written_at": {v: written.get(v) for v in missing}})
+    figures["unrecorded_read"] = sum(1 for v in places if v not in recorded)
+    return out, figures
+
+
+def _delivered(t, v):
+    """Where the producer's delivery report put value v of transaction t."""
+    try:
+        return t["delivered"][t["values"].index(v)]
+    except (KeyError, ValueError, IndexError, TypeError):
+        return None
 
 
 def at_corruption(detail_places, corrupt):

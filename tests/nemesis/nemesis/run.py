@@ -25,6 +25,12 @@ from .nodes import CONTROLLER_PORT, Node, NodeError
 
 TOPIC = "nemesis"
 PARTITIONS = 3
+# The transactional workload's topic (`txn` on): its own, so the queue
+# checks' contiguous offsets hold on TOPIC (transaction markers take offsets).
+TXN_TOPIC = "nemesis-txn"
+TXN_PARTITIONS = 3
+# The checker's transactional anomalies (checker.check_transactions).
+TXN_ANOMALIES = ("txn_lost", "txn_aborted_read", "txn_partial", "txn_duplicate", "txn_nonmonotonic")
 # With disk-full or bitflip in the run, the topic's segments roll every few
 # seconds (segment.ms), so a full disk bites at the next roll and closed
 # segments exist to corrupt.
@@ -65,6 +71,7 @@ class Config:
     json_out: str = ""
     group: bool = True  # a consumer group committing offsets during the faults
     churn: bool = True  # topics created and deleted during the faults
+    txn: bool = True  # a transactional producer and a read_committed consumer during the faults
     max_minutes: float = 0.0  # > 0: no cycle starts after this many minutes of faults
 
 
@@ -379,6 +386,10 @@ class Run:
         self.agent.call("create_topic", timeout=60, bootstrap=self.bootstrap, topic=TOPIC,
                         partitions=PARTITIONS, rf=len(NODE_IDS),
                         config={"segment.ms": str(ROLL_MS)} if rolling else {})
+        if self.cfg.txn:
+            self.agent.call("create_topic", timeout=60, bootstrap=self.bootstrap, topic=TXN_TOPIC,
+                            partitions=TXN_PARTITIONS, rf=len(NODE_IDS),
+                            config={"min.insync.replicas": "2", **({"segment.ms": str(ROLL_MS)} if rolling else {})})
         leaders_s, full_s, last = self.wait_recovered(time.time(), 60)
         if full_s is None:
             raise Abort(f"topic {TOPIC} never had full ISRs: {last}")
@@ -388,6 +399,9 @@ class Run:
             "group": {"id": f"skiff-nemesis-group-{self.cfg.seed}", "members": 2, "commit_every": 100,
                       "commit_s": 1.0} if self.cfg.group else None,
             "churn": {"prefix": "nemesis-churn", "period_s": 1.5, "live": 4} if self.cfg.churn else None,
+            "txn": {"topic": TXN_TOPIC, "partitions": TXN_PARTITIONS, "per_txn": 4, "abort_one_in": 4,
+                    "seed": self.cfg.seed, "period_s": 0.2, "transaction_timeout_ms": 10000}
+            if self.cfg.txn else None,
         })
         deadline = time.monotonic() + 60
         while len(self.workload.acked_partitions()) < PARTITIONS:
@@ -522,6 +536,24 @@ class Run:
             if sum(v["count"] for v in bad.values()) == 0 or time.monotonic() > deadline:
                 return views
             time.sleep(1.0)
+
+    def txn_records(self):
+        """txns.jsonl, txn-seen.jsonl (records only) and txn-all.jsonl."""
+        def load(name):
+            rows = []
+            try:
+                with open(os.path.join(self.workload.dir, name)) as f:
+                    for line in f:
+                        try:
+                            rows.append(json.loads(line))
+                        except ValueError:
+                            pass  # a torn last line
+            except FileNotFoundError:
+                pass
+            return rows
+
+        seen = [r for r in load("txn-seen.jsonl") if "err" not in r]
+        return load("txns.jsonl"), seen, load("txn-all.jsonl")
 
     def group_events(self):
         members = {}
@@ -729,6 +761,8 @@ class Run:
             cmd += " --no-group"
         if not c.churn:
             cmd += " --no-churn"
+        if not c.txn:
+            cmd += " --no-txn"
         return cmd
 
     def cleanup(self):
@@ -790,6 +824,9 @@ class Run:
         group = checker.check_group(self.group_events(), final) if self.cfg.group else {}
         churn, churn_errors = (checker.check_churn(self.churn_calls(), self.churn_views)
                                if self.cfg.churn and self.churn_views is not None else ({}, {}))
+        txn, txn_fig = ({}, None)
+        if self.cfg.txn:
+            txn, txn_fig = checker.check_transactions(*self.txn_records())
         avail = checker.availability(acks, PARTITIONS, self.t0, self.t_end, self.cycles)
         stalls, stalled = (checker.consumer_stalls(acks, seen, wl.get("stopped") or time.time())
                            if self.cfg.consumer else ({}, []))
@@ -822,6 +859,7 @@ class Run:
             "consumer_stalled": len(stalled),
             **{k: v["count"] for k, v in group.items()},
             **{k: v["count"] for k, v in churn.items()},
+            **{k: v["count"] for k, v in txn.items()},
             **{k: kinds.count(k) for k in ANOMALY_FINDINGS},
         }
         at_flip = {k: v["at_corruption"] for k, v in q.items() if v["at_corruption"]}
@@ -842,6 +880,11 @@ class Run:
             churn_summary = {"creates_ok": sum(1 for c in calls if c["op"] == "create" and c.get("ok")),
                              "deletes_ok": sum(1 for c in calls if c["op"] == "delete" and c.get("ok")),
                              "calls": len(calls), "errors": churn_errors}
+        txn_summary = None
+        if self.cfg.txn:
+            txn_summary = {**txn_fig, "drained": wl.get("txn_drained"), "read_all": wl.get("txn_read_all"),
+                           "producers_made": wl.get("txn_inits"), "consumer_errors": wl.get("txn_consumer_errors"),
+                           **{k: wl[k] for k in ("txn_died", "txn_consumer_died", "txn_threads_alive") if k in wl}}
         result = {
             "seed": self.cfg.seed, "cycles": len(self.cycles), "cycles_asked": self.cfg.cycles, "nemeses": list(self.cfg.nemeses),
             "concurrent": self.cfg.concurrent,
@@ -855,9 +898,9 @@ class Run:
             "final_records": sum(len(v) for v in final.values()), "watermarks": self.watermarks,
             "anomalies": sum(anomalies.values()), "by_kind": anomalies,
             "at_corruption": at_flip, "corruptions": self.corruptions,
-            "group": group_summary, "churn": churn_summary,
+            "group": group_summary, "churn": churn_summary, "txn": txn_summary,
             "examples": {k: v["examples"] for k, v in list(q.items()) + list(group.items()) + list(churn.items())
-                         if v["count"]},
+                         + list(txn.items()) if v["count"]},
             "divergent": divergent, "invalid_batches": invalid[:5], "producer_fatal": fatal,
             "availability": avail["whole"], "cycles_detail": self.cycles,
             "findings": [f for f in self.findings if f["kind"] != "unrecovered"] +
@@ -910,7 +953,7 @@ class Run:
           + (f"  over --max-gap {k['over_max_gap']}" if self.cfg.max_gap_s > 0 else ""))
         extra = {name: n for name, n in k.items() if name in ("commit_regressed", "group_skipped", "group_rewound",
                                                               "group_non_monotonic", "churn_missing", "consumer_stalled",
-                                                              "churn_undeleted") + ANOMALY_FINDINGS}
+                                                              "churn_undeleted") + TXN_ANOMALIES + ANOMALY_FINDINGS}
         if extra:
             o("  ".join(f"{name.replace('_', ' ')} {n}" for name, n in extra.items()))
         if r["group"]:
@@ -921,6 +964,15 @@ class Run:
             c = r["churn"]
             o(f"topic churn           {c['calls']} calls: {c['creates_ok']} creations and {c['deletes_ok']} "
               f"deletions acknowledged; errors by code: {c['errors'] or 'none'}")
+        if r["txn"]:
+            t = r["txn"]
+            drained = {True: "read to the end", False: "did NOT read to the end within 40 s of the stop",
+                       None: "did not finish"}[t["drained"]]
+            o(f"transactions          {t['committed']} committed, {t['aborted']} aborted, {t['unknown']} unknown "
+              f"({t['unknown_read']} of them read whole, {t['unknown_not_read']} not at all); read_committed read "
+              f"{t['records_read']} records ({drained}); {t['records_written']} records in the log, "
+              f"{t['aborted_written']} of aborted transactions"
+              + "".join(f"; {k} {t[k]}" for k in ("txn_died", "txn_consumer_died", "txn_threads_alive") if k in t))
         for c in r["corruptions"]:
             o(f"bitflip               node {c['node']} p{c['partition']} {c['segment']} @{c['position']} "
               f"(batch {c['batch'][0]}-{c['batch'][1]})")
