@@ -458,7 +458,6 @@ fn keyless_records_and_superseded_producer_batches_go() {
 /// cleaned.
 #[test]
 fn aborted_records_go_markers_stay_and_open_transactions_are_not_cleaned() {
-    use skiff_engine::batch::{marker_batch, EndTxnMarker};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
     run(move || async move {
@@ -467,25 +466,8 @@ fn aborted_records_go_markers_stay_and_open_transactions_are_not_cleaned() {
             let partition = &partition;
             async move { partition.append(mutable(&bytes), LEADER).await.unwrap() }
         };
-        let data = |pid: i64, seq: i32, key: &[u8], value: &[u8]| {
-            let mut b = BatchBuilder::new()
-                .producer(pid, 0, seq)
-                .transactional(true);
-            b.push(1, Some(key), Some(value), &[]);
-            b.build().unwrap()
-        };
-        let marker = |pid: i64, commit: bool| {
-            marker_batch(
-                pid,
-                0,
-                EndTxnMarker {
-                    commit,
-                    coordinator_epoch: 0,
-                },
-                1,
-            )
-            .unwrap()
-        };
+        let data = |pid: i64, seq: i32, key: &[u8], value: &[u8]| txn_record(pid, seq, key, value);
+        let marker = end_marker;
         // Producer 5 commits a=committed, then aborts a=aborted.
         append(data(5, 0, b"a", b"committed")).await;
         append(marker(5, true)).await;
@@ -545,7 +527,6 @@ fn aborted_records_go_markers_stay_and_open_transactions_are_not_cleaned() {
 
 #[test]
 fn markers_go_once_their_transactions_data_is_gone_and_their_horizon_passed() {
-    use skiff_engine::batch::{marker_batch, EndTxnMarker};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
     run(move || async move {
@@ -554,21 +535,8 @@ fn markers_go_once_their_transactions_data_is_gone_and_their_horizon_passed() {
             let partition = &partition;
             async move { partition.append(mutable(&bytes), LEADER).await.unwrap() }
         };
-        let record = |pid: i64, seq: i32, key: &[u8], value: &[u8]| {
-            let mut b = BatchBuilder::new();
-            if pid >= 0 {
-                b = b.producer(pid, 0, seq).transactional(true);
-            }
-            b.push(1, Some(key), Some(value), &[]);
-            b.build().unwrap()
-        };
-        let marker = |commit: bool| {
-            let m = EndTxnMarker {
-                commit,
-                coordinator_epoch: 0,
-            };
-            marker_batch(5, 0, m, 1).unwrap()
-        };
+        let record = txn_record;
+        let marker = |commit: bool| end_marker(5, commit);
         // Producer 5: a commits (later overwritten by a plain write), b
         // aborts, c commits and stays the latest c.
         append(record(5, 0, b"a", b"committed")).await;
@@ -659,4 +627,25 @@ fn markers_go_once_their_transactions_data_is_gone_and_their_horizon_passed() {
             .collect();
         assert_eq!(kept, [commit_c]);
     });
+}
+
+/// One record `key`=`value` at timestamp 1: of producer `pid`'s transaction
+/// (sequence `seq`, epoch 0), or plain for a negative `pid`.
+fn txn_record(pid: i64, seq: i32, key: &[u8], value: &[u8]) -> Bytes {
+    let mut b = BatchBuilder::new();
+    if pid >= 0 {
+        b = b.producer(pid, 0, seq).transactional(true);
+    }
+    b.push(1, Some(key), Some(value), &[]);
+    b.build().unwrap()
+}
+
+/// Producer `pid`'s COMMIT (or ABORT) marker at epoch 0, timestamp 1.
+fn end_marker(pid: i64, commit: bool) -> Bytes {
+    use skiff_engine::batch::{marker_batch, EndTxnMarker};
+    let marker = EndTxnMarker {
+        commit,
+        coordinator_epoch: 0,
+    };
+    marker_batch(pid, 0, marker, 1).unwrap()
 }

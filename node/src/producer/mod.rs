@@ -134,35 +134,29 @@ pub async fn append_idempotent(
                 ))
             }
         }
-        let in_txn = producers
-            .states
-            .borrow()
-            .plain_write_in_txn(header.producer_id, header.is_transactional());
-        if let Some(since) = in_txn {
-            return Err(SequenceOrLog::Sequence(
-                ResponseError::InvalidTxnState,
-                format!(
-                    "producer {} sent a non-transactional batch while its transaction (from offset {since}) is open",
-                    header.producer_id
-                ),
-            ));
-        }
-        if header.is_transactional() {
+        {
+            // One look at the producer's open transaction: a plain batch may
+            // not land inside it, a transactional one that would open it
+            // needs the coordinator's word first (KIP-890).
             let states = producers.states.borrow();
-            if !states.txn_open(header.producer_id) {
+            let pid = header.producer_id;
+            if let Some(since) = states.plain_write_in_txn(pid, header.is_transactional()) {
+                return Err(SequenceOrLog::Sequence(
+                    ResponseError::InvalidTxnState,
+                    format!("producer {pid} sent a non-transactional batch while its transaction (from offset {since}) is open"),
+                ));
+            }
+            if header.is_transactional() && !states.txn_open(pid) {
                 let now = TxnGuard {
                     generation: producers.generation.get(),
-                    markers: states.markers_seen(header.producer_id),
+                    markers: states.markers_seen(pid),
                 };
                 match verified {
                     Some(guard) if guard == now => {}
                     Some(_) => {
                         return Err(SequenceOrLog::Sequence(
                             ResponseError::InvalidTxnState,
-                            format!(
-                            "producer {}'s transaction ended while this write was being verified",
-                            header.producer_id
-                        ),
+                            format!("producer {pid}'s transaction ended while this write was being verified"),
                         ))
                     }
                     None => return Err(SequenceOrLog::Unverified(now)),
