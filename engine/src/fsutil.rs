@@ -92,6 +92,14 @@ pub async fn read_file(path: &Path) -> Result<Option<Vec<u8>>> {
 
 /// Atomically replaces `path` with `bytes` (see the module docs).
 pub async fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_file_renamed(path, bytes).await?;
+    sync_parent(path).await
+}
+
+/// `write_file_atomic` without its last step: the rename becomes durable
+/// with the next fsync of the parent directory, which the caller owes (one
+/// directory fsync can cover several files made together).
+pub async fn write_file_renamed(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = tmp_path(path);
     ensure_probed(&tmp).await?;
     let file = OpenOptions::new()
@@ -123,7 +131,7 @@ pub async fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     glommio::io::rename(&tmp, path)
         .await
         .map_err(|e| LogError::io("rename", &tmp, e))?;
-    sync_parent(path).await
+    Ok(())
 }
 
 /// fsyncs the directory holding `path`, making a create, rename or unlink durable.

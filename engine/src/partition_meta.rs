@@ -73,6 +73,19 @@ pub async fn write(dir: &Path, topic_id: &[u8; 16]) -> Result<()> {
     .await
 }
 
+/// `write` into a directory being created, without its directory fsync: the
+/// creation's own (the first segment's, `Segment::create`) makes the file's
+/// rename durable with the segment, so a new partition pays one directory
+/// fsync, not two. A crash before that fsync leaves a directory without the
+/// file, or without the directory, both of which a restart handles.
+pub async fn write_in_new_dir(dir: &Path, topic_id: &[u8; 16]) -> Result<()> {
+    fsutil::write_file_renamed(
+        &dir.join(PARTITION_METADATA_FILE),
+        encode(topic_id).as_bytes(),
+    )
+    .await
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

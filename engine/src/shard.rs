@@ -289,12 +289,7 @@ impl Shard {
         let owner = self.table.shard_of(tp);
         let tp = tp.clone();
         self.invoke_on(owner, move |shard| async move {
-            shard.open_local(&tp, true, log).await?;
-            if let Some(id) = topic_id {
-                let dir = shard.config.data_dir.join(tp.dir_name());
-                crate::partition_meta::write(&dir, &id).await?;
-            }
-            Ok(())
+            shard.open_local(&tp, Create::Yes(topic_id), log).await
         })
         .await?
     }
@@ -368,7 +363,12 @@ impl Shard {
             .await
     }
 
-    async fn open_local(&self, tp: &TopicPartition, create: bool, log: LogConfig) -> Result<()> {
+    async fn open_local(&self, tp: &TopicPartition, create: Create, log: LogConfig) -> Result<()> {
+        let create_with = match create {
+            Create::Yes(topic_id) => Some(topic_id),
+            Create::No => None,
+        };
+        let create = create_with.is_some();
         if self.partitions.borrow().contains_key(tp) {
             return if create {
                 Err(LogError::PartitionExists(tp.to_string()))
@@ -379,6 +379,11 @@ impl Shard {
         let dir = self.config.data_dir.join(tp.dir_name());
         if create && dir.exists() {
             return Err(LogError::PartitionExists(tp.to_string()));
+        }
+        if let Some(Some(topic_id)) = create_with {
+            // Before the log: its first segment's directory fsync covers both.
+            std::fs::create_dir_all(&dir).map_err(|e| LogError::io("create dir", &dir, e))?;
+            crate::partition_meta::write_in_new_dir(&dir, &topic_id).await?;
         }
         let log =
             PartitionLog::open(&dir, &tp.topic, tp.partition, log, self.cache.clone()).await?;
@@ -409,7 +414,9 @@ impl Shard {
                 let (opening, opened) = (&opening, &opened);
                 async move {
                     opening.borrow_mut().insert(tp);
-                    let result = self.open_local(tp, false, self.config.log.clone()).await;
+                    let result = self
+                        .open_local(tp, Create::No, self.config.log.clone())
+                        .await;
                     opening.borrow_mut().remove(tp);
                     opened.set(opened.get() + 1);
                     result
@@ -480,6 +487,13 @@ impl Shard {
 
 /// Partitions a shard opens or closes at once (start and clean stop).
 const OPEN_CLOSE_CONCURRENCY: usize = 64;
+
+/// Whether `open_local` opens an existing partition directory or creates a
+/// new one (with its topic's id in `partition.metadata`, given one).
+enum Create {
+    No,
+    Yes(Option<[u8; 16]>),
+}
 
 /// How often a shard still opening its partitions says which.
 const OPEN_PROGRESS_EVERY: Duration = Duration::from_secs(10);

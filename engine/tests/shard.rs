@@ -189,3 +189,62 @@ fn interval_durability_stops_and_keeps_every_append() {
         rt.shutdown().unwrap();
     }
 }
+
+/// A partition created with its topic's id holds it in `partition.metadata`
+/// (Kafka's format) from its creation on, with no temporary left beside it,
+/// and keeps it across a restart; one created without an id has none.
+#[test]
+fn a_new_partition_records_its_topic_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let id: [u8; 16] = *b"0123456789abcdef";
+    let rt = Runtime::start(config(dir.path())).unwrap();
+    rt.block_on(0, move |shard| async move {
+        for p in 0..4 {
+            let tp = TopicPartition::new("ids", p);
+            shard
+                .create_partition_with(&tp, common::small_config(), Some(id))
+                .await
+                .unwrap();
+            // Created once: a second create is refused and changes nothing.
+            assert!(matches!(
+                shard
+                    .create_partition_with(&tp, common::small_config(), Some([9; 16]))
+                    .await,
+                Err(LogError::PartitionExists(_))
+            ));
+        }
+        shard
+            .create_partition(&TopicPartition::new("plain", 0))
+            .await
+            .unwrap();
+    })
+    .unwrap();
+    rt.shutdown().unwrap();
+    let rt = Runtime::start(config(dir.path())).unwrap();
+    let data = dir.path().to_path_buf();
+    rt.block_on(1, move |_| async move {
+        for p in 0..4 {
+            let pdir = data.join(format!("ids-{p}"));
+            assert_eq!(
+                skiff_engine::partition_meta::read(&pdir).await.unwrap(),
+                Some(id)
+            );
+            let names: Vec<String> = std::fs::read_dir(&pdir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert!(
+                !names.iter().any(|n| n.ends_with(".tmp")),
+                "no temporary left: {names:?}"
+            );
+        }
+        assert_eq!(
+            skiff_engine::partition_meta::read(&data.join("plain-0"))
+                .await
+                .unwrap(),
+            None
+        );
+    })
+    .unwrap();
+    rt.shutdown().unwrap();
+}

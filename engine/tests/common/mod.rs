@@ -11,14 +11,30 @@ use skiff_engine::batch_cache::BatchCache;
 use skiff_engine::{LogConfig, PartitionLog};
 
 /// Runs `f` on a fresh glommio executor (tests run on threads of the test harness).
+///
+/// A tick keeps a timer armed beside `f`, as a node always has one: glommio
+/// parks in `io_uring_enter` until a completion or its next timer, and once,
+/// under heavy load, a test with no timer pending parked for good (25 min in
+/// `compaction_matches_the_model`, its io-wq worker idle: a wakeup lost). The
+/// tick bounds such a park to `TICK`.
 pub fn run<F, Fut, T>(f: F) -> T
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = T> + 'static,
     T: Send + 'static,
 {
+    const TICK: std::time::Duration = std::time::Duration::from_millis(100);
     LocalExecutorBuilder::new(Placement::Unbound)
-        .spawn(f)
+        .spawn(move || async move {
+            let tick = glommio::spawn_local(async {
+                loop {
+                    glommio::timer::sleep(TICK).await;
+                }
+            });
+            let out = f().await;
+            tick.cancel().await;
+            out
+        })
         .expect("spawn executor")
         .join()
         .expect("executor")
