@@ -5,7 +5,10 @@
 //! at a fixed offered load (MB/s and latency percentiles), disk allocated beside
 //! the bytes of records it holds, the nodes' resident memory, consume MB/s from
 //! the earliest offsets, and the time from a restart until every node serves
-//! again, after SIGTERM and after SIGKILL. Then, on a fresh 16-partition
+//! again, after SIGTERM and after SIGKILL; unless `--no-closed-loop`, also
+//! produce as fast as the in-flight limits allow (closed loop) and then open
+//! loop at half that rate (issue 15 compares 1,000 partitions' closed-loop
+//! MB/s with 16's, and asks for p99 at half of it). Then, on a fresh 16-partition
 //! cluster, what idle connections cost: resident memory per connection and the
 //! active producer's latency with and without them open.
 //!
@@ -57,6 +60,18 @@ pub struct Args {
     /// Where results go.
     #[arg(long, default_value = "scale-results")]
     pub out: PathBuf,
+    /// Skip each step's closed-loop produce and the open-loop one at half its rate.
+    #[arg(long)]
+    pub no_closed_loop: bool,
+}
+
+/// A step's closed-loop produce, and an open-loop one at half its rate.
+#[derive(Debug, Serialize)]
+pub struct Headroom {
+    pub max_mb_s: f64,
+    pub max_latency: Latency,
+    pub half_rate_mb_s: f64,
+    pub half_rate_latency: Latency,
 }
 
 #[derive(Debug, Serialize)]
@@ -75,6 +90,7 @@ pub struct PartitionStep {
     pub consume_mb_s: f64,
     pub restart_clean_s: f64,
     pub restart_crash_s: f64,
+    pub closed_loop: Option<Headroom>,
 }
 
 #[derive(Debug, Serialize)]
@@ -114,6 +130,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             step.restart_clean_s,
             step.restart_crash_s
         );
+        if let Some(h) = &step.closed_loop {
+            eprintln!(
+                "{p} partitions: closed loop {:.1} MB/s p99 {:.1} ms; at half that rate {:.1} MB/s p99 {:.1} ms",
+                h.max_mb_s, h.max_latency.p99_ms, h.half_rate_mb_s, h.half_rate_latency.p99_ms
+            );
+        }
         partitions.push(step);
     }
     let mut connections = Vec::new();
@@ -202,6 +224,11 @@ fn partition_step(
     let rss_bytes = cluster.pids().iter().map(|p| rss(*p)).sum();
     let (disk_allocated_bytes, disk_apparent_bytes) = disk_usage(&dir.join("data"))?;
     let consumed = crate::consume::consume_topic(&view, &w, false, None)?.report;
+    let closed_loop = if args.no_closed_loop {
+        None
+    } else {
+        Some(headroom(&view, &w)?)
+    };
     let restart_clean_s = cluster.restart(false)?.as_secs_f64();
     let restart_crash_s = cluster.restart(true)?.as_secs_f64();
     cluster.stop()?;
@@ -220,6 +247,24 @@ fn partition_step(
         consume_mb_s: consumed.mb_s,
         restart_clean_s,
         restart_crash_s,
+        closed_loop,
+    })
+}
+
+/// Produce `w`'s records as fast as the in-flight limits allow, then open
+/// loop at half the rate that reached.
+fn headroom(view: &Cluster, w: &WorkloadArgs) -> anyhow::Result<Headroom> {
+    let mut closed = w.clone();
+    closed.rate = None;
+    let max = crate::produce::produce(view, &closed, None)?.report;
+    let mut half = w.clone();
+    half.rate = Some(((max.records_s / 2.0) as u64).max(1));
+    let at_half = crate::produce::produce(view, &half, None)?.report;
+    Ok(Headroom {
+        max_mb_s: max.mb_s,
+        max_latency: max.latency,
+        half_rate_mb_s: at_half.mb_s,
+        half_rate_latency: at_half.latency,
     })
 }
 
@@ -334,6 +379,33 @@ fn markdown(args: &Args, steps: &[PartitionStep], conns: &[ConnectionStep]) -> S
             s.restart_crash_s
         );
     }
+    if steps.iter().any(|s| s.closed_loop.is_some()) {
+        let first = steps
+            .first()
+            .and_then(|s| s.closed_loop.as_ref())
+            .map(|h| (steps[0].partitions, h.max_mb_s));
+        let _ = writeln!(
+            md,
+            "\n| partitions | closed-loop MB/s | vs the first step | p99 ms | half that rate: MB/s | p99 ms | p99.9 ms |\n|---|---|---|---|---|---|---|"
+        );
+        for s in steps {
+            let Some(h) = &s.closed_loop else { continue };
+            let versus = first.map_or(String::from("-"), |(p, mb)| {
+                format!("{:.2}x of {p}", h.max_mb_s / mb)
+            });
+            let _ = writeln!(
+                md,
+                "| {} | {:.1} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                s.partitions,
+                h.max_mb_s,
+                versus,
+                h.max_latency.p99_ms,
+                h.half_rate_mb_s,
+                h.half_rate_latency.p99_ms,
+                h.half_rate_latency.p999_ms
+            );
+        }
+    }
     if !conns.is_empty() {
         let _ = writeln!(
             md,
@@ -405,4 +477,73 @@ fn plot(path: &Path, steps: &[PartitionStep]) -> anyhow::Result<()> {
     }
     root.present().map_err(plot_error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(partitions: i32, max_mb_s: f64, p99_ms: f64) -> PartitionStep {
+        let latency = Latency {
+            p99_ms,
+            ..Latency::default()
+        };
+        PartitionStep {
+            partitions,
+            nodes: 1,
+            create_topic_s: 0.1,
+            produce_mb_s: 20.0,
+            produce_errors: 0,
+            latency,
+            record_bytes: 100 << 20,
+            disk_allocated_bytes: 150 << 20,
+            disk_apparent_bytes: 120 << 20,
+            rss_bytes: 300 << 20,
+            consume_mb_s: 1000.0,
+            restart_clean_s: 0.3,
+            restart_crash_s: 0.4,
+            closed_loop: Some(Headroom {
+                max_mb_s,
+                max_latency: latency,
+                half_rate_mb_s: max_mb_s / 2.0,
+                half_rate_latency: latency,
+            }),
+        }
+    }
+
+    /// The closed-loop table compares every step with the first one, as
+    /// issue 15 compares 1,000 partitions with 16.
+    #[test]
+    fn the_closed_loop_table_compares_each_step_with_the_first() {
+        let args = Args {
+            partitions: vec![16, 1000],
+            idle_connections: vec![],
+            nodes: 1,
+            rate_mb: 20.0,
+            record_size: 1024,
+            batch_bytes: 16384,
+            duration: 8.0,
+            skiff: None,
+            dir: None,
+            out: PathBuf::from("x"),
+            no_closed_loop: false,
+        };
+        let md = markdown(
+            &args,
+            &[step(16, 200.0, 10.0), step(1000, 150.0, 40.0)],
+            &[],
+        );
+        assert!(
+            md.contains("| 16 | 200.0 | 1.00x of 16 | 10.0 | 100.0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1000 | 150.0 | 0.75x of 16 | 40.0 | 75.0 |"),
+            "{md}"
+        );
+        let mut without = step(16, 1.0, 1.0);
+        without.closed_loop = None;
+        let md = markdown(&args, &[without], &[]);
+        assert!(!md.contains("closed-loop"), "{md}");
+    }
 }
