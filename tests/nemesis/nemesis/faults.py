@@ -562,6 +562,10 @@ class DiskFull(Kill):
             self.note += f"first ENOSPC {self.offline_at - self.filled_at:.1f}s after the fill; "
 
 
+# How long a bitflip's settle waits for the node to find and repair the flip.
+BITFLIP_SETTLE_S = 60.0
+
+
 class Bitflip(Fault):
     """One byte flipped in a closed segment of the leader's replica of the
     drawn partition, while the node runs: the last byte of the last record's
@@ -571,7 +575,15 @@ class Bitflip(Fault):
     O_DIRECT, so it sees the disk). Nothing to undo at the heal: the node
     is expected to find the bad batch (CRC) and repair its replica from the
     others; the run records where the flip is so the checker can say which
-    anomalies it explains."""
+    anomalies it explains.
+
+    The fault is over only once the node has found and repaired it: until
+    then the partition has one sound replica fewer, and the next cycle's
+    fault would take a second (with min.insync.replicas=2, an isolated
+    follower of that partition then stops its writes, as it must). So the
+    settle waits, at most BITFLIP_SETTLE_S, for the node's log to say it
+    repaired that partition (its scrubber reads every closed segment at
+    64 MiB/s), or for the segment to be gone (retention took it first)."""
     name = "bitflip"
 
     def target(self):
@@ -597,6 +609,8 @@ class Bitflip(Fault):
         if not batches:
             return
         pos, size, base, last = batches[int(round(self.duration * 1000)) % len(batches)]
+        self.log_from = os.path.getsize(node.log_path) if os.path.exists(node.log_path) else 0
+        self.segment = seg
         at = pos + size - 2  # the last value byte; the final byte is the record's header count
         with open(seg, "r+b") as f:
             f.seek(at)
@@ -613,6 +627,37 @@ class Bitflip(Fault):
     def heal(self, run):
         if self.done is None:
             self.note += "no closed segment with a batch found: nothing flipped; "
+
+    def settle(self, run):
+        if self.done is None:
+            return
+        node = run.nodes[self.node]
+        pdir = f"/{run.topic}-{self.partition}/"
+        deadline = self.done["t"] + BITFLIP_SETTLE_S
+        while True:
+            if repaired_since(node.log_path, self.log_from, pdir):
+                self.note += f"found and repaired {time.time() - self.done['t']:.1f}s after the flip; "
+                return
+            if not os.path.exists(self.segment):
+                self.note += "the segment was deleted before the node read it; "
+                return
+            if time.time() > deadline:
+                self.note += f"not repaired {BITFLIP_SETTLE_S:.0f}s after the flip; "
+                return
+            time.sleep(0.2)
+
+
+def repaired_since(log_path, offset, partition_dir):
+    """Whether the node log, from byte `offset` on, says the node repaired a
+    corrupt log in `partition_dir` (a "/<topic>-<partition>/" path piece)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return any("repaired the corrupt partition log" in line and partition_dir in line
+               for line in text.splitlines())
 
 
 def scan_batches(path):
