@@ -364,23 +364,19 @@ impl Shard {
     }
 
     async fn open_local(&self, tp: &TopicPartition, create: Create, log: LogConfig) -> Result<()> {
-        let create_with = match create {
-            Create::Yes(topic_id) => Some(topic_id),
-            Create::No => None,
-        };
-        let create = create_with.is_some();
+        let new = matches!(create, Create::Yes(_));
         if self.partitions.borrow().contains_key(tp) {
-            return if create {
+            return if new {
                 Err(LogError::PartitionExists(tp.to_string()))
             } else {
                 Ok(())
             };
         }
         let dir = self.config.data_dir.join(tp.dir_name());
-        if create && dir.exists() {
+        if new && dir.exists() {
             return Err(LogError::PartitionExists(tp.to_string()));
         }
-        if let Some(Some(topic_id)) = create_with {
+        if let Create::Yes(Some(topic_id)) = create {
             // Before the log: its first segment's directory fsync covers both.
             std::fs::create_dir_all(&dir).map_err(|e| LogError::io("create dir", &dir, e))?;
             crate::partition_meta::write_in_new_dir(&dir, &topic_id).await?;
