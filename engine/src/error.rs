@@ -27,6 +27,11 @@ pub enum LogError {
         base_offset: i64,
         log_end_offset: i64,
     },
+    /// A replicated batch fetched for a log that ended at `expected`, but the
+    /// log ends elsewhere now (cut or repaired since the fetch was sent):
+    /// nothing is written, and the follower fetches again from the new end.
+    #[error("replicated batch continues the log at offset {expected}, but it ends at {log_end_offset} now (cut since the fetch was sent)")]
+    ReplicaLogMoved { expected: i64, log_end_offset: i64 },
     /// A leader append at an epoch this replica no longer leads (it became a
     /// follower, or leads a newer epoch, while the append waited for the
     /// log): nothing is written.

@@ -64,8 +64,15 @@ mod txns;
 pub enum AppendMode {
     /// A leader append: the batch gets the next offsets and this leader epoch.
     Leader { leader_epoch: i32 },
-    /// A follower append: the batch keeps the offsets and epoch the leader gave it.
-    Replica,
+    /// A follower append: the batch keeps the offsets and epoch the leader gave
+    /// it, and continues the log where it ended when the fetch was sent
+    /// (`log_end`: the fetch offset, then each appended batch's end). A log
+    /// cut meanwhile by another task (a corruption repair, a truncation)
+    /// refuses it (`LogError::ReplicaLogMoved`): checked under the log's lock,
+    /// so no answer to an older log lands past a cut and leaves a hole (nemesis
+    /// seed 10001: a repair cut the log to 303,145 while an answer from the
+    /// old end, 374,118, waited for the lock, and was then appended).
+    Replica { log_end: i64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -469,7 +476,13 @@ impl PartitionLog {
                 header.base_offset = self.log_end_offset;
                 header.partition_leader_epoch = leader_epoch;
             }
-            AppendMode::Replica => {
+            AppendMode::Replica { log_end } => {
+                if log_end != self.log_end_offset {
+                    return Err(LogError::ReplicaLogMoved {
+                        expected: log_end,
+                        log_end_offset: self.log_end_offset,
+                    });
+                }
                 if header.base_offset < self.log_end_offset {
                     return Err(LogError::NonContiguousAppend {
                         base_offset: header.base_offset,

@@ -224,11 +224,24 @@ fn replica_appends_keep_leader_offsets() {
         let mut log = open(&path, small_config()).await.unwrap();
         let mut b = mutable(&batch(1, 3, 10, 0));
         skiff_engine::batch::stamp(&mut b, 0, 7).unwrap();
-        log.append(b, AppendMode::Replica).await.unwrap();
+        log.append(
+            b,
+            AppendMode::Replica {
+                log_end: log.log_end_offset(),
+            },
+        )
+        .await
+        .unwrap();
         let mut stale = mutable(&batch(2, 1, 10, 0));
         skiff_engine::batch::stamp(&mut stale, 1, 7).unwrap();
         assert!(matches!(
-            log.append(stale, AppendMode::Replica).await,
+            log.append(
+                stale,
+                AppendMode::Replica {
+                    log_end: log.log_end_offset()
+                }
+            )
+            .await,
             Err(LogError::NonContiguousAppend { .. })
         ));
         assert_eq!(log.leader_epochs().latest_epoch(), Some(7));
@@ -247,15 +260,25 @@ fn a_replica_batch_older_than_the_logs_epoch_is_refused() {
     let path = dir.path().join("t-0");
     run(move || async move {
         let mut log = open(&path, small_config()).await.unwrap();
-        log.append(replica_batch(1, 0, 3, 220), AppendMode::Replica)
-            .await
-            .unwrap();
+        log.append(
+            replica_batch(1, 0, 3, 220),
+            AppendMode::Replica {
+                log_end: log.log_end_offset(),
+            },
+        )
+        .await
+        .unwrap();
         // Elected at epoch 221 with the log ending at 3.
         assert_eq!(log.assign_leader_epoch(221).unwrap(), 3);
         // The old leader's next batch, fetched before the election, lands now.
         assert!(matches!(
-            log.append(replica_batch(2, 3, 1, 220), AppendMode::Replica)
-                .await,
+            log.append(
+                replica_batch(2, 3, 1, 220),
+                AppendMode::Replica {
+                    log_end: log.log_end_offset()
+                }
+            )
+            .await,
             Err(LogError::StaleReplicaEpoch {
                 epoch: 220,
                 latest: 221
@@ -272,12 +295,22 @@ fn a_replica_batch_older_than_the_logs_epoch_is_refused() {
         .await
         .unwrap();
         // As a follower again, batches of its epoch or newer are taken.
-        log.append(replica_batch(4, 5, 1, 221), AppendMode::Replica)
-            .await
-            .unwrap();
-        log.append(replica_batch(5, 6, 1, 222), AppendMode::Replica)
-            .await
-            .unwrap();
+        log.append(
+            replica_batch(4, 5, 1, 221),
+            AppendMode::Replica {
+                log_end: log.log_end_offset(),
+            },
+        )
+        .await
+        .unwrap();
+        log.append(
+            replica_batch(5, 6, 1, 222),
+            AppendMode::Replica {
+                log_end: log.log_end_offset(),
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(log.log_end_offset(), 7);
         log.close().await.unwrap();
     });
@@ -352,9 +385,14 @@ fn leader_appends_below_the_fence_are_refused() {
             })
         ));
         assert_eq!(log.log_end_offset(), 3, "nothing written");
-        log.append(replica_batch(3, 3, 2, 4), AppendMode::Replica)
-            .await
-            .unwrap();
+        log.append(
+            replica_batch(3, 3, 2, 4),
+            AppendMode::Replica {
+                log_end: log.log_end_offset(),
+            },
+        )
+        .await
+        .unwrap();
         // Never lowered; leading epoch 7 lets epoch-7 appends through.
         log.fence_leader_appends(2);
         log.assign_leader_epoch(7).unwrap();
@@ -864,7 +902,15 @@ fn truncate_fully_and_start_at_starts_an_empty_log_there() {
         for i in 0..200u64 {
             let b = replica_batch(1000 + i, next, 2, 7);
             sent.push(b.clone().freeze());
-            let info = log.append(b, AppendMode::Replica).await.unwrap();
+            let info = log
+                .append(
+                    b,
+                    AppendMode::Replica {
+                        log_end: log.log_end_offset(),
+                    },
+                )
+                .await
+                .unwrap();
             assert_eq!(info.base_offset, next);
             next = info.last_offset + 1;
         }
@@ -909,20 +955,38 @@ fn an_empty_log_starts_over_below_its_start_for_a_straddling_batch() {
     let path = dir.path().join("t-0");
     run(move || async move {
         let mut log = open(&path, small_config()).await.unwrap();
-        log.append(replica_batch(1, 0, 5, 1), AppendMode::Replica)
-            .await
-            .unwrap();
+        log.append(
+            replica_batch(1, 0, 5, 1),
+            AppendMode::Replica {
+                log_end: log.log_end_offset(),
+            },
+        )
+        .await
+        .unwrap();
         log.truncate_fully_and_start_at(100).await.unwrap();
         // The leader's start is 100, inside its batch 95..=104.
         let straddling = replica_batch(2, 95, 10, 3);
         assert!(matches!(
-            log.append(straddling.clone(), AppendMode::Replica).await,
+            log.append(
+                straddling.clone(),
+                AppendMode::Replica {
+                    log_end: log.log_end_offset()
+                }
+            )
+            .await,
             Err(LogError::NonContiguousAppend { .. })
         ));
         log.truncate_fully_and_start_at(95).await.unwrap();
         assert_eq!((log.log_start_offset(), log.log_end_offset()), (95, 95));
         assert_eq!(segment_bases(&path), vec![95]);
-        log.append(straddling, AppendMode::Replica).await.unwrap();
+        log.append(
+            straddling,
+            AppendMode::Replica {
+                log_end: log.log_end_offset(),
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(log.delete_records(100, 105).await.unwrap(), 100);
         log.close().await.unwrap();
         let mut log = open(&path, small_config()).await.unwrap();
@@ -1013,7 +1077,12 @@ fn an_interrupted_truncate_fully_recovers_to_the_old_log_or_the_new_one() {
             assert!(log.leader_epochs().entries().is_empty(), "no epochs");
             assert_eq!(segment_bases(&path), vec![start]);
             let info = log
-                .append(replica_batch(3, start, 2, 9), AppendMode::Replica)
+                .append(
+                    replica_batch(3, start, 2, 9),
+                    AppendMode::Replica {
+                        log_end: log.log_end_offset(),
+                    },
+                )
                 .await
                 .unwrap();
             assert_eq!(info.base_offset, start);
@@ -1380,6 +1449,118 @@ fn a_flipped_byte_on_disk_is_never_served_and_repair_cuts_before_it() {
             log.close().await.unwrap();
         });
     }
+}
+
+/// Nemesis seed 10001: a follower's fetch answer from its old log end was
+/// checked, then waited for the log while a corruption repair held it and
+/// cut the log far below; appended after the repair, it left a hole of
+/// 70,973 offsets the replica later served as leader. A replica append says
+/// where the log ended when its fetch was sent; a log cut meanwhile refuses
+/// it, under the same lock as the cut, and stays online and whole.
+#[test]
+fn a_fetched_batch_waiting_behind_a_repair_is_refused_not_appended_past_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        for i in 0..120u64 {
+            let b = batch(i, 2, 700, 1000 + i as i64);
+            log.append(mutable(&b), LEADER).await.unwrap();
+        }
+        log.close().await.unwrap();
+        let second = path.join(format!("{:020}.log", segment_bases(&path)[1]));
+        let mut bytes = std::fs::read(&second).unwrap();
+        let (position, header) = BatchScanner::new(&bytes).next().unwrap();
+        let bad_offset = header.base_offset;
+        bytes[position + 70] ^= 0x01;
+        std::fs::write(&second, &bytes).unwrap();
+
+        let mut log = open_uncached(&path, small_config()).await.unwrap();
+        let end = log.log_end_offset();
+        let mut offset = 0;
+        loop {
+            match log.read(offset, 32 * 1024, i64::MAX).await {
+                Ok(r) => offset = r.next_offset,
+                Err(LogError::Corrupt(_)) => break,
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        let p = skiff_engine::Partition::new(log);
+        // The answer from `end` was checked against a log ending there; its
+        // append is queued behind the repair, which takes the log first.
+        let fetched = replica_batch(7, end, 2, 3);
+        let (repaired, appended) = futures_util::future::join(
+            p.repair_corruption(),
+            p.append_buffered(fetched, AppendMode::Replica { log_end: end }),
+        )
+        .await;
+        assert_eq!(repaired.unwrap(), Some(bad_offset));
+        assert!(
+            matches!(
+                appended,
+                Err(LogError::ReplicaLogMoved { expected, log_end_offset })
+                    if expected == end && log_end_offset == bad_offset
+            ),
+            "{appended:?}"
+        );
+        assert_eq!(p.log_end(), bad_offset, "nothing past the cut");
+        assert!(p.offline_reason().await.unwrap().is_none(), "still serving");
+        // The next fetch, from the new end, continues it.
+        let info = p
+            .append_buffered(
+                replica_batch(8, bad_offset, 2, 3),
+                AppendMode::Replica {
+                    log_end: bad_offset,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(info.base_offset, bad_offset);
+        p.flush_to(p.log_end()).await.unwrap();
+        p.close().await.unwrap();
+        let mut log = open_uncached(&path, small_config()).await.unwrap();
+        assert_eq!(log.log_end_offset(), bad_offset + 2);
+        let all = read_all(&mut log, 0).await;
+        let mut next = 0;
+        for b in &all {
+            let h = BatchHeader::parse(b).unwrap();
+            assert_eq!(h.base_offset, next, "no hole");
+            next = h.next_offset();
+        }
+        assert_eq!(next, bad_offset + 2);
+        log.close().await.unwrap();
+    });
+}
+
+/// A replica append for a log end other than the log's (an answer to a
+/// fetch sent before a cut, or one grown meanwhile) writes nothing and
+/// leaves the log online.
+#[test]
+fn a_replica_append_for_another_log_end_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut log = open(&path, small_config()).await.unwrap();
+        let replica = |log_end| AppendMode::Replica { log_end };
+        log.append(replica_batch(1, 0, 4, 2), replica(0))
+            .await
+            .unwrap();
+        for stale in [0, 2, 9] {
+            assert!(matches!(
+                log.append(replica_batch(2, 9, 1, 2), replica(stale)).await,
+                Err(LogError::ReplicaLogMoved { expected, log_end_offset: 4 }) if expected == stale
+            ));
+        }
+        assert_eq!(log.log_end_offset(), 4);
+        assert!(log.offline_reason().is_none());
+        // A gap the leader's compaction left is fine when the end matches.
+        let info = log
+            .append(replica_batch(3, 9, 1, 2), replica(4))
+            .await
+            .unwrap();
+        assert_eq!((info.base_offset, log.log_end_offset()), (9, 10));
+        log.close().await.unwrap();
+    });
 }
 
 /// Issue 14, seed 7301: a flipped byte in the batch holding the log start

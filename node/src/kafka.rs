@@ -14,7 +14,9 @@ pub fn error_code(e: &LogError) -> ResponseError {
         LogError::BatchTooLarge { .. } => ResponseError::MessageTooLarge,
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         LogError::UnknownPartition(_) => ResponseError::UnknownTopicOrPartition,
-        LogError::NonContiguousAppend { .. } => ResponseError::InvalidRecord,
+        LogError::NonContiguousAppend { .. } | LogError::ReplicaLogMoved { .. } => {
+            ResponseError::InvalidRecord
+        }
         LogError::PartitionExists(_) => ResponseError::TopicAlreadyExists,
         LogError::Io { .. }
         | LogError::Offline(_)

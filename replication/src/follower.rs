@@ -74,6 +74,10 @@ pub enum FetchedBatch {
     /// batch's base offset, then append it (Kafka's handling of
     /// `UnexpectedAppendOffsetException`).
     StartOverAt(i64),
+    /// The log no longer ends where the answer continues (cut since the
+    /// fetch was sent): drop this batch and the rest of the answer; the next
+    /// fetch asks from the new end.
+    Stale,
 }
 
 /// The follower side of one partition, for one leader epoch (a new leader or
@@ -193,16 +197,31 @@ impl FollowerReplica {
 }
 
 /// May a fetched batch `[base_offset, next_offset)` be appended to a log
-/// `[log_start_offset, log_end_offset)`? At or past the end: yes. An empty log
-/// whose start is inside the batch: start over at its base. Anything else is
-/// a batch this log cannot take (`NonContiguousFetch`): the response does not
-/// continue this log, and the follower must not guess which records it holds.
+/// `[log_start_offset, log_end_offset)`? `fetched_for` is the log end the
+/// answer continues: the fetch offset it was asked for, then the end after
+/// each batch appended from it.
+///
+/// A log that no longer ends there was cut meanwhile by someone else (a
+/// corruption repair, a truncation): the rest of the answer is `Stale` and
+/// dropped, never appended past the cut (nemesis seed 10001 left a hole of
+/// 70,973 offsets that way, and the replica later led). Otherwise: at or
+/// past the end, append; an empty log whose start is inside the batch, start
+/// over at its base. Anything else is a batch this log cannot take
+/// (`NonContiguousFetch`): the response does not continue this log, and the
+/// follower must not guess which records it holds.
+///
+/// The check and the append are apart in time (the append waits for the
+/// log); the storage makes the same check again under the log's lock.
 pub fn check_fetched_batch(
+    fetched_for: i64,
     log_start_offset: i64,
     log_end_offset: i64,
     base_offset: i64,
     next_offset: i64,
 ) -> Result<FetchedBatch, ReplicationError> {
+    if log_end_offset != fetched_for {
+        return Ok(FetchedBatch::Stale);
+    }
     if base_offset >= log_end_offset {
         return Ok(FetchedBatch::Append);
     }
@@ -331,19 +350,53 @@ mod tests {
 
     #[test]
     fn fetched_batches_go_at_or_past_the_log_end_only() {
-        assert_eq!(check_fetched_batch(0, 10, 10, 15), Ok(FetchedBatch::Append));
+        assert_eq!(
+            check_fetched_batch(10, 0, 10, 10, 15),
+            Ok(FetchedBatch::Append)
+        );
         // A gap left by the leader's compaction.
-        assert_eq!(check_fetched_batch(0, 10, 12, 15), Ok(FetchedBatch::Append));
+        assert_eq!(
+            check_fetched_batch(10, 0, 10, 12, 15),
+            Ok(FetchedBatch::Append)
+        );
         // Issue 19: a batch at offsets this log already has is not "already
         // held": the records there may differ.
-        assert!(check_fetched_batch(0, 10, 4, 10).is_err());
-        assert!(check_fetched_batch(0, 10, 8, 12).is_err());
+        assert!(check_fetched_batch(10, 0, 10, 4, 10).is_err());
+        assert!(check_fetched_batch(10, 0, 10, 8, 12).is_err());
         // An empty log starting inside the batch starts over at its base.
         assert_eq!(
-            check_fetched_batch(7, 7, 5, 9),
+            check_fetched_batch(7, 7, 7, 5, 9),
             Ok(FetchedBatch::StartOverAt(5))
         );
-        assert!(check_fetched_batch(7, 7, 3, 7).is_err());
+        assert!(check_fetched_batch(7, 7, 7, 3, 7).is_err());
+    }
+
+    /// Nemesis seed 10001: an answer fetched from offset 374,118 was checked,
+    /// then waited for the log while a corruption repair cut it to 303,145;
+    /// appended there, it left a hole the replica later served as leader.
+    /// An answer applies only to the log end it was fetched for, whatever
+    /// its batches' offsets.
+    #[test]
+    fn a_log_cut_since_the_fetch_takes_nothing_from_its_answer() {
+        // Cut below the fetch offset: the batch is past the new end, which
+        // alone would say "append".
+        assert_eq!(
+            check_fetched_batch(374_118, 0, 303_145, 374_118, 374_187),
+            Ok(FetchedBatch::Stale)
+        );
+        // Cut below a batch of the answer already appended.
+        assert_eq!(
+            check_fetched_batch(374_187, 0, 374_150, 374_187, 374_257),
+            Ok(FetchedBatch::Stale)
+        );
+        // Grown meanwhile (another answer applied): stale too, not a
+        // non-contiguous batch.
+        assert_eq!(
+            check_fetched_batch(10, 0, 15, 10, 15),
+            Ok(FetchedBatch::Stale)
+        );
+        // An empty log started over elsewhere: not this answer's log.
+        assert_eq!(check_fetched_batch(7, 9, 9, 5, 12), Ok(FetchedBatch::Stale));
     }
 
     #[test]

@@ -19,7 +19,10 @@
 //!   made durable first (`FollowerReplica::next_fetch`).
 //! - Appending: a fetched batch goes at or past the log end, or not at all
 //!   (`check_fetched_batch`); a response is applied only to the log it was
-//!   asked for (`FollowerReplica::on_response`).
+//!   asked for: when it arrives (`FollowerReplica::on_response`) and again
+//!   before each batch (`check_fetched_batch`'s `fetched_for`, which the
+//!   storage checks once more under its lock), so a cut made meanwhile by
+//!   another task never gets an older answer appended past it.
 //! - ISR admission: a replica joins the ISR only after a fetch at the
 //!   leader's current epoch that did not diverge, at or past the high
 //!   watermark and the start of the leader's epoch

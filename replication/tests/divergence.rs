@@ -383,10 +383,15 @@ impl Model {
             r.truncate_to(cut);
             return;
         }
+        let mut fetched_for = sent.fetch_offset;
         for b in batches {
-            match check_fetched_batch(0, r.leo(), b.base, b.next()) {
-                Ok(FetchedBatch::Append) => r.append(b),
+            match check_fetched_batch(fetched_for, 0, r.leo(), b.base, b.next()) {
+                Ok(FetchedBatch::Append) => {
+                    r.append(b);
+                    fetched_for = r.leo();
+                }
                 Ok(FetchedBatch::StartOverAt(_)) => unreachable!("the log start never moves"),
+                Ok(FetchedBatch::Stale) => unreachable!("nothing else cuts the log meanwhile"),
                 Err(e) => panic!("node {}: {e}", r.id),
             }
         }

@@ -21,9 +21,12 @@
 //!      and we still follow that leader epoch (on_response)
 //!   -> diverging_epoch: truncate where the logs part (on_diverging), fetch
 //!      again from the new end with the new last epoch
-//!   -> records: each batch at or past the log end (check_fetched_batch),
+//!   -> records: each batch at or past the log end and continuing the log
+//!      where the fetch (or the batch before) left it (check_fetched_batch),
 //!      else nothing more of this response is appended; append
-//!      (AppendMode::Replica), flush to the new end
+//!      (AppendMode::Replica { log_end }: the engine checks it again under
+//!      the log's lock, as a repair or truncation in another task may cut
+//!      the log while the append waits), flush to the new end
 //!   -> high watermark = min(leader's, our durable end)
 //!   -> the leader's log start above ours: ours moves up (DeleteRecords-style)
 //!   -> OFFSET_OUT_OF_RANGE (Kafka's handleOutOfRangeError): ask the leader
@@ -50,7 +53,7 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, Topic
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use skiff_engine::batch::BatchHeader;
-use skiff_engine::{AppendMode, Partition, TopicPartition};
+use skiff_engine::{AppendMode, LogError, Partition, TopicPartition};
 use skiff_replication::{
     check_fetched_batch, FetchPosition, FetchedBatch, FollowerReplica, LocalLog, NextFetch,
 };
@@ -467,7 +470,7 @@ async fn apply(
         return Ok(());
     }
     let appended = match p.records.filter(|r| !r.is_empty()) {
-        Some(records) => append_fetched(tp, &partition, records).await,
+        Some(records) => append_fetched(tp, &partition, sent.fetch_offset, records).await,
         None => Ok(false),
     };
     if appended.as_ref().is_ok_and(|a| *a) || appended.is_err() {
@@ -494,15 +497,20 @@ async fn apply(
 }
 
 /// Appends the fetched batches, each at or past our log end
-/// (`check_fetched_batch`): a batch below it is an answer that does not
-/// continue this log, and nothing from it on is appended. Returns whether
-/// anything was.
+/// (`check_fetched_batch`), and each continuing the log where the previous
+/// one left it, from `fetch_offset`, the end the answer was asked for. A
+/// batch below the end is an answer that does not continue this log, and a
+/// log cut since the fetch (a repair or a truncation in another task, or
+/// while the append waited for the log) is one the answer was not for:
+/// nothing more of it is appended. Returns whether anything was.
 async fn append_fetched(
     tp: &TopicPartition,
     partition: &Partition,
+    fetch_offset: i64,
     records: Bytes,
 ) -> Result<bool, ApplyError> {
     let mut appended = false;
+    let mut fetched_for = fetch_offset;
     let mut rest = records;
     while rest.len() >= skiff_engine::batch::BATCH_HEADER_LEN {
         let Ok(header) = BatchHeader::parse(&rest) else {
@@ -513,13 +521,19 @@ async fn append_fetched(
             break; // a partial batch at the end, as Fetch allows
         }
         let batch = rest.split_to(len);
-        let end = partition.log_end();
-        let start = if header.base_offset < end {
+        let start = if header.base_offset < partition.log_end() {
             partition.log_start_offset().await?
         } else {
-            end
+            partition.log_end()
         };
-        match check_fetched_batch(start, end, header.base_offset, header.next_offset())? {
+        let end = partition.log_end(); // after the await above
+        match check_fetched_batch(
+            fetched_for,
+            start,
+            end,
+            header.base_offset,
+            header.next_offset(),
+        )? {
             FetchedBatch::Append => {}
             FetchedBatch::StartOverAt(base_offset) => {
                 // Our empty log starts at the leader's log start, which is
@@ -531,11 +545,37 @@ async fn append_fetched(
                     "the first batch starts before our empty log: starting the log at its base offset"
                 );
                 partition.truncate_fully_and_start_at(base_offset).await?;
+                fetched_for = base_offset;
+            }
+            FetchedBatch::Stale => {
+                tracing::info!(
+                    partition = %tp, fetched_for, log_end_offset = end,
+                    "the log was cut since the fetch was sent: dropping the rest of the answer"
+                );
+                break;
             }
         }
-        partition
-            .append_buffered(BytesMut::from(&batch[..]), AppendMode::Replica)
-            .await?;
+        let mode = AppendMode::Replica {
+            log_end: fetched_for,
+        };
+        match partition
+            .append_buffered(BytesMut::from(&batch[..]), mode)
+            .await
+        {
+            Ok(info) => fetched_for = info.last_offset + 1,
+            // Cut while the append waited for the log: the same as `Stale`.
+            Err(LogError::ReplicaLogMoved {
+                expected,
+                log_end_offset,
+            }) => {
+                tracing::info!(
+                    partition = %tp, fetched_for = expected, log_end_offset,
+                    "the log was cut while a fetched batch waited: dropping the rest of the answer"
+                );
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        }
         appended = true;
     }
     Ok(appended)
