@@ -169,6 +169,25 @@ fn transactions_are_indexed_as_appended_and_survive_a_clean_reopen() {
                 mid / 2
             );
         }
+        // A fetch stops at a segment's end: every segment boundary as the
+        // bound, from the segment's start and from its last offsets; a
+        // marker in a later segment than its records included.
+        let bases: Vec<i64> = log.segments().map(|s| s.base_offset()).collect();
+        for pair in bases.windows(2) {
+            let (start, bound) = (pair[0], pair[1]);
+            for from in [start, (start + bound) / 2, bound - 1] {
+                let found = log.aborted_transactions(from, bound);
+                for t in aborted
+                    .iter()
+                    .filter(|t| t.last_offset >= from && t.first_offset < bound)
+                {
+                    assert!(
+                        found.contains(t),
+                        "{t:?} missing from the search of [{from}, {bound})"
+                    );
+                }
+            }
+        }
         log.close().await.unwrap();
         // Closed segments hold their aborted transactions in .txnindex
         // (only those that have one), the active one too after a close.
@@ -182,6 +201,64 @@ fn transactions_are_indexed_as_appended_and_survive_a_clean_reopen() {
         check(&mut log, "after a clean reopen").await;
         append_mix(&mut log, &mut rng, 100).await;
         check(&mut log, "appending after the reopen").await;
+        log.close().await.unwrap();
+    });
+}
+
+/// Nemesis seed 10001: a transaction's records at the end of one segment,
+/// its ABORT marker the first batch of the next (the segment rolled for
+/// `segment.ms` while the abort waited). A read_committed fetch of the
+/// records stops at the segment's end, so its upper bound is the marker's
+/// offset; the search must still find the marker's entry in the next
+/// segment's index, or the consumer takes the aborted records as committed.
+#[test]
+fn an_abort_marker_that_starts_the_next_segment_is_found_for_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let config = skiff_engine::LogConfig {
+            segment_ms: Some(std::time::Duration::from_millis(30)),
+            ..small_config()
+        };
+        let mut log = open(&path, config.clone()).await.unwrap();
+        log.append(mutable(&data(None, 2, -1)), LEADER)
+            .await
+            .unwrap();
+        let first = log
+            .append(mutable(&data(Some(100), 2, 0)), LEADER)
+            .await
+            .unwrap()
+            .base_offset;
+        glommio::timer::sleep(std::time::Duration::from_millis(60)).await;
+        let marker_at = log
+            .append(mutable(&marker(100, false)), LEADER)
+            .await
+            .unwrap()
+            .base_offset;
+        let bases: Vec<i64> = log.segments().map(|s| s.base_offset()).collect();
+        assert_eq!(bases, [0, marker_at], "the marker starts a segment");
+        let want = AbortedTxn {
+            producer_id: 100,
+            first_offset: first,
+            last_offset: marker_at,
+            last_stable_offset: marker_at + 1,
+        };
+        for from in [0, first, marker_at - 1] {
+            assert_eq!(
+                log.aborted_transactions(from, marker_at),
+                [want],
+                "a fetch from {from} up to the segment's end"
+            );
+        }
+        // A bound at or below the records' start: not theirs.
+        assert!(log.aborted_transactions(0, first).is_empty());
+        log.close().await.unwrap();
+        // What a fetch from the records reads from disk: up to the
+        // segment's end, the bound the fetch handler searches with.
+        let mut log = open_uncached(&path, config).await.unwrap();
+        let read = log.read(first, 1 << 20, i64::MAX).await.unwrap();
+        assert_eq!(read.next_offset, marker_at);
+        assert_eq!(log.aborted_transactions(first, read.next_offset), [want]);
         log.close().await.unwrap();
     });
 }
