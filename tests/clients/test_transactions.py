@@ -6,6 +6,7 @@ fenced), with the state durable in `__transaction_state` across a SIGKILL
 and across a failover of the coordinator to another node; real clients'
 init_transactions()."""
 
+import os
 import time
 
 import ck
@@ -177,6 +178,41 @@ def test_a_transactional_producer_commits_and_aborts(fresh_node, topic_name):
     p.commit_transaction(30)
     got = ck.consume_all(b, topic_name, 2, len(committed) + 1, **{"isolation.level": "read_committed"})
     assert sorted(values(got)) == sorted(committed + [b"open"])
+
+
+def test_an_abort_marker_that_starts_a_new_segment_still_hides_its_records(node_factory, topic_name):
+    """Nemesis seed 10001: a transaction's records at the end of a segment,
+    its ABORT marker the first batch of the next (the segment rolled for
+    segment.ms while the abort waited). A read from disk stops at the
+    segment's end, and the aborted transactions sent with it must still
+    name the transaction, or a read_committed consumer takes the aborted
+    records as committed. The batch cache is off so reads come from disk."""
+    from confluent_kafka import Producer
+
+    node = node_factory({"skiff.batch.cache.bytes": "0"})
+    b = node.bootstrap
+    ck.create_topic(b, topic_name, partitions=1, config={"segment.ms": "300"})
+    p = Producer({"bootstrap.servers": b, "transactional.id": "tx-roll", "socket.timeout.ms": 10000})
+    p.init_transactions(30)
+    for round_ in range(3):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic_name, value=f"aborted-{round_}-{i}".encode(), partition=0)
+        p.flush(30)
+        time.sleep(0.6)  # past segment.ms: the marker rolls a new segment
+        p.abort_transaction(30)
+        p.begin_transaction()
+        p.produce(topic_name, value=f"committed-{round_}".encode(), partition=0)
+        p.commit_transaction(30)
+    committed = [f"committed-{r}".encode() for r in range(3)]
+    got = ck.consume_all(b, topic_name, 1, len(committed), **{"isolation.level": "read_committed"})
+    assert values(got) == committed
+    got = ck.consume_all(b, topic_name, 1, 12, **{"isolation.level": "read_uncommitted"})
+    assert len(values(got)) == 12
+    # The markers did start segments (what this test is about).
+    part_dir = os.path.join(node.data_dir, f"{topic_name}-0")
+    segments = sorted(f for f in os.listdir(part_dir) if f.endswith(".log"))
+    assert len(segments) >= 4, segments
 
 
 def test_a_zombie_producer_is_fenced_and_its_transaction_aborted(fresh_node, topic_name):
