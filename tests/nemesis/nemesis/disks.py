@@ -12,7 +12,9 @@ Leftovers of a killed run (a mount, an attached loop device) are found by
 the image's name (IMAGE_NAME under a run directory) and removed at the next
 start; a run removes its own at exit. A failing run keeps its images (its
 data) in the run directory, detached: `mount -o loop,ro <image> /mnt` to look
-inside."""
+inside. Neither is a leftover: an image attached read-only (someone looking)
+is left alone, and an image of a run that finished (its summary.json
+written) is never deleted (a session lost seed 10001's images that way)."""
 
 import errno
 import json
@@ -43,13 +45,21 @@ def missing_tools():
 
 
 def _loops():
-    """[(device, backing file)] of every attached loop device."""
-    p = _run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"], check=False)
+    """[(device, backing file, read-only)] of every attached loop device."""
+    p = _run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE,RO"], check=False)
     try:
         rows = json.loads(p.stdout.decode() or "{}").get("loopdevices", [])
     except ValueError:
         return []
-    return [(r.get("name"), (r.get("back-file") or "").replace(" (deleted)", "")) for r in rows]
+    return [(r.get("name"), (r.get("back-file") or "").replace(" (deleted)", ""),
+             r.get("ro") in (True, 1, "1")) for r in rows]
+
+
+def _kept(image):
+    """Whether the image belongs to a run that finished and kept its
+    directory (<run dir>/node<N>/IMAGE_NAME next to <run dir>/summary.json)."""
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(image)))
+    return os.path.exists(os.path.join(run_dir, "summary.json"))
 
 
 def _mounts_of(device):
@@ -70,18 +80,27 @@ def _release(device, image, log):
     _run(["losetup", "--detach", device], check=False)
 
 
-def remove_leftovers(log=print):
-    """Unmount and detach every loop device backed by a suite image (a killed
-    run's), and delete those images. Returns the images found."""
+def remove_leftovers(log=print, under=None):
+    """Unmount and detach every loop device a killed run left attached
+    (read-write, backed by a suite image), and delete those images unless
+    their run finished and kept them. A device attached read-only is someone
+    looking inside a kept run's data: left alone. `under`: only images below
+    that directory (a test's own; the suite's start takes every one, as its
+    run lock says no other run is under way). Returns the images found."""
     found = []
-    for device, back in _loops():
-        if os.path.basename(back) == IMAGE_NAME:
-            _release(device, back, log)
+    root = None if under is None else os.path.join(os.path.abspath(under), "")
+    for device, back, read_only in _loops():
+        if os.path.basename(back) != IMAGE_NAME or read_only:
+            continue
+        if root is not None and not os.path.abspath(back).startswith(root):
+            continue
+        _release(device, back, log)
+        if not _kept(back):
             try:
                 os.unlink(back)
             except FileNotFoundError:
                 pass
-            found.append(back)
+        found.append(back)
     return found
 
 
