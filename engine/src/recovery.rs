@@ -27,6 +27,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use futures_util::stream::{self, StreamExt, TryStreamExt};
 use glommio::io::DmaFile;
 use thiserror::Error;
 
@@ -46,6 +47,9 @@ use crate::segment::{
 use crate::txn::TxnBatch;
 
 const SCAN_CHUNK_BYTES: usize = 4 << 20;
+/// Closed segments loaded at once while a partition opens (a few small
+/// reads each: the log's tail after its last index entry, its indexes).
+const SEGMENT_LOAD_CONCURRENCY: usize = 16;
 
 #[derive(Debug, Error)]
 pub enum RecoveryError {
@@ -226,6 +230,22 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         .rposition(|&b| b <= recovery_point)
         .unwrap_or(0);
 
+    // The closed segments below the recovery point load from their indexes,
+    // SEGMENT_LOAD_CONCURRENCY at a time: each is a few small reads, and one
+    // after another they made a partition of 2,000 segments take 16 s to
+    // open (nemesis seed 10001's late restarts).
+    let mut preloaded = stream::iter(bases[..first_scanned].iter().copied())
+        .map(|base| async move {
+            let path = segment_path(dir, base, LOG_SUFFIX);
+            let (file, file_size) = open_segment_file(&path).await?;
+            let loaded = load_closed_segment(dir, &file, &path, base, file_size, config).await?;
+            Ok::<_, LogError>((file, file_size, loaded))
+        })
+        .buffered(SEGMENT_LOAD_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?
+        .into_iter();
+
     let mut segments = BTreeMap::new();
     let mut truncated_bytes = 0u64;
     let mut unwritten_bytes = 0u64;
@@ -235,18 +255,14 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     while i < bases.len() {
         let base = bases[i];
         let path = segment_path(dir, base, LOG_SUFFIX);
-        let file = Rc::new(fsutil::open_dma(&path, false).await?);
-        let file_size = file
-            .file_size()
-            .await
-            .map_err(|e| LogError::io("stat", &path, e))?;
-        let next_base = bases.get(i + 1).copied();
-
-        let loaded = if i < first_scanned {
-            load_closed_segment(dir, &file, &path, base, file_size, config).await?
-        } else {
-            None
+        let (file, file_size, loaded) = match preloaded.next() {
+            Some(preloaded) => preloaded,
+            None => {
+                let (file, file_size) = open_segment_file(&path).await?;
+                (file, file_size, None)
+            }
         };
+        let next_base = bases.get(i + 1).copied();
         let state = match loaded {
             Some(state) => state,
             None => {
@@ -396,6 +412,16 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
 
 /// Loads a trusted closed segment from its index files; `None` when they are
 /// missing or disagree with the log (the caller rebuilds by scanning).
+/// A segment's `.log`, opened for DMA, and its size.
+async fn open_segment_file(path: &Path) -> Result<(Rc<DmaFile>, u64)> {
+    let file = Rc::new(fsutil::open_dma(path, false).await?);
+    let size = file
+        .file_size()
+        .await
+        .map_err(|e| LogError::io("stat", path, e))?;
+    Ok((file, size))
+}
+
 async fn load_closed_segment(
     dir: &Path,
     file: &DmaFile,
