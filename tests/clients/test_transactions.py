@@ -215,6 +215,38 @@ def test_an_abort_marker_that_starts_a_new_segment_still_hides_its_records(node_
     assert len(segments) >= 4, segments
 
 
+def test_a_transaction_over_a_deleted_topic_still_commits(fresh_node, topic_name):
+    """A topic of an ongoing transaction deleted before its commit: the
+    coordinator needs no marker there (its metadata says the topic is gone)
+    and commits on the topics that remain; read_committed readers get the
+    records. A leader answering UNKNOWN_TOPIC_OR_PARTITION for a topic the
+    coordinator still knows is retried instead (Kafka's rule), so only the
+    coordinator's own metadata ends a partition's marker."""
+    from confluent_kafka import Producer
+
+    b = fresh_node.bootstrap
+    doomed = topic_name + "-doomed"
+    ck.create_topic(b, topic_name, partitions=1)
+    ck.create_topic(b, doomed, partitions=1)
+    p = Producer({"bootstrap.servers": b, "transactional.id": "tx-deleted", "socket.timeout.ms": 10000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"kept")
+    p.produce(doomed, value=b"gone")
+    p.flush(30)
+    a = ck.admin(b)
+    a.delete_topics([doomed], operation_timeout=30, request_timeout=30)[doomed].result(timeout=30)
+    p.commit_transaction(30)
+    got = ck.consume_all(b, topic_name, 1, 1, **{"isolation.level": "read_committed"})
+    assert values(got) == [b"kept"]
+    # The next transaction of the id is not held up by the deleted topic.
+    p.begin_transaction()
+    p.produce(topic_name, value=b"next")
+    p.commit_transaction(30)
+    got = ck.consume_all(b, topic_name, 1, 2, **{"isolation.level": "read_committed"})
+    assert values(got) == [b"kept", b"next"]
+
+
 def test_a_zombie_producer_is_fenced_and_its_transaction_aborted(fresh_node, topic_name):
     """A second producer with the same transactional id fences the first:
     the first's open transaction is aborted (never read committed) and its

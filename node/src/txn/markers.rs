@@ -11,8 +11,9 @@
 //!       this node  -> producer::write_marker on the partition's owner core
 //!       another    -> WriteTxnMarkers v1 over a BrokerLink (from the core's
 //!                     pool, dropped on any I/O error)
-//!     per partition: done (written; or the topic is gone), or retried
-//!     after a backoff (not the leader, not enough replicas, a dead link)
+//!     per partition: done (written; or the topic is gone from this node's
+//!     metadata), or retried after a backoff (not the leader, not enough
+//!     replicas, a dead link, a leader that does not know the partition)
 //! ```
 //!
 //! A marker is idempotent where it lands: a second one for a producer with
@@ -67,16 +68,17 @@ pub async fn write_all(
         let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
         let mut gone = Vec::new();
         for tp in &left {
-            match table.get(&tp.topic) {
+            match table
+                .get(&tp.topic)
+                .map(|info| info.partition(tp.partition).map(|a| a.leader))
+            {
                 // Deleted (or never there): nothing to end.
-                None => gone.push(tp.clone()),
-                Some(info) => match info.partition(tp.partition).map(|a| a.leader) {
-                    Some(leader) if leader >= 0 => {
-                        by_leader.entry(leader).or_default().push(tp.clone())
-                    }
-                    // No leader now: the next round looks again.
-                    _ => {}
-                },
+                None | Some(None) => gone.push(tp.clone()),
+                Some(Some(leader)) if leader >= 0 => {
+                    by_leader.entry(leader).or_default().push(tp.clone())
+                }
+                // No leader now: the next round looks again.
+                Some(Some(_)) => {}
             }
         }
         for tp in gone {
@@ -97,8 +99,16 @@ pub async fn write_all(
         .await;
         for (tp, result) in answers.into_iter().flatten() {
             match result {
-                Ok(()) | Err(ResponseError::UnknownTopicOrPartition) => {
+                Ok(()) => {
                     left.remove(&tp);
+                }
+                // Kafka retries this one too: a leader whose metadata does
+                // not name the partition yet (or no longer: the next round
+                // drops a topic this node's metadata says is deleted). Taken
+                // as done, the partition kept the transaction open with no
+                // marker to end it, and its last stable offset stopped there.
+                Err(ResponseError::UnknownTopicOrPartition) => {
+                    tracing::debug!(partition = %tp, transactional_id = %markers.id, "the leader does not know the partition; retrying");
                 }
                 Err(ResponseError::TransactionCoordinatorFenced) => {
                     // A newer coordinator of this id has written there: this
