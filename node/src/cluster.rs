@@ -97,6 +97,14 @@ pub struct Broker {
     /// said fenced: every other in-sync replica still follows them
     /// (`lease_watchdog`). Only shrinks until a heartbeat is acknowledged.
     held: RefCell<HashSet<TopicPartition>>,
+    /// While stepped down: the controller's metadata offset in its first
+    /// answer that acknowledged this node unfenced. Leaderships come back
+    /// only once this node has applied that much metadata (`stays_down`):
+    /// the controller may have moved them meanwhile, and a table derived
+    /// from older metadata would lead them again at the old epoch (seed
+    /// 10001: node 1 led __transaction_state-0 at epoch 267 for 0.4 s after
+    /// node 2 had been elected at 268).
+    resume_at: Cell<Option<u64>>,
     /// One table derivation and broadcast at a time (the follower and the
     /// lease watchdog both publish), so the last one derived lands last.
     publishing: Rc<glommio::sync::Semaphore>,
@@ -217,6 +225,7 @@ async fn join(
         lease_from: Cell::new(Instant::now()),
         stepped_down: Cell::new(false),
         told_fenced: Cell::new(false),
+        resume_at: Cell::new(None),
         held: RefCell::new(HashSet::new()),
         publishing: Rc::new(glommio::sync::Semaphore::new(1)),
         stopping: Cell::new(false),
@@ -424,7 +433,7 @@ async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
             offline_partitions: offline_replicas(&core, &broker).await,
         };
         match broker.heartbeats.heartbeat_timed(beat).await {
-            Ok((reply, _, sent)) => {
+            Ok((reply, metadata_offset, sent)) => {
                 last_ack = Instant::now();
                 // From the send of the attempt that was answered: a call
                 // that began during a cut and got through on a retry after
@@ -442,6 +451,11 @@ async fn heartbeat_loop(core: Rc<CoreState>, broker: Rc<Broker>) {
                 }
                 broker.fenced.set(reply.is_fenced);
                 broker.told_fenced.set(reply.is_fenced);
+                if reply.is_fenced {
+                    broker.resume_at.set(None);
+                } else if broker.stepped_down.get() && broker.resume_at.get().is_none() {
+                    broker.resume_at.set(Some(metadata_offset));
+                }
             }
             Err(ClientError::Refused { code, message })
                 if code == STALE_BROKER_EPOCH || code == BROKER_ID_NOT_REGISTERED =>
@@ -518,7 +532,13 @@ async fn lease_watchdog(core: Rc<CoreState>, broker: Rc<Broker>) {
             broker.fenced.set(true);
             set_phase(&core, &broker);
         }
-        let down = broker.fenced.get() || expired;
+        let down = stays_down(
+            broker.fenced.get(),
+            expired,
+            broker.stepped_down.get(),
+            broker.applied.get(),
+            broker.resume_at.get(),
+        );
         let held = if down && !broker.told_fenced.get() {
             match crate::state::followed_leaderships(&core.shard, window).await {
                 // The set only shrinks: a leadership given up is not taken
@@ -559,7 +579,11 @@ async fn lease_watchdog(core: Rc<CoreState>, broker: Rc<Broker>) {
                         "out of touch with the controller and no longer followed by every in-sync replica: stepping down"
                     );
                 } else {
-                    tracing::info!("unfenced: leading again where the metadata says so");
+                    tracing::info!(
+                        metadata_offset = broker.applied.get(),
+                        "unfenced: leading again where the metadata says so"
+                    );
+                    broker.resume_at.set(None);
                 }
                 broker.stepped_down.set(down);
                 *broker.held.borrow_mut() = held;
@@ -571,6 +595,20 @@ async fn lease_watchdog(core: Rc<CoreState>, broker: Rc<Broker>) {
         }
         sleep(LEASE_CHECK_INTERVAL).await;
     }
+}
+
+/// Whether this node stays stepped down from its leaderships: fenced, its
+/// lease run out, or stepped down and not yet caught up with the metadata
+/// the controller had when it first acknowledged the node unfenced again
+/// (`resume_at`; None: no such answer yet).
+fn stays_down(
+    fenced: bool,
+    expired: bool,
+    stepped_down: bool,
+    applied: u64,
+    resume_at: Option<u64>,
+) -> bool {
+    fenced || expired || (stepped_down && resume_at.is_none_or(|at| applied < at))
 }
 
 /// The partitions whose local log is offline (a failed write or fdatasync),
@@ -1177,4 +1215,26 @@ pub async fn alter_partition(
             e => ClusterError::Controller(e),
         })?;
     Ok((state.isr, state.partition_epoch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stays_down;
+
+    #[test]
+    fn leaderships_come_back_only_with_the_metadata_of_the_unfencing() {
+        // Running normally: a metadata apply lagging the controller is no
+        // reason to step down.
+        assert!(!stays_down(false, false, false, 10, None));
+        // Fenced or the lease run out: down, whatever the metadata.
+        assert!(stays_down(true, false, false, 99, Some(1)));
+        assert!(stays_down(false, true, true, 99, Some(1)));
+        // Stepped down, acknowledged unfenced at controller offset 50: down
+        // until offset 50 is applied here (the controller may have moved
+        // the leaderships before it), then up.
+        assert!(stays_down(false, false, true, 49, Some(50)));
+        assert!(!stays_down(false, false, true, 50, Some(50)));
+        // Stepped down and no unfenced answer recorded yet: still down.
+        assert!(stays_down(false, false, true, 99, None));
+    }
 }
