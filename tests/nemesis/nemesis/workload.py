@@ -508,6 +508,22 @@ class Transactional:
         deadline = time.monotonic() + TXN_BUDGET_S
         self.delivered = {}
         errs = []
+        try:
+            return self._one(rec, values, parts, topic, intent, deadline, errs)
+        except Exception as e:
+            # A fatal error can surface from a delivery callback as another
+            # exception (seed 10001 rerun: a SystemError around a fatal
+            # OUT_OF_ORDER_SEQUENCE_NUMBER out of flush() ended the
+            # transactional thread for the rest of the run). Whatever it
+            # is, the producer is dropped and the next transaction starts
+            # from a new one; only an asked commit can have committed.
+            errs.append(f"unexpected: {e!r}"[:300])
+            self.stats["txn_unexpected_errors"] = self.stats.get("txn_unexpected_errors", 0) + 1
+            rec["outcome"] = "unknown" if rec["commit_called"] else "aborted"
+            self.drop()
+            return self._done(rec, values, errs)
+
+    def _one(self, rec, values, parts, topic, intent, deadline, errs):
         p = self.producer
         try:
             p.begin_transaction()
