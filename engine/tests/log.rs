@@ -224,24 +224,11 @@ fn replica_appends_keep_leader_offsets() {
         let mut log = open(&path, small_config()).await.unwrap();
         let mut b = mutable(&batch(1, 3, 10, 0));
         skiff_engine::batch::stamp(&mut b, 0, 7).unwrap();
-        log.append(
-            b,
-            AppendMode::Replica {
-                log_end: log.log_end_offset(),
-            },
-        )
-        .await
-        .unwrap();
+        append_replica(&mut log, b).await.unwrap();
         let mut stale = mutable(&batch(2, 1, 10, 0));
         skiff_engine::batch::stamp(&mut stale, 1, 7).unwrap();
         assert!(matches!(
-            log.append(
-                stale,
-                AppendMode::Replica {
-                    log_end: log.log_end_offset()
-                }
-            )
-            .await,
+            append_replica(&mut log, stale).await,
             Err(LogError::NonContiguousAppend { .. })
         ));
         assert_eq!(log.leader_epochs().latest_epoch(), Some(7));
@@ -260,25 +247,14 @@ fn a_replica_batch_older_than_the_logs_epoch_is_refused() {
     let path = dir.path().join("t-0");
     run(move || async move {
         let mut log = open(&path, small_config()).await.unwrap();
-        log.append(
-            replica_batch(1, 0, 3, 220),
-            AppendMode::Replica {
-                log_end: log.log_end_offset(),
-            },
-        )
-        .await
-        .unwrap();
+        append_replica(&mut log, replica_batch(1, 0, 3, 220))
+            .await
+            .unwrap();
         // Elected at epoch 221 with the log ending at 3.
         assert_eq!(log.assign_leader_epoch(221).unwrap(), 3);
         // The old leader's next batch, fetched before the election, lands now.
         assert!(matches!(
-            log.append(
-                replica_batch(2, 3, 1, 220),
-                AppendMode::Replica {
-                    log_end: log.log_end_offset()
-                }
-            )
-            .await,
+            append_replica(&mut log, replica_batch(2, 3, 1, 220)).await,
             Err(LogError::StaleReplicaEpoch {
                 epoch: 220,
                 latest: 221
@@ -295,22 +271,12 @@ fn a_replica_batch_older_than_the_logs_epoch_is_refused() {
         .await
         .unwrap();
         // As a follower again, batches of its epoch or newer are taken.
-        log.append(
-            replica_batch(4, 5, 1, 221),
-            AppendMode::Replica {
-                log_end: log.log_end_offset(),
-            },
-        )
-        .await
-        .unwrap();
-        log.append(
-            replica_batch(5, 6, 1, 222),
-            AppendMode::Replica {
-                log_end: log.log_end_offset(),
-            },
-        )
-        .await
-        .unwrap();
+        append_replica(&mut log, replica_batch(4, 5, 1, 221))
+            .await
+            .unwrap();
+        append_replica(&mut log, replica_batch(5, 6, 1, 222))
+            .await
+            .unwrap();
         assert_eq!(log.log_end_offset(), 7);
         log.close().await.unwrap();
     });
@@ -385,14 +351,9 @@ fn leader_appends_below_the_fence_are_refused() {
             })
         ));
         assert_eq!(log.log_end_offset(), 3, "nothing written");
-        log.append(
-            replica_batch(3, 3, 2, 4),
-            AppendMode::Replica {
-                log_end: log.log_end_offset(),
-            },
-        )
-        .await
-        .unwrap();
+        append_replica(&mut log, replica_batch(3, 3, 2, 4))
+            .await
+            .unwrap();
         // Never lowered; leading epoch 7 lets epoch-7 appends through.
         log.fence_leader_appends(2);
         log.assign_leader_epoch(7).unwrap();
@@ -825,6 +786,15 @@ fn a_failed_sync_takes_the_log_offline_until_reopened() {
 }
 
 /// The `.log` files of a partition directory, by base offset.
+/// A replica append continuing the log where it ends now.
+async fn append_replica(
+    log: &mut skiff_engine::PartitionLog,
+    batch: bytes::BytesMut,
+) -> skiff_engine::Result<skiff_engine::AppendInfo> {
+    let log_end = log.log_end_offset();
+    log.append(batch, AppendMode::Replica { log_end }).await
+}
+
 /// A replica batch at `base` in leader epoch `epoch`.
 fn replica_batch(seed: u64, base: i64, records: usize, epoch: i32) -> bytes::BytesMut {
     let mut b = mutable(&batch(seed, records, 300, seed as i64));
@@ -902,15 +872,7 @@ fn truncate_fully_and_start_at_starts_an_empty_log_there() {
         for i in 0..200u64 {
             let b = replica_batch(1000 + i, next, 2, 7);
             sent.push(b.clone().freeze());
-            let info = log
-                .append(
-                    b,
-                    AppendMode::Replica {
-                        log_end: log.log_end_offset(),
-                    },
-                )
-                .await
-                .unwrap();
+            let info = append_replica(&mut log, b).await.unwrap();
             assert_eq!(info.base_offset, next);
             next = info.last_offset + 1;
         }
@@ -955,38 +917,20 @@ fn an_empty_log_starts_over_below_its_start_for_a_straddling_batch() {
     let path = dir.path().join("t-0");
     run(move || async move {
         let mut log = open(&path, small_config()).await.unwrap();
-        log.append(
-            replica_batch(1, 0, 5, 1),
-            AppendMode::Replica {
-                log_end: log.log_end_offset(),
-            },
-        )
-        .await
-        .unwrap();
+        append_replica(&mut log, replica_batch(1, 0, 5, 1))
+            .await
+            .unwrap();
         log.truncate_fully_and_start_at(100).await.unwrap();
         // The leader's start is 100, inside its batch 95..=104.
         let straddling = replica_batch(2, 95, 10, 3);
         assert!(matches!(
-            log.append(
-                straddling.clone(),
-                AppendMode::Replica {
-                    log_end: log.log_end_offset()
-                }
-            )
-            .await,
+            append_replica(&mut log, straddling.clone()).await,
             Err(LogError::NonContiguousAppend { .. })
         ));
         log.truncate_fully_and_start_at(95).await.unwrap();
         assert_eq!((log.log_start_offset(), log.log_end_offset()), (95, 95));
         assert_eq!(segment_bases(&path), vec![95]);
-        log.append(
-            straddling,
-            AppendMode::Replica {
-                log_end: log.log_end_offset(),
-            },
-        )
-        .await
-        .unwrap();
+        append_replica(&mut log, straddling).await.unwrap();
         assert_eq!(log.delete_records(100, 105).await.unwrap(), 100);
         log.close().await.unwrap();
         let mut log = open(&path, small_config()).await.unwrap();
@@ -1076,13 +1020,7 @@ fn an_interrupted_truncate_fully_recovers_to_the_old_log_or_the_new_one() {
             );
             assert!(log.leader_epochs().entries().is_empty(), "no epochs");
             assert_eq!(segment_bases(&path), vec![start]);
-            let info = log
-                .append(
-                    replica_batch(3, start, 2, 9),
-                    AppendMode::Replica {
-                        log_end: log.log_end_offset(),
-                    },
-                )
+            let info = append_replica(&mut log, replica_batch(3, start, 2, 9))
                 .await
                 .unwrap();
             assert_eq!(info.base_offset, start);
