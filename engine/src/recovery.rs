@@ -410,8 +410,6 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     })
 }
 
-/// Loads a trusted closed segment from its index files; `None` when they are
-/// missing or disagree with the log (the caller rebuilds by scanning).
 /// A segment's `.log`, opened for DMA, and its size.
 async fn open_segment_file(path: &Path) -> Result<(Rc<DmaFile>, u64)> {
     let file = Rc::new(fsutil::open_dma(path, false).await?);
@@ -422,6 +420,8 @@ async fn open_segment_file(path: &Path) -> Result<(Rc<DmaFile>, u64)> {
     Ok((file, size))
 }
 
+/// Loads a trusted closed segment from its index files; `None` when they are
+/// missing or disagree with the log (the caller rebuilds by scanning).
 async fn load_closed_segment(
     dir: &Path,
     file: &DmaFile,

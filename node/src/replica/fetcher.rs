@@ -564,13 +564,10 @@ async fn append_fetched(
         {
             Ok(info) => fetched_for = info.last_offset + 1,
             // Cut while the append waited for the log: the same as `Stale`.
-            Err(LogError::ReplicaLogMoved {
-                expected,
-                log_end_offset,
-            }) => {
+            Err(LogError::ReplicaLogMoved { log_end_offset, .. }) => {
                 tracing::info!(
-                    partition = %tp, fetched_for = expected, log_end_offset,
-                    "the log was cut while a fetched batch waited: dropping the rest of the answer"
+                    partition = %tp, fetched_for, log_end_offset,
+                    "the log was cut since the fetch was sent: dropping the rest of the answer"
                 );
                 break;
             }
