@@ -1073,6 +1073,18 @@ impl Core {
             }
             low = high;
         }
+        // Entries without records (a new term's empty entry, configuration
+        // changes) still move the log: when they end what was read, an empty
+        // batch at the last one carries the broker's applied offset up to the
+        // controller's, which a heartbeat answer names as the offset to reach
+        // (a node back from a lapsed lease leads again only there).
+        let last = batches.last().map_or(from - 1, |b| b.offset);
+        if low > applied && last < applied {
+            batches.push(Committed {
+                offset: applied,
+                records: Vec::new(),
+            });
+        }
         (!batches.is_empty()).then_some(MetadataFetch::Batches(batches))
     }
 

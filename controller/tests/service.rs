@@ -757,6 +757,74 @@ fn credentials_and_acls_commit_and_survive_a_restart() {
     handle.stop().unwrap();
 }
 
+/// A restarted controller's new term begins with an entry without records; a
+/// heartbeat answer names the controller's applied offset, which includes it.
+/// A broker following the log must be able to reach that offset (a node back
+/// from a lapsed lease leads again only there), so a fetch that reads only such
+/// entries answers with an empty batch at the last of them.
+#[test]
+fn a_broker_reaches_the_offset_a_heartbeat_names_after_a_controller_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (epoch, created) = {
+        let listener = bind();
+        let addr = listener.local_addr().unwrap();
+        let handle =
+            ControllerHandle::start(config(dir.path(), 1, &[(1, addr)], listener)).unwrap();
+        let got = run(async {
+            let client = ControllerClient::new(vec![(1, addr)], REQUEST_TIMEOUT);
+            let epoch = join(&client, 1).await;
+            let created = client.create_topic(topic("orders", 1)).await.unwrap();
+            (epoch, created)
+        });
+        handle.stop().unwrap();
+        got
+    };
+    let listener = bind();
+    let addr = listener.local_addr().unwrap();
+    let handle = ControllerHandle::start(config(dir.path(), 1, &[(1, addr)], listener)).unwrap();
+    run(async {
+        wait_until(
+            "the restarted voter to be active",
+            Duration::from_secs(5),
+            || handle.status().active,
+        )
+        .await;
+        let client = ControllerClient::new(vec![(1, addr)], REQUEST_TIMEOUT);
+        // The new active controller gives every node a fresh session; the
+        // node's registration of before still stands.
+        let (_, named) = client
+            .heartbeat_with_offset(heartbeat(1, epoch, created))
+            .await
+            .unwrap();
+        assert!(named > created, "the new term's entry is applied: {named}");
+        let mut state = ClusterState::new();
+        let mut from = created + 1;
+        match client
+            .fetch_metadata(from, Duration::from_millis(300))
+            .await
+            .unwrap()
+        {
+            MetadataFetch::Batches(batches) => {
+                let last = batches.last().map(|b| b.offset);
+                assert_eq!(last, Some(named), "the fetch reaches the named offset");
+                assert!(batches.iter().all(|b| b.offset >= from));
+            }
+            other => panic!("expected batches, got {other:?}"),
+        }
+        // And a follower from the start applies the same state through it.
+        from = 1;
+        follow(&client, &mut state, &mut from, named).await;
+        assert!(state.topic_by_name("orders").is_some());
+        // Nothing newer: the long poll waits and answers empty.
+        let empty = client
+            .fetch_metadata(named + 1, Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert_eq!(empty, MetadataFetch::Batches(vec![]));
+    });
+    handle.stop().unwrap();
+}
+
 fn secret(s: &str) -> skiff_security::SharedSecret {
     skiff_security::SharedSecret::new(s.as_bytes()).unwrap()
 }
