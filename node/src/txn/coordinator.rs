@@ -28,6 +28,11 @@
 //! Leadership is checked at the decision and again once the write is
 //! durable: a leadership lost (or taken again) meanwhile answers
 //! NOT_COORDINATOR, and the new leader's load holds whatever reached the log.
+//! "Taken again" is exact: every load gets a `Term` with a generation of its
+//! own, and a task of an earlier load (a write, a marker writer, a
+//! completion) stops at its next check even when the partition is led again
+//! at the same leader epoch (a node that stepped down on a lapsed lease and
+//! came back).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -54,14 +59,32 @@ thread_local! {
 /// (Kafka: `transaction.state.log` writes wait `request.timeout.ms`).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// One load of a partition's coordinator: the leader epoch it was taken at
+/// (the coordinator epoch of its markers) and a generation no other load of
+/// this core shares, so that a task of an earlier load at the same leader
+/// epoch never acts on this one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Term {
+    leader_epoch: i32,
+    generation: u64,
+}
+
 enum Slot {
-    /// The leadership taken at this epoch; its records are being read.
-    Loading { leader_epoch: i32 },
+    /// The leadership taken at this term; its records are being read.
+    Loading { term: Term },
     /// Serving its transactional ids.
     Ready {
-        leader_epoch: i32,
+        term: Term,
         coordinator: Box<TxnCoordinator>,
     },
+}
+
+impl Slot {
+    fn term(&self) -> Term {
+        match self {
+            Slot::Loading { term } | Slot::Ready { term, .. } => *term,
+        }
+    }
 }
 
 /// This core's transaction coordinators, one per `__transaction_state`
@@ -70,6 +93,8 @@ enum Slot {
 pub struct Driver {
     slots: RefCell<HashMap<TopicPartition, Slot>>,
     config: Cell<TxnConfig>,
+    /// The last generation given to a load.
+    generation: Cell<u64>,
 }
 
 impl Driver {
@@ -78,26 +103,26 @@ impl Driver {
     }
 
     fn on_leader(self: &Rc<Self>, core: &Rc<CoreState>, tp: TopicPartition, leader_epoch: i32) {
-        if let Some(Slot::Ready {
-            leader_epoch: epoch,
-            ..
-        }) = self.slots.borrow().get(&tp)
-        {
-            if *epoch == leader_epoch {
+        if let Some(slot @ Slot::Ready { .. }) = self.slots.borrow().get(&tp) {
+            if slot.term().leader_epoch == leader_epoch {
                 return;
             }
         }
+        self.generation.set(self.generation.get() + 1);
+        let term = Term {
+            leader_epoch,
+            generation: self.generation.get(),
+        };
         self.slots
             .borrow_mut()
-            .insert(tp.clone(), Slot::Loading { leader_epoch });
+            .insert(tp.clone(), Slot::Loading { term });
         let this = self.clone();
         let core = core.clone();
         glommio::spawn_local(async move {
             let started = std::time::Instant::now();
             let loaded = load(&core.shard, &tp).await;
             let mut slots = this.slots.borrow_mut();
-            if !matches!(slots.get(&tp), Some(Slot::Loading { leader_epoch: e }) if *e == leader_epoch)
-            {
+            if !matches!(slots.get(&tp), Some(Slot::Loading { term: t }) if *t == term) {
                 tracing::info!(partition = %tp, leader_epoch, "discarding a load: leadership changed meanwhile");
                 return;
             }
@@ -106,13 +131,7 @@ impl Driver {
                     let count = records.len();
                     let mut coordinator = Box::new(TxnCoordinator::new(this.config.get()));
                     let undecided = coordinator.load(records);
-                    slots.insert(
-                        tp.clone(),
-                        Slot::Ready {
-                            leader_epoch,
-                            coordinator,
-                        },
-                    );
+                    slots.insert(tp.clone(), Slot::Ready { term, coordinator });
                     drop(slots);
                     tracing::info!(
                         partition = %tp, leader_epoch, transactional_ids = count,
@@ -122,7 +141,7 @@ impl Driver {
                     );
                     // Decided before the move: their markers again.
                     for markers in undecided {
-                        spawn_markers(&core, &tp, leader_epoch, markers);
+                        spawn_markers(&core, &tp, term, markers);
                     }
                 }
                 Err(e) => {
@@ -397,31 +416,28 @@ async fn decide(
     rule: impl FnOnce(&mut TxnCoordinator) -> Result<Outcome, ResponseError>,
 ) -> Result<Reply, ResponseError> {
     let driver = Driver::current();
-    let (outcome, leader_epoch) = {
+    let (outcome, term) = {
         let mut slots = driver.slots.borrow_mut();
         match slots.get_mut(tp) {
             None => return Err(ResponseError::NotCoordinator),
             Some(Slot::Loading { .. }) => return Err(ResponseError::CoordinatorLoadInProgress),
-            Some(Slot::Ready {
-                coordinator,
-                leader_epoch,
-            }) => (rule(coordinator)?, *leader_epoch),
+            Some(Slot::Ready { coordinator, term }) => (rule(coordinator)?, *term),
         }
     };
     if let Some(transition) = &outcome.transition {
         debug_assert_eq!(transition.id, id);
-        write_transition(core, tp, leader_epoch, transition).await?;
+        write_transition(core, tp, term, transition).await?;
     }
     outcome.reply.map_err(|e| reply_error(&e))
 }
 
-/// Appends a transition to `tp` as its leader at `leader_epoch` and makes it
+/// Appends a transition to `tp` as its coordinator of `term` and makes it
 /// the id's state once durable (or drops it if the write failed). A state
 /// that needs markers (PrepareCommit, PrepareAbort) gets them written.
 async fn write_transition(
     core: &Rc<CoreState>,
     tp: &TopicPartition,
-    leader_epoch: i32,
+    term: Term,
     transition: &Transition,
 ) -> Result<(), ResponseError> {
     let id = &transition.id;
@@ -433,8 +449,8 @@ async fn write_transition(
         let coordinator = match slots.get_mut(tp) {
             Some(Slot::Ready {
                 coordinator,
-                leader_epoch: epoch,
-            }) if *epoch == leader_epoch => coordinator,
+                term: t,
+            }) if *t == term => coordinator,
             // Lost or taken again meanwhile: the new load decides.
             _ => return Err(ResponseError::NotCoordinator),
         };
@@ -451,30 +467,30 @@ async fn write_transition(
         }
     };
     if let Some(markers) = markers {
-        spawn_markers(core, tp, leader_epoch, markers);
+        spawn_markers(core, tp, term, markers);
     }
     Ok(())
 }
 
-/// Whether this core still coordinates `tp`'s ids at `leader_epoch`.
-fn still_leading(tp: &TopicPartition, leader_epoch: i32) -> bool {
+/// Whether this core still coordinates `tp`'s ids in the load of `term`.
+fn still_leading(tp: &TopicPartition, term: Term) -> bool {
     matches!(
         Driver::current().slots.borrow().get(tp),
-        Some(Slot::Ready { leader_epoch: e, .. }) if *e == leader_epoch
+        Some(Slot::Ready { term: t, .. }) if *t == term
     )
 }
 
 /// Writes a decided transaction's markers, then its completion
-/// (CompleteCommit/CompleteAbort), while this core coordinates `tp` at
-/// `leader_epoch`; a new leader's load takes over otherwise.
-fn spawn_markers(core: &Rc<CoreState>, tp: &TopicPartition, leader_epoch: i32, markers: Markers) {
+/// (CompleteCommit/CompleteAbort), while this core coordinates `tp` in the
+/// load of `term`; a new load takes over otherwise.
+fn spawn_markers(core: &Rc<CoreState>, tp: &TopicPartition, term: Term, markers: Markers) {
     let core = core.clone();
     let tp = tp.clone();
     glommio::spawn_local(async move {
         let id = markers.id.clone();
         let started = std::time::Instant::now();
-        let written = super::markers::write_all(&core, &markers, leader_epoch, || {
-            still_leading(&tp, leader_epoch)
+        let written = super::markers::write_all(&core, &markers, term.leader_epoch, || {
+            still_leading(&tp, term)
         })
         .await;
         if !written {
@@ -492,21 +508,20 @@ fn spawn_markers(core: &Rc<CoreState>, tp: &TopicPartition, leader_epoch: i32, m
                 let driver = Driver::current();
                 let mut slots = driver.slots.borrow_mut();
                 match slots.get_mut(&tp) {
-                    Some(Slot::Ready {
-                        coordinator,
-                        leader_epoch: e,
-                    }) if *e == leader_epoch => coordinator.markers_written(&id, now_ms()),
+                    Some(Slot::Ready { coordinator, term: t }) if *t == term => {
+                        coordinator.markers_written(&id, now_ms())
+                    }
                     _ => return,
                 }
             };
             let Some(transition) = transition else {
                 return;
             };
-            match write_transition(&core, &tp, leader_epoch, &transition).await {
+            match write_transition(&core, &tp, term, &transition).await {
                 Ok(()) => return,
                 Err(e) => {
                     tracing::warn!(transactional_id = %id, partition = %tp, error = ?e, "completing a transaction failed; retrying");
-                    if core.stopping.get() || !still_leading(&tp, leader_epoch) {
+                    if core.stopping.get() || !still_leading(&tp, term) {
                         return;
                     }
                     glommio::timer::sleep(backoff).await;
@@ -532,28 +547,27 @@ fn start_expiry_timer(core: &Rc<CoreState>, interval: Duration) {
             if core.stopping.get() {
                 return;
             }
-            let due: Vec<(TopicPartition, i32, Vec<Transition>)> = {
+            let due: Vec<(TopicPartition, Term, Vec<Transition>)> = {
                 let driver = Driver::current();
                 let mut slots = driver.slots.borrow_mut();
                 slots
                     .iter_mut()
                     .filter_map(|(tp, slot)| match slot {
-                        Slot::Ready {
-                            coordinator,
-                            leader_epoch,
-                        } => Some((tp.clone(), *leader_epoch, coordinator.expired(now_ms()))),
+                        Slot::Ready { coordinator, term } => {
+                            Some((tp.clone(), *term, coordinator.expired(now_ms())))
+                        }
                         Slot::Loading { .. } => None,
                     })
                     .filter(|(_, _, t)| !t.is_empty())
                     .collect()
             };
-            for (tp, leader_epoch, transitions) in due {
+            for (tp, term, transitions) in due {
                 for transition in transitions {
                     tracing::info!(
                         transactional_id = %transition.id, partition = %tp,
                         "aborting a transaction past its timeout; its producer is fenced"
                     );
-                    if let Err(e) = write_transition(&core, &tp, leader_epoch, &transition).await {
+                    if let Err(e) = write_transition(&core, &tp, term, &transition).await {
                         tracing::warn!(transactional_id = %transition.id, error = ?e, "aborting an expired transaction failed; the next round tries again");
                     }
                 }
