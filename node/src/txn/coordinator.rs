@@ -79,11 +79,19 @@ enum Slot {
     },
 }
 
-impl Slot {
-    fn term(&self) -> Term {
-        match self {
-            Slot::Loading { term } | Slot::Ready { term, .. } => *term,
-        }
+/// The coordinator of `tp` if it is still the load of `term`: every task of
+/// a load checks this before it acts.
+fn coordinator_of_term<'a>(
+    slots: &'a mut HashMap<TopicPartition, Slot>,
+    tp: &TopicPartition,
+    term: Term,
+) -> Option<&'a mut TxnCoordinator> {
+    match slots.get_mut(tp) {
+        Some(Slot::Ready {
+            coordinator,
+            term: t,
+        }) if *t == term => Some(coordinator),
+        _ => None,
     }
 }
 
@@ -103,8 +111,8 @@ impl Driver {
     }
 
     fn on_leader(self: &Rc<Self>, core: &Rc<CoreState>, tp: TopicPartition, leader_epoch: i32) {
-        if let Some(slot @ Slot::Ready { .. }) = self.slots.borrow().get(&tp) {
-            if slot.term().leader_epoch == leader_epoch {
+        if let Some(Slot::Ready { term, .. }) = self.slots.borrow().get(&tp) {
+            if term.leader_epoch == leader_epoch {
                 return;
             }
         }
@@ -446,13 +454,9 @@ async fn write_transition(
     let driver = Driver::current();
     let markers = {
         let mut slots = driver.slots.borrow_mut();
-        let coordinator = match slots.get_mut(tp) {
-            Some(Slot::Ready {
-                coordinator,
-                term: t,
-            }) if *t == term => coordinator,
-            // Lost or taken again meanwhile: the new load decides.
-            _ => return Err(ResponseError::NotCoordinator),
+        // Lost or taken again meanwhile: the new load decides.
+        let Some(coordinator) = coordinator_of_term(&mut slots, tp, term) else {
+            return Err(ResponseError::NotCoordinator);
         };
         match written {
             Ok(_) => {
@@ -474,10 +478,7 @@ async fn write_transition(
 
 /// Whether this core still coordinates `tp`'s ids in the load of `term`.
 fn still_leading(tp: &TopicPartition, term: Term) -> bool {
-    matches!(
-        Driver::current().slots.borrow().get(tp),
-        Some(Slot::Ready { term: t, .. }) if *t == term
-    )
+    coordinator_of_term(&mut Driver::current().slots.borrow_mut(), tp, term).is_some()
 }
 
 /// Writes a decided transaction's markers, then its completion
@@ -507,11 +508,9 @@ fn spawn_markers(core: &Rc<CoreState>, tp: &TopicPartition, term: Term, markers:
             let transition = {
                 let driver = Driver::current();
                 let mut slots = driver.slots.borrow_mut();
-                match slots.get_mut(&tp) {
-                    Some(Slot::Ready { coordinator, term: t }) if *t == term => {
-                        coordinator.markers_written(&id, now_ms())
-                    }
-                    _ => return,
+                match coordinator_of_term(&mut slots, &tp, term) {
+                    Some(coordinator) => coordinator.markers_written(&id, now_ms()),
+                    None => return,
                 }
             };
             let Some(transition) = transition else {
