@@ -379,8 +379,10 @@ fn leader_appends_below_the_fence_are_refused() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
 
-    /// Any sequence of appends and truncations reads back exactly what a model
-    /// (a Vec of batches) holds, before and after reopening.
+    /// Any sequence of appends, flushes and truncations reads back exactly
+    /// what a model (a Vec of batches) holds, before and after reopening. A
+    /// flush writes out a partly filled chunk, whose last block the next
+    /// write rewrites.
     #[test]
     fn model_check_append_truncate(ops in proptest::collection::vec((0u8..10, 1usize..6, 1usize..3000), 1..60)) {
         let dir = tempfile::tempdir().unwrap();
@@ -397,6 +399,9 @@ proptest! {
                     let b = batch(i as u64, records, size, i as i64);
                     let info = log.append(mutable(&b), LEADER).await.unwrap();
                     model.push((info.base_offset, b));
+                    if op <= 3 {
+                        log.flush().await.unwrap();
+                    }
                 }
             }
             for pass in 0..2 {

@@ -3,10 +3,12 @@
 //! Appends are copied into a DMA buffer, the chunk (the one copy on the produce
 //! path: O_DIRECT needs aligned memory). A full chunk is written whole by a
 //! background task, up to `max_inflight_writes` at once, while the next chunk fills.
-//! `write_out` writes the partly filled chunk too, padded with zeros to the next
-//! block, so everything appended is readable from the file; the padding block is
-//! rewritten with more data by the next write. Writes never overlap while in flight:
-//! `write_out` waits for every chunk write before it rewrites a partial block.
+//! `write_out` (every flush) writes the partly filled chunk too, padded with
+//! zeros to the next block, so everything appended is readable from the file; it
+//! hands the chunk itself to the write and starts a new one holding the partial
+//! last block, which the next write rewrites with more data. Writes never overlap
+//! while in flight: `write_out` waits for every chunk write before it rewrites a
+//! partial block.
 //!
 //! Disk space is reserved ahead of the write position (`fallocate` without
 //! KEEP_SIZE), so the file is longer than its data while the segment is active
@@ -296,19 +298,49 @@ impl Appender {
             self.complete_oldest().await?;
         }
         if self.buf_len > self.buf_written {
-            let start = self.align_down(self.buf_written as u64) as usize;
-            let stop = self.align_up(self.buf_len as u64) as usize;
-            let mut out = self.file.alloc_dma_buffer(stop - start);
-            if let Some(buf) = &self.buf {
-                let dst = out.as_bytes_mut();
-                dst[..self.buf_len - start].copy_from_slice(&buf.as_bytes()[start..self.buf_len]);
-                dst[self.buf_len - start..].fill(0);
+            if let Some(buf) = self.buf.take() {
+                self.write_out_chunk(buf).await?;
             }
-            self.submit(out, self.buf_pos + start as u64).await?;
-            self.complete_oldest().await?;
-            self.buf_written = self.buf_len;
         }
         self.written = self.end();
+        Ok(())
+    }
+
+    /// `write_out`'s write: the chunk itself goes to the file (its partial
+    /// last block padded with zeros), not a copy of it, and a new chunk
+    /// starts with that partial block, which the next write rewrites. So a
+    /// flush copies at most one block, however much was appended since the
+    /// last one (group commit flushes every partition after every produce).
+    async fn write_out_chunk(&mut self, mut buf: DmaBuffer) -> Result<()> {
+        let start = self.align_down(self.buf_written as u64) as usize;
+        let stop = self.align_up(self.buf_len as u64) as usize;
+        let tail = self.align_down(self.buf_len as u64) as usize;
+        // The next chunk: the partial last block (if any), still to be filled.
+        let next = (tail < self.buf_len).then(|| {
+            let mut next = self.file.alloc_dma_buffer(self.chunk_bytes);
+            next.as_bytes_mut()[..self.buf_len - tail]
+                .copy_from_slice(&buf.as_bytes()[tail..self.buf_len]);
+            next
+        });
+        buf.as_bytes_mut()[self.buf_len..stop].fill(0);
+        let out = if start == 0 {
+            buf.trim_to_size(stop);
+            buf
+        } else {
+            // Only a chunk kept across an earlier write gets here: its
+            // written prefix is not rewritten.
+            let mut rest = self.file.alloc_dma_buffer(stop - start);
+            rest.as_bytes_mut()
+                .copy_from_slice(&buf.as_bytes()[start..stop]);
+            rest
+        };
+        let pos = self.buf_pos + start as u64;
+        self.submit(out, pos).await?;
+        self.complete_oldest().await?;
+        self.buf = next;
+        self.buf_pos += tail as u64;
+        self.buf_len -= tail;
+        self.buf_written = self.buf_len;
         Ok(())
     }
 
