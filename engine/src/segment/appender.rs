@@ -88,8 +88,9 @@ pub struct Appender {
     buf_pos: u64,
     /// Bytes of data in `buf`.
     buf_len: usize,
-    /// Prefix of `buf` already written to the file; the next write of this chunk
-    /// starts at this value aligned down.
+    /// Prefix of `buf` already written to the file: at most the partial block
+    /// a chunk starts with (every write_out starts a new chunk), which the
+    /// chunk's next write rewrites with the same bytes.
     buf_written: usize,
     /// Chunk writes in flight, oldest first, with the file position each ends at.
     inflight: VecDeque<(u64, usize, WriteTask)>,
@@ -222,23 +223,15 @@ impl Appender {
             return Ok(());
         };
         let capacity = buf.len();
-        let start = self.align_down(self.buf_written as u64) as usize;
-        let write_buf = if start == 0 {
-            buf
-        } else {
-            // Part of this chunk went out with an earlier write_out: write the rest.
-            let mut rest = self.file.alloc_dma_buffer(capacity - start);
-            rest.as_bytes_mut()
-                .copy_from_slice(&buf.as_bytes()[start..]);
-            rest
-        };
-        let pos = self.buf_pos + start as u64;
+        // Written whole: what an earlier write_out wrote of it is at most the
+        // partial block it started with, rewritten with the same bytes.
+        let pos = self.buf_pos;
         self.buf_pos += capacity as u64;
         self.buf_len = 0;
         self.buf_written = 0;
         // A chunk filled: the partition writes enough for a bigger one.
         self.chunk_bytes = (self.chunk_bytes * 2).min(self.max_chunk_bytes);
-        self.submit(write_buf, pos).await
+        self.submit(buf, pos).await
     }
 
     async fn submit(&mut self, buf: DmaBuffer, pos: u64) -> Result<()> {
@@ -312,7 +305,6 @@ impl Appender {
     /// flush copies at most one block, however much was appended since the
     /// last one (group commit flushes every partition after every produce).
     async fn write_out_chunk(&mut self, mut buf: DmaBuffer) -> Result<()> {
-        let start = self.align_down(self.buf_written as u64) as usize;
         let stop = self.align_up(self.buf_len as u64) as usize;
         let tail = self.align_down(self.buf_len as u64) as usize;
         // The next chunk: the partial last block (if any), still to be filled.
@@ -323,19 +315,8 @@ impl Appender {
             next
         });
         buf.as_bytes_mut()[self.buf_len..stop].fill(0);
-        let out = if start == 0 {
-            buf.trim_to_size(stop);
-            buf
-        } else {
-            // Only a chunk kept across an earlier write gets here: its
-            // written prefix is not rewritten.
-            let mut rest = self.file.alloc_dma_buffer(stop - start);
-            rest.as_bytes_mut()
-                .copy_from_slice(&buf.as_bytes()[start..stop]);
-            rest
-        };
-        let pos = self.buf_pos + start as u64;
-        self.submit(out, pos).await?;
+        buf.trim_to_size(stop);
+        self.submit(buf, self.buf_pos).await?;
         self.complete_oldest().await?;
         self.buf = next;
         self.buf_pos += tail as u64;
