@@ -55,6 +55,10 @@ pub struct Args {
     /// the engine's).
     #[arg(long)]
     pub chunk_kib: Option<usize>,
+    /// Largest step of disk space reserved ahead of the writes, in MiB
+    /// (`LogConfig::preallocate_step_bytes`; default: the engine's; 0: none).
+    #[arg(long)]
+    pub preallocate_mib: Option<u64>,
     /// Skip the raw disk baseline.
     #[arg(long)]
     pub no_baseline: bool,
@@ -160,6 +164,9 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
         append_chunk_bytes: args
             .chunk_kib
             .map_or(LogConfig::default().append_chunk_bytes, |k| k.max(4) << 10),
+        preallocate_step_bytes: args
+            .preallocate_mib
+            .map_or(LogConfig::default().preallocate_step_bytes, |m| m << 20),
         ..LogConfig::default()
     };
     let runtime = Runtime::start(config.clone())?;

@@ -86,27 +86,36 @@ pub fn markdown(r: &Value) -> String {
     );
     let bw = &r["baseline"]["disk_sweep"]["best_write"];
     let br = &r["baseline"]["disk_sweep"]["best_read"];
+    let rounds = &r["baseline"]["rounds"];
+    let n_rounds = rounds["disk_write"].as_array().map_or(0, Vec::len);
     let _ = writeln!(
         md,
-        "| raw O_DIRECT write ({} streams; in-process best {:.0} at {} KiB, queue depth {}) | {disk_w:.0} | | | | | | the disk's limit |",
-        p["disk_streams"],
-        f(bw, "write_mb_s"),
-        bw["block_kib"],
-        bw["queue_depth"]
+        "Disk and engine: the sweep's best setting (one burst per setting) is measured again in {n_rounds} round(s), each the disk, fio and the engine in turn; every figure below is the median of its rounds, and the disk's limit is the higher of in-process and fio.\n"
     );
     let _ = writeln!(
         md,
-        "| raw O_DIRECT read (in-process best {:.0} at {} KiB, queue depth {}) | {disk_r:.0} | | | | | | |",
-        f(br, "read_mb_s"),
+        "| raw O_DIRECT write ({} streams at {} KiB, queue depth {}: sweep burst {:.0}, rounds {}) | {disk_w:.0} | | | | | | the disk's limit |",
+        p["disk_streams"],
+        bw["block_kib"],
+        bw["queue_depth"],
+        f(bw, "write_mb_s"),
+        list(&rounds["disk_write"])
+    );
+    let _ = writeln!(
+        md,
+        "| raw O_DIRECT read (at {} KiB, queue depth {}: sweep burst {:.0}, rounds {}) | {disk_r:.0} | | | | | | |",
         br["block_kib"],
-        br["queue_depth"]
+        br["queue_depth"],
+        f(br, "read_mb_s"),
+        list(&rounds["disk_read"])
     );
     let fw = f(r, "baseline.fio.write_mb_s");
     if fw.is_finite() {
         let _ = writeln!(
             md,
-            "| fio at the best write setting ({}) | write {fw:.0}, read {:.0} | | | | | | the limit is the higher of fio and in-process |",
+            "| fio at the best write setting ({}; write rounds {}) | write {fw:.0}, read {:.0} | | | | | | the limit is the higher of fio and in-process |",
             s(&r["baseline"]["fio"], "ioengine"),
+            list(&rounds["fio_write"]),
             f(r, "baseline.fio.read_mb_s")
         );
     }
@@ -117,7 +126,8 @@ pub fn markdown(r: &Value) -> String {
     let ea = f(r, "engine.append_mb_s");
     let _ = writeln!(
         md,
-        "| engine append (in-process, 1 MiB batches) | {ea:.0} | | | | | | {:.2}x disk write (target 0.9: {}) |",
+        "| engine append (in-process, 1 MiB batches; rounds {}) | {ea:.0} | | | | | | {:.2}x disk write (target 0.9: {}) |",
+        list(&rounds["engine_append"]),
         ea / disk_w,
         target_mark(ea / disk_w, 0.9)
     );
@@ -412,4 +422,20 @@ fn latency_plot(path: &Path, r: &Value) -> anyhow::Result<()> {
         .map_err(plot_error)?;
     root.present().map_err(plot_error)?;
     Ok(())
+}
+
+/// A JSON array of MB/s figures as "a / b / c" (whole numbers).
+fn list(v: &serde_json::Value) -> String {
+    let figures: Vec<String> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_f64)
+        .map(|x| format!("{x:.0}"))
+        .collect();
+    if figures.is_empty() {
+        "-".to_string()
+    } else {
+        figures.join(" / ")
+    }
 }

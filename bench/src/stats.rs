@@ -150,3 +150,28 @@ pub type StopFlag = Arc<AtomicBool>;
 pub fn stopped(stop: &Option<StopFlag>) -> bool {
     stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed))
 }
+
+/// The median of `values` (the mean of the middle two for an even count); NaN
+/// when empty.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[7.0]), 7.0);
+        assert!(median(&[]).is_nan());
+    }
+}
