@@ -606,6 +606,22 @@ impl PartitionLog {
         Ok(end)
     }
 
+    /// First half of a group commit, under the lock: submits everything
+    /// appended up to the log end offset and returns it with the writes to
+    /// await (outside the lock) before the fdatasync that makes it durable.
+    pub async fn start_write_out(
+        &mut self,
+    ) -> Result<(i64, Vec<crate::segment::appender::PendingWrite>)> {
+        // Checked here, not only by the appender: after a failed fdatasync
+        // everything may be written out, and a second fdatasync succeeds
+        // without making anything durable.
+        self.check_online()?;
+        let end = self.log_end_offset;
+        let result = self.active().start_write_out().await;
+        let writes = self.offline_on_error(result)?;
+        Ok((end, writes))
+    }
+
     /// The active segment's file, for an fdatasync done outside the log's lock.
     pub fn active_file(&mut self) -> std::rc::Rc<glommio::io::DmaFile> {
         self.active().file().clone()

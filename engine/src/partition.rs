@@ -475,13 +475,29 @@ impl Partition {
         }
     }
 
-    /// One group commit: write out under the lock, fdatasync outside it.
+    /// One group commit: the partial chunk submitted under the lock; the
+    /// writes awaited and the fdatasync done outside it, so appends go on
+    /// filling the next chunk (and its writes go out) while this one
+    /// completes. Holding the lock through the writes drained the disk's
+    /// queue at every flush.
     async fn flush_once(&self) -> Result<()> {
-        let (file, target) = {
+        let (file, target, writes) = {
             let mut log = self.write().await?;
-            let target = log.write_out().await?;
-            (log.active_file(), target)
+            let (target, writes) = log.start_write_out().await?;
+            (log.active_file(), target, writes)
         };
+        for w in writes {
+            if let Err(e) = w.wait().await {
+                // The appender reaps the failed write itself, so the log goes
+                // offline with its explained reason (a short write's cause:
+                // ENOSPC, EFBIG), not only a byte count.
+                let mut log = self.write().await?;
+                let explained = log.write_out().await.err();
+                let reason = format!("write failed: {e}");
+                log.poison(&reason);
+                return Err(explained.unwrap_or(LogError::Offline(reason)));
+            }
+        }
         let started = Instant::now();
         let synced = file.fdatasync().await;
         self.stats.record_fsync(started.elapsed(), synced.is_ok());

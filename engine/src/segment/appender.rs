@@ -7,8 +7,13 @@
 //! zeros to the next block, so everything appended is readable from the file; it
 //! hands the chunk itself to the write and starts a new one holding the partial
 //! last block, which the next write rewrites with more data. Writes never overlap
-//! while in flight: `write_out` waits for every chunk write before it rewrites a
-//! partial block.
+//! while in flight: a chunk that begins with a block an earlier write still in
+//! flight covers waits for that write first (`submit`).
+//!
+//! A group commit does not hold the partition's lock while writes complete:
+//! `start_write_out` only submits the partly filled chunk and hands back the
+//! writes in flight ([`PendingWrite`]); the flusher awaits them and syncs
+//! outside the lock while appends go on filling the next chunk.
 //!
 //! Disk space is reserved ahead of the write position (`fallocate` without
 //! KEEP_SIZE), so the file is longer than its data while the segment is active
@@ -32,12 +37,34 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
 use glommio::io::{DmaBuffer, DmaFile};
-use glommio::task::JoinHandle;
 
 use crate::error::{LogError, Result};
 
-type WriteTask = JoinHandle<std::io::Result<usize>>;
+/// A chunk write's outcome: bytes written, or why it failed.
+pub type WriteOutcome = std::result::Result<usize, Rc<str>>;
+
+/// A chunk write in flight, awaitable by the appender and by a flusher alike.
+#[derive(Clone)]
+pub struct PendingWrite {
+    /// File position the write ends at.
+    pub end: u64,
+    /// Bytes submitted.
+    pub len: usize,
+    pub done: Shared<LocalBoxFuture<'static, WriteOutcome>>,
+}
+
+impl PendingWrite {
+    /// Waits for the write; an error unless all `len` bytes were written.
+    pub async fn wait(self) -> std::result::Result<(), String> {
+        match self.done.await {
+            Ok(n) if n == self.len => Ok(()),
+            Ok(n) => Err(format!("short write: {n} of {} bytes", self.len)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
 
 /// The first chunk of a segment that inherited no sizes.
 pub const MIN_CHUNK_BYTES: usize = 64 * 1024;
@@ -92,8 +119,8 @@ pub struct Appender {
     /// a chunk starts with (every write_out starts a new chunk), which the
     /// chunk's next write rewrites with the same bytes.
     buf_written: usize,
-    /// Chunk writes in flight, oldest first, with the file position each ends at.
-    inflight: VecDeque<(u64, usize, WriteTask)>,
+    /// Chunk writes in flight (or done and not yet reaped), oldest first.
+    inflight: VecDeque<PendingWrite>,
     /// Every byte below this position has been written (not necessarily synced).
     written: u64,
     /// File space is reserved up to here.
@@ -237,33 +264,67 @@ impl Appender {
     async fn submit(&mut self, buf: DmaBuffer, pos: u64) -> Result<()> {
         let len = buf.len();
         self.reserve(pos + len as u64).await?;
-        while self.inflight.len() >= self.max_inflight_writes {
+        // Writes never overlap while in flight: a chunk that begins with the
+        // partial block an earlier write_out wrote waits for that write (the
+        // newest; writes complete in order here, so the older ones too).
+        while self.inflight.len() >= self.max_inflight_writes
+            || self.inflight.back().is_some_and(|w| w.end > pos)
+        {
             self.complete_oldest().await?;
         }
         let file = self.file.clone();
         let task = glommio::spawn_local(async move {
-            file.write_at(buf, pos).await.map_err(std::io::Error::from)
+            file.write_at(buf, pos)
+                .await
+                .map_err(|e| Rc::from(std::io::Error::from(e).to_string()))
         })
         .detach();
-        self.inflight.push_back((pos + len as u64, len, task));
+        let done = async move {
+            task.await
+                .unwrap_or_else(|| Err(Rc::from("write task cancelled")))
+        }
+        .boxed_local()
+        .shared();
+        self.inflight.push_back(PendingWrite {
+            end: pos + len as u64,
+            len,
+            done,
+        });
         Ok(())
     }
 
     async fn complete_oldest(&mut self) -> Result<()> {
-        let Some((end, len, task)) = self.inflight.pop_front() else {
+        let Some(w) = self.inflight.pop_front() else {
             return Ok(());
         };
-        match task.await {
-            Some(Ok(n)) if n == len => {
+        let outcome = w.done.await;
+        self.completed(w.end, w.len, outcome).await
+    }
+
+    /// Reaps the writes at the front that are done (without waiting), so an
+    /// idle appender's count of writes in flight and `written` are current
+    /// after a flusher awaited them.
+    async fn reap_done(&mut self) -> Result<()> {
+        while let Some(outcome) = self.inflight.front().and_then(|w| w.done.peek().cloned()) {
+            let Some(w) = self.inflight.pop_front() else {
+                break;
+            };
+            self.completed(w.end, w.len, outcome).await?;
+        }
+        Ok(())
+    }
+
+    async fn completed(&mut self, end: u64, len: usize, outcome: WriteOutcome) -> Result<()> {
+        match outcome {
+            Ok(n) if n == len => {
                 self.written = self.written.max(end.min(self.end()));
                 Ok(())
             }
-            Some(Ok(n)) => {
+            Ok(n) => {
                 let why = self.why_short(end - len as u64 + n as u64).await;
                 Err(self.fail("short write", format!("{n} of {len} bytes: {why}")))
             }
-            Some(Err(e)) => Err(self.fail("write", e)),
-            None => Err(self.fail("write", "write task cancelled")),
+            Err(e) => Err(self.fail("write", e)),
         }
     }
 
@@ -286,17 +347,32 @@ impl Appender {
     /// block) and waits for it: afterwards `written() == end()`. Not durable until
     /// `sync`.
     pub async fn write_out(&mut self) -> Result<()> {
-        self.check()?;
+        self.start_write_out().await?;
         while !self.inflight.is_empty() {
             self.complete_oldest().await?;
         }
+        self.written = self.end();
+        Ok(())
+    }
+
+    /// Submits the partly filled chunk (as `write_out` does) without waiting
+    /// for any write, and returns every write in flight: once they all
+    /// succeed, everything below `end()` as of now is written. A group commit
+    /// awaits them and syncs outside the partition's lock, so appends go on
+    /// meanwhile. Waits only to keep writes from overlapping or above
+    /// `max_inflight_writes`.
+    pub async fn start_write_out(&mut self) -> Result<Vec<PendingWrite>> {
+        self.check()?;
+        self.reap_done().await?;
         if self.buf_len > self.buf_written {
             if let Some(buf) = self.buf.take() {
                 self.write_out_chunk(buf).await?;
             }
         }
-        self.written = self.end();
-        Ok(())
+        if self.inflight.is_empty() {
+            self.written = self.end();
+        }
+        Ok(self.inflight.iter().cloned().collect())
     }
 
     /// `write_out`'s write: the chunk itself goes to the file (its partial
@@ -317,7 +393,6 @@ impl Appender {
         buf.as_bytes_mut()[self.buf_len..stop].fill(0);
         buf.trim_to_size(stop);
         self.submit(buf, self.buf_pos).await?;
-        self.complete_oldest().await?;
         self.buf = next;
         self.buf_pos += tail as u64;
         self.buf_len -= tail;
@@ -365,6 +440,18 @@ impl Appender {
     /// keeps a few KiB, not its largest chunk. Returns the bytes released;
     /// nothing while writes are in flight or data is not written out.
     pub fn release_idle(&mut self) -> usize {
+        // Writes a flusher already awaited are reaped here (their outcomes
+        // are known: no waiting); a failed one stays for the next append.
+        while let Some(Ok(n)) = self.inflight.front().and_then(|w| w.done.peek().cloned()) {
+            match self.inflight.pop_front() {
+                Some(w) if n == w.len => self.written = self.written.max(w.end.min(self.end())),
+                Some(w) => {
+                    self.inflight.push_front(w);
+                    break;
+                }
+                None => break,
+            }
+        }
         if self.failed.is_some() || !self.inflight.is_empty() || self.buf_written != self.buf_len {
             return 0;
         }

@@ -292,6 +292,15 @@ impl Segment {
         }
     }
 
+    /// `Appender::start_write_out`: the partial chunk submitted, the writes in
+    /// flight returned for a flusher to await outside the partition's lock.
+    pub async fn start_write_out(&mut self) -> Result<Vec<appender::PendingWrite>> {
+        match self.appender.as_mut() {
+            Some(a) => a.start_write_out().await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Whether bytes below `position` can be read from the file already.
     pub fn is_written_to(&self, position: u64) -> bool {
         self.appender
