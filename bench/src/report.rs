@@ -76,6 +76,12 @@ pub fn markdown(r: &Value) -> String {
         p["batch_bytes"].as_u64().unwrap_or(0) >> 10, p["e2e_batch_bytes"].as_u64().unwrap_or(0) >> 10, p["e2e_rate_records_s"],
         p["replicated_nodes"], p["replication_factor"], p["min_insync_replicas"]
     );
+    let rounds = &r["baseline"]["rounds"];
+    let n_rounds = rounds["disk_write"].as_array().map_or(0, Vec::len);
+    let _ = writeln!(
+        md,
+        "Disk and engine: the sweep's best setting (one burst per setting) is measured again in {n_rounds} round(s), each the disk, fio and the engine in turn; every disk and engine figure below is the median of its rounds, and the disk's limit is the higher of in-process and fio.\n"
+    );
     let _ = writeln!(
         md,
         "| what | MB/s | records/s | p50 ms | p99 ms | p99.9 ms | max ms | ratio |"
@@ -86,12 +92,6 @@ pub fn markdown(r: &Value) -> String {
     );
     let bw = &r["baseline"]["disk_sweep"]["best_write"];
     let br = &r["baseline"]["disk_sweep"]["best_read"];
-    let rounds = &r["baseline"]["rounds"];
-    let n_rounds = rounds["disk_write"].as_array().map_or(0, Vec::len);
-    let _ = writeln!(
-        md,
-        "Disk and engine: the sweep's best setting (one burst per setting) is measured again in {n_rounds} round(s), each the disk, fio and the engine in turn; every figure below is the median of its rounds, and the disk's limit is the higher of in-process and fio.\n"
-    );
     let _ = writeln!(
         md,
         "| raw O_DIRECT write ({} streams at {} KiB, queue depth {}: sweep burst {:.0}, rounds {}) | {disk_w:.0} | | | | | | the disk's limit |",
