@@ -100,3 +100,42 @@ fn flushed_writes_awaited_later_leave_the_file_exact() {
         });
     }
 }
+
+/// Writes align to the filesystem's block, not only the device's sector: a
+/// direct write that starts or ends inside an ext4 block of a preallocated
+/// extent is serialised by the filesystem (exclusive inode lock, waiting for
+/// every write in flight) and punted by io_uring to a worker thread.
+#[test]
+fn writes_align_to_the_filesystem_block() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("00000000000000000000.log");
+    run(move || async move {
+        let file = Rc::new(open_dma(&path, true).await.unwrap());
+        let fs_block = std::fs::metadata(&path).unwrap().blksize();
+        let dma = file.alignment();
+        let appender = Appender::open(file.clone(), path.clone(), 0, sizing(2))
+            .await
+            .unwrap();
+        if fs_block.is_power_of_two() && fs_block > dma && fs_block <= 8192 {
+            assert_eq!(appender.alignment(), fs_block, "the filesystem's block");
+        } else {
+            assert_eq!(appender.alignment(), dma.max(512), "the device's alignment");
+        }
+        // A chunk size that is no multiple of the block keeps the device's.
+        let other = Appender::open(
+            file.clone(),
+            path.clone(),
+            0,
+            Sizing {
+                max_chunk_bytes: 8192 + 512,
+                ..sizing(2)
+            },
+        )
+        .await
+        .unwrap();
+        if fs_block > dma && fs_block.is_power_of_two() && (8192 + 512) % fs_block != 0 {
+            assert_eq!(other.alignment(), dma.max(512));
+        }
+    });
+}

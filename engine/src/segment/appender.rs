@@ -137,8 +137,8 @@ impl Appender {
         end: u64,
         sizing: Sizing,
     ) -> Result<Appender> {
-        let align = file.alignment().max(512);
         let max_chunk_bytes = sizing.max_chunk_bytes;
+        let align = write_alignment(&file, max_chunk_bytes).await;
         assert!(
             max_chunk_bytes as u64 % align == 0 && max_chunk_bytes > 0,
             "append chunk must be a multiple of {align}"
@@ -539,11 +539,43 @@ impl Appender {
         Ok(())
     }
 
+    /// The unit writes are aligned to (a partial last block is padded to it
+    /// and rewritten by the next write).
+    pub fn alignment(&self) -> u64 {
+        self.align
+    }
+
     fn align_down(&self, v: u64) -> u64 {
         v - v % self.align
     }
 
     fn align_up(&self, v: u64) -> u64 {
         v.div_ceil(self.align) * self.align
+    }
+}
+
+/// The unit an appender aligns its writes to: the filesystem's block
+/// (`st_blksize`, 4 KiB on ext4 and XFS) when the chunk size is a multiple of
+/// it, else the device's O_DIRECT alignment (512 B on most disks). A direct
+/// write that starts or ends inside a filesystem block of a preallocated
+/// (unwritten) extent makes ext4 take the inode's lock exclusively and wait
+/// for every write in flight, and io_uring hands such a write to a worker
+/// thread: aligned to the sector only, every write after the first flush was
+/// serialised that way.
+async fn write_alignment(file: &DmaFile, max_chunk_bytes: usize) -> u64 {
+    const MAX_FS_BLOCK: u64 = 64 * 1024;
+    let dma = file.alignment().max(512);
+    let fs_block = file
+        .stat()
+        .await
+        .map_or(0, |s| u64::from(s.fs_cluster_size));
+    if fs_block > dma
+        && fs_block <= MAX_FS_BLOCK
+        && fs_block.is_power_of_two()
+        && max_chunk_bytes as u64 % fs_block == 0
+    {
+        fs_block
+    } else {
+        dma
     }
 }
