@@ -276,8 +276,8 @@ fn run_steps(
     let fio_tool = crosscheck::find_tool("fio");
     let mut rounds = Rounds::default();
     let mut fio = crosscheck::Check::Absent;
+    let (bw, br) = (sweep.best_write, sweep.best_read);
     for round in 0..plan.confirm_rounds.max(1) {
-        let (bw, br) = (sweep.best_write, sweep.best_read);
         let w = baseline::disk(
             scratch,
             plan.disk_streams,

@@ -492,10 +492,10 @@ impl Partition {
                 // offline with its explained reason (a short write's cause:
                 // ENOSPC, EFBIG), not only a byte count.
                 let mut log = self.write().await?;
-                let explained = log.write_out().await.err();
+                log.write_out().await?;
                 let reason = format!("write failed: {e}");
                 log.poison(&reason);
-                return Err(explained.unwrap_or(LogError::Offline(reason)));
+                return Err(LogError::Offline(reason));
             }
         }
         let started = Instant::now();

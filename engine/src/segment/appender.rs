@@ -301,23 +301,45 @@ impl Appender {
         self.completed(w.end, w.len, outcome).await
     }
 
-    /// Reaps the writes at the front that are done (without waiting), so an
-    /// idle appender's count of writes in flight and `written` are current
-    /// after a flusher awaited them.
+    /// Pops the writes at the front that completed whole, without waiting,
+    /// so the count of writes in flight and `written` are current after a
+    /// flusher awaited them. A failed or short one stays at the front for
+    /// `complete_oldest` to explain.
+    fn reap_written(&mut self) {
+        while let Some(w) = self.inflight.front() {
+            match w.done.peek() {
+                Some(Ok(n)) if *n == w.len => {
+                    let end = w.end;
+                    self.inflight.pop_front();
+                    self.note_written(end);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// `reap_written`, then a failed write at the front (already done) is
+    /// reaped too: the appender is poisoned with its explained reason.
     async fn reap_done(&mut self) -> Result<()> {
-        while let Some(outcome) = self.inflight.front().and_then(|w| w.done.peek().cloned()) {
-            let Some(w) = self.inflight.pop_front() else {
-                break;
-            };
-            self.completed(w.end, w.len, outcome).await?;
+        self.reap_written();
+        if self
+            .inflight
+            .front()
+            .is_some_and(|w| w.done.peek().is_some())
+        {
+            self.complete_oldest().await?;
         }
         Ok(())
+    }
+
+    fn note_written(&mut self, end: u64) {
+        self.written = self.written.max(end.min(self.end()));
     }
 
     async fn completed(&mut self, end: u64, len: usize, outcome: WriteOutcome) -> Result<()> {
         match outcome {
             Ok(n) if n == len => {
-                self.written = self.written.max(end.min(self.end()));
+                self.note_written(end);
                 Ok(())
             }
             Ok(n) => {
@@ -440,18 +462,9 @@ impl Appender {
     /// keeps a few KiB, not its largest chunk. Returns the bytes released;
     /// nothing while writes are in flight or data is not written out.
     pub fn release_idle(&mut self) -> usize {
-        // Writes a flusher already awaited are reaped here (their outcomes
-        // are known: no waiting); a failed one stays for the next append.
-        while let Some(Ok(n)) = self.inflight.front().and_then(|w| w.done.peek().cloned()) {
-            match self.inflight.pop_front() {
-                Some(w) if n == w.len => self.written = self.written.max(w.end.min(self.end())),
-                Some(w) => {
-                    self.inflight.push_front(w);
-                    break;
-                }
-                None => break,
-            }
-        }
+        // Writes a flusher already awaited are reaped here (no waiting); a
+        // failed one stays for the next append or flush to report.
+        self.reap_written();
         if self.failed.is_some() || !self.inflight.is_empty() || self.buf_written != self.buf_len {
             return 0;
         }
