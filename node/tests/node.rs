@@ -281,7 +281,7 @@ fn start_failing(
     dir: &Path,
     ports: Ports,
     limit: Duration,
-    mut meanwhile: impl FnMut(),
+    mut meanwhile: impl FnMut(u32),
 ) -> (std::process::ExitStatus, String) {
     /// Kills the node if the test fails while it runs (`meanwhile` panics).
     struct Guard(Child);
@@ -315,7 +315,7 @@ fn start_failing(
             let text = reader.join().unwrap();
             panic!("the node did not exit within {limit:?}\n{text}");
         }
-        meanwhile();
+        meanwhile(child.0.id());
         std::thread::sleep(Duration::from_millis(50));
     };
     (status, reader.join().unwrap())
@@ -325,6 +325,37 @@ fn start_failing(
 fn answers(port: u16) -> bool {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+}
+
+/// Whether process `pid` holds a listening TCP socket on 127.0.0.1:`port`
+/// (/proc/net/tcp's LISTEN entry whose inode is one of its fds). Asking
+/// whether the port answers is not the same: a parallel test's process may
+/// take a port the node under test never bound.
+fn listens(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let local = format!("0100007F:{port:04X}");
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st ... uid timeout inode
+            (fields.len() > 9 && fields[1] == local && fields[3] == "0A")
+                .then(|| format!("socket:[{}]", fields[9]))
+        })
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+    })
 }
 
 /// ApiVersions answered without error.
@@ -2214,7 +2245,8 @@ fn a_second_node_on_the_same_kafka_port_fails() {
         kafka: ports.kafka,
         ..Ports::free()
     };
-    let (status, stderr) = start_failing(second_dir.path(), theirs, Duration::from_secs(60), || {});
+    let (status, stderr) =
+        start_failing(second_dir.path(), theirs, Duration::from_secs(60), |_| {});
     assert!(!status.success(), "{stderr}");
     let expected = format!("Kafka listener 127.0.0.1:{}", ports.kafka);
     assert!(stderr.contains(&expected), "{stderr}");
@@ -2245,20 +2277,24 @@ fn a_second_node_on_the_same_kafka_port_fails() {
 #[test]
 fn a_second_node_on_the_same_data_dir_fails() {
     let tmp = tempfile::tempdir().unwrap();
-    let first = NodeProcess::start_on(tmp.path(), Ports::free(), &[]);
+    let first_ports = Ports::free();
+    let first = NodeProcess::start_on(tmp.path(), first_ports, &[]);
     let pid = first.child.id();
+    // The check below sees a node's listeners (it would pass vacuously if not).
+    assert!(listens(pid, first_ports.kafka));
 
     let other_ports = Ports::free();
-    let (status, stderr) = start_failing(tmp.path(), other_ports, Duration::from_secs(60), || {
-        // It fails before any of its ports answers.
-        for port in [
-            other_ports.kafka,
-            other_ports.controller,
-            other_ports.metrics,
-        ] {
-            assert!(!answers(port), "port {port} answered");
-        }
-    });
+    let (status, stderr) =
+        start_failing(tmp.path(), other_ports, Duration::from_secs(60), |child| {
+            // It fails before it listens on any of its ports.
+            for port in [
+                other_ports.kafka,
+                other_ports.controller,
+                other_ports.metrics,
+            ] {
+                assert!(!listens(child, port), "the node listened on {port}");
+            }
+        });
     assert!(!status.success(), "{stderr}");
     let expected = format!(
         "data directory {} is in use by another skiff process (pid {pid})",
@@ -2306,13 +2342,17 @@ fn a_node_whose_port_is_taken_fails_before_anything_answers() {
             _ => ports.controller,
         };
         let holder = std::net::TcpListener::bind(("127.0.0.1", held)).unwrap();
-        let (status, stderr) = start_failing(tmp.path(), ports, Duration::from_secs(120), || {
-            for port in [ports.kafka, ports.controller, ports.metrics] {
-                if port != held {
-                    assert!(!answers(port), "port {port} answered ({taken} taken)");
+        let (status, stderr) =
+            start_failing(tmp.path(), ports, Duration::from_secs(120), |child| {
+                for port in [ports.kafka, ports.controller, ports.metrics] {
+                    if port != held {
+                        assert!(
+                            !listens(child, port),
+                            "the node listened on {port} ({taken} taken)"
+                        );
+                    }
                 }
-            }
-        });
+            });
         assert!(!status.success(), "{stderr}");
         let expected = format!("binding the {taken} listener 127.0.0.1:{held}");
         assert!(stderr.contains(&expected), "{stderr}");
