@@ -18,7 +18,8 @@ use crate::mb_s;
 pub enum DurabilityArg {
     /// fdatasync before each append is acknowledged (group-committed).
     Flush,
-    /// Acknowledge after the append; flush every 100 ms in the background.
+    /// Acknowledge once the append is written to the file (no fdatasync);
+    /// fdatasync every 100 ms in the background.
     Interval,
 }
 

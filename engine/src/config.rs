@@ -11,9 +11,11 @@ pub enum Durability {
     /// `fdatasync` before the append is acknowledged. Concurrent appends to one
     /// partition share one `fdatasync` (group commit).
     FlushBeforeAck,
-    /// Acknowledge after the append reaches the segment buffer; a background task
-    /// flushes every dirty partition at this interval (Kafka's `log.flush.interval.ms`).
-    /// A crash can lose up to one interval of acknowledged writes on this replica.
+    /// Acknowledge once the append is written to the segment file (its
+    /// O_DIRECT write completed, group-committed, no fdatasync); a background
+    /// task fdatasyncs every dirty partition at this interval (Kafka's
+    /// `log.flush.interval.ms`). A process crash loses nothing acknowledged;
+    /// a power loss can lose up to one interval on this replica.
     Interval(Duration),
 }
 

@@ -52,6 +52,8 @@ pub enum LogError {
     },
     /// A write or fsync failed earlier: what is on disk is unknown, so the
     /// partition stops serving until it is reopened (and recovered).
+    #[error("the log was cut below offset {offset} while its records waited to be made durable")]
+    CutBeforeDurable { offset: i64 },
     #[error("partition log is offline after an I/O failure: {0}")]
     Offline(String),
     /// A batch read back from a segment file failed its checks (CRC-32C,

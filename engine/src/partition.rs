@@ -10,7 +10,7 @@
 //! The lock is a glommio (single-thread) lock: nothing here is shared across cores.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -37,6 +37,10 @@ pub struct Partition {
     log: RwLock<PartitionLog>,
     durability: Durability,
     flushed_offset: Cell<i64>,
+    /// Offsets below this were written to the file by a commit (O_DIRECT
+    /// writes completed, not necessarily synced): `Durability::Interval`'s
+    /// acknowledgements wait for it.
+    written_offset: Cell<i64>,
     /// Mirror of the log's end offset, readable without the lock.
     log_end_offset: Cell<i64>,
     flushing: Cell<bool>,
@@ -54,6 +58,10 @@ pub struct Partition {
     /// Bumped by every truncation: a producer snapshot prepared before one
     /// is not written (`write_producer_snapshot`).
     truncations: Cell<u64>,
+    /// The last truncations (number, log end after it): a commit waiting on
+    /// records a cut took fails instead of waiting for offsets refilled by
+    /// other records (`commit_to`).
+    cuts: RefCell<VecDeque<(u64, i64)>>,
     /// The log end at the previous idle check (`release_if_idle`).
     idle_mark: Cell<i64>,
     /// Mirror of `PartitionLog::has_transactions` (it never goes back to
@@ -95,6 +103,7 @@ impl Partition {
             log: RwLock::new(log),
             durability,
             flushed_offset: Cell::new(flushed),
+            written_offset: Cell::new(flushed),
             log_end_offset: Cell::new(end),
             flushing: Cell::new(false),
             flush_done: Signal::default(),
@@ -104,6 +113,7 @@ impl Partition {
             // Built on the core that owns it: that core's stats.
             stats: stats::local(),
             truncations: Cell::new(0),
+            cuts: RefCell::new(VecDeque::new()),
             idle_mark: Cell::new(-1),
             has_transactions: Cell::new(has_transactions),
         }
@@ -182,16 +192,26 @@ impl Partition {
     /// The second half of `append`: waits for the flush the durability policy asks
     /// for before an acknowledgement.
     pub async fn await_durable(&self, info: &AppendInfo) -> Result<()> {
-        self.await_durable_to(info.last_offset + 1).await
+        // Called as the append returns, before anything else runs here.
+        self.await_durable_to(info.last_offset + 1, self.truncations())
+            .await
     }
 
     /// Waits until every offset below `end_offset` is as durable as the policy
-    /// asks before an acknowledgement (a no-op under `Durability::Interval`).
-    pub async fn await_durable_to(&self, end_offset: i64) -> Result<()> {
-        if self.durability == Durability::FlushBeforeAck {
-            self.flush_to(end_offset).await?;
-        }
-        Ok(())
+    /// asks before an acknowledgement: fdatasync'd under `FlushBeforeAck`;
+    /// under `Interval` written to the file (its O_DIRECT writes completed),
+    /// so a process crash loses nothing acknowledged, as with Kafka's page
+    /// cache; the interval's fdatasync covers a power loss.
+    ///
+    /// `appended_at` is `truncations()` read as the append returned (before
+    /// any await): it tells these records from others a truncation let take
+    /// their offsets, for which this fails with `CutBeforeDurable`.
+    pub async fn await_durable_to(&self, end_offset: i64, appended_at: u64) -> Result<()> {
+        let commit = match self.durability {
+            Durability::FlushBeforeAck => Commit::Sync,
+            Durability::Interval(_) => Commit::Write,
+        };
+        self.commit_to(end_offset, commit, appended_at).await
     }
 
     pub async fn read(
@@ -249,7 +269,7 @@ impl Partition {
 
     /// The offset below which data is acknowledged-safe on this replica (the high
     /// watermark consumers read up to): the flushed offset under
-    /// `FlushBeforeAck`, the log end otherwise.
+    /// `FlushBeforeAck`, the written offset under `Interval`.
     pub fn high_watermark(&self) -> i64 {
         let local = self.durable_end();
         match self.replicated_hw.get() {
@@ -260,12 +280,18 @@ impl Partition {
 
     /// The end of what this replica may count as its own (what a follower
     /// reports, and what the leader counts for itself): the flushed offset
-    /// under `FlushBeforeAck`, the log end otherwise.
+    /// under `FlushBeforeAck`; under `Interval` what is written to the file
+    /// (a consumer never reads a record a process crash could take back).
     pub fn durable_end(&self) -> i64 {
         match self.durability {
             Durability::FlushBeforeAck => self.flushed_offset.get(),
-            Durability::Interval(_) => self.log_end_offset.get(),
+            Durability::Interval(_) => self.written_end(),
         }
+    }
+
+    /// Offsets below this are in the file (written out, perhaps not synced).
+    pub fn written_end(&self) -> i64 {
+        self.written_offset.get().max(self.flushed_offset.get())
     }
 
     /// The log end offset (next offset to be written), without the lock.
@@ -407,7 +433,7 @@ impl Partition {
         let mut log = self.write().await?;
         self.truncations.set(self.truncations.get() + 1);
         let cut = log.truncate_to(offset).await;
-        self.sync_offsets(&log);
+        self.after_cut(&log);
         cut
     }
 
@@ -421,7 +447,7 @@ impl Partition {
         }
         self.truncations.set(self.truncations.get() + 1);
         let repaired = log.repair_corruption().await;
-        self.sync_offsets(&log);
+        self.after_cut(&log);
         drop(log);
         self.changed.notify_all();
         repaired
@@ -433,9 +459,31 @@ impl Partition {
     }
 
     /// The cached flushed and end offsets follow the log's after a truncation.
-    fn sync_offsets(&self, log: &PartitionLog) {
+    /// After a truncation (counted in `truncations` before it began): the
+    /// offsets mirrored from the log, and the cut remembered for the commits
+    /// waiting on records it may have taken (`cut_below`).
+    fn after_cut(&self, log: &PartitionLog) {
+        let end = log.log_end_offset();
         self.flushed_offset.set(log.flushed_offset());
-        self.log_end_offset.set(log.log_end_offset());
+        self.log_end_offset.set(end);
+        // A cut log keeps nothing written above its new end.
+        self.written_offset.set(self.written_offset.get().min(end));
+        let mut cuts = self.cuts.borrow_mut();
+        if cuts.len() == CUTS_KEPT {
+            cuts.pop_front();
+        }
+        cuts.push_back((self.truncations.get(), end));
+    }
+
+    /// Whether a truncation after the `since`-th cut the log below `offset`
+    /// (true too when too many cuts happened to tell).
+    fn cut_below(&self, since: u64, offset: i64) -> bool {
+        let cuts = self.cuts.borrow();
+        let kept_from = cuts.front().map_or(u64::MAX, |(n, _)| *n);
+        if self.truncations.get() > since + 1 && kept_from > since + 1 {
+            return true;
+        }
+        cuts.iter().any(|(n, end)| *n > since && *end < offset)
     }
 
     /// Deletes every segment and starts the log over, empty, at `offset`
@@ -445,7 +493,7 @@ impl Partition {
         let mut log = self.write().await?;
         self.truncations.set(self.truncations.get() + 1);
         let restarted = log.truncate_fully_and_start_at(offset).await;
-        self.sync_offsets(&log);
+        self.after_cut(&log);
         restarted?;
         if self.replicated_hw.get().is_some() {
             self.replicated_hw.set(Some(offset));
@@ -458,8 +506,30 @@ impl Partition {
     /// Waits until every offset below `offset` is durable, joining a running flush
     /// or starting one.
     pub async fn flush_to(&self, offset: i64) -> Result<()> {
+        self.commit_to(offset, Commit::Sync, self.truncations.get())
+            .await
+    }
+
+    /// Waits until every offset below `offset` is written out (`Commit::Write`)
+    /// or also fdatasync'd (`Commit::Sync`), joining a running commit or
+    /// starting one. One commit runs at a time; a sync covers a write.
+    /// `since`: the truncation count when the records were appended.
+    async fn commit_to(&self, offset: i64, commit: Commit, since: u64) -> Result<()> {
         loop {
-            if self.flushed_offset.get() >= offset {
+            // Those records are gone (the log ends before them, or a cut
+            // since this wait began went below them): no commit can make
+            // them durable, and a later append at the same offsets is not
+            // them. Waiting on would also spin a commit per turn.
+            if offset > self.log_end_offset.get()
+                || (self.truncations.get() != since && self.cut_below(since, offset))
+            {
+                return Err(LogError::CutBeforeDurable { offset });
+            }
+            let done = match commit {
+                Commit::Sync => self.flushed_offset.get(),
+                Commit::Write => self.written_end(),
+            };
+            if done >= offset {
                 return Ok(());
             }
             if self.flushing.get() {
@@ -469,7 +539,7 @@ impl Partition {
             // Whatever ends this flush (done, failed, or this future dropped
             // half-way) ends it for the waiters too: they retry or see the error.
             let flushing = FlushRunning::start(self);
-            let result = self.flush_once().await;
+            let result = self.flush_once(commit).await;
             drop(flushing);
             result?;
         }
@@ -480,7 +550,8 @@ impl Partition {
     /// filling the next chunk (and its writes go out) while this one
     /// completes. Holding the lock through the writes drained the disk's
     /// queue at every flush.
-    async fn flush_once(&self) -> Result<()> {
+    async fn flush_once(&self, commit: Commit) -> Result<()> {
+        let truncations = self.truncations.get();
         let (file, target, writes) = {
             let mut log = self.write().await?;
             let (target, writes) = log.start_write_out().await?;
@@ -498,12 +569,26 @@ impl Partition {
                 return Err(LogError::Offline(reason));
             }
         }
+        if self.truncations.get() != truncations {
+            // The log was cut while the writes ran: `target` may name offsets
+            // appended since, which these writes did not carry. The waiters
+            // look again and start another commit.
+            return Ok(());
+        }
+        self.written_offset
+            .set(self.written_offset.get().max(target));
+        if commit == Commit::Write {
+            return Ok(());
+        }
         let started = Instant::now();
         let synced = file.fdatasync().await;
         self.stats.record_fsync(started.elapsed(), synced.is_ok());
         match synced {
             Ok(()) => {
                 let mut log = self.write().await?;
+                if self.truncations.get() != truncations {
+                    return Ok(());
+                }
                 log.mark_flushed(target)?;
                 self.flushed_offset.set(log.flushed_offset());
                 Ok(())
@@ -677,6 +762,18 @@ pub async fn wait_for_any(
         }
         futures_util::future::select(futures_util::future::select_all(changed), sleep).await;
     }
+}
+
+/// Truncations `Partition::cuts` remembers.
+const CUTS_KEPT: usize = 8;
+
+/// How far a group commit goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// The appended bytes written to the file (a process crash keeps them).
+    Write,
+    /// Written and fdatasync'd (a power loss keeps them).
+    Sync,
 }
 
 /// The running group commit of a partition: `flushing` is set while it lives;

@@ -1571,3 +1571,91 @@ fn a_corrupt_batch_at_the_log_start_is_repaired_to_an_empty_log_at_the_start() {
         });
     }
 }
+
+/// Under `Durability::Interval` an acknowledged append is in the file (its
+/// write completed), not only in the append chunk: the file read directly
+/// holds every batch `await_durable` returned for, with no fdatasync.
+#[test]
+fn interval_acknowledgements_wait_for_the_write() {
+    use std::rc::Rc;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let file_path = path.clone();
+    run(move || async move {
+        let mut config = small_config();
+        config.segment_bytes = 1 << 20;
+        config.durability = skiff_engine::Durability::Interval(Duration::from_secs(3600));
+        let log = open(&path, config).await.unwrap();
+        let p = Rc::new(skiff_engine::Partition::new(log));
+        let mut end = 0;
+        for i in 0..20 {
+            let info = p
+                .append(mutable(&batch(i, 3, 50, 0)), LEADER)
+                .await
+                .unwrap();
+            end = info.last_offset + 1;
+            assert_eq!(p.written_end(), end);
+            assert_eq!(p.high_watermark(), end, "consumers see what is written");
+        }
+        assert_eq!(p.flushed_offset(), 0, "nothing was fdatasync'd");
+        // What a process crash would leave: the file's own bytes.
+        let data = std::fs::read(file_path.join("00000000000000000000.log")).unwrap();
+        let mut scanner = BatchScanner::new(&data);
+        let last = scanner.by_ref().last().unwrap();
+        assert_eq!(last.1.last_offset() + 1, end);
+    });
+}
+
+/// A commit waiting for records that a truncation took fails with
+/// `CutBeforeDurable`: it must not wait for, and then report durable, other
+/// records appended later at the same offsets (an acknowledgement of
+/// records the log no longer holds), nor spin a commit per turn while the
+/// log ends before them.
+#[test]
+fn a_commit_waiting_on_cut_records_fails() {
+    use std::rc::Rc;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let log = open(&path, small_config()).await.unwrap();
+        let p = Rc::new(skiff_engine::Partition::new(log));
+        p.append(mutable(&batch(1, 5, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        // Cut before the wait begins: the log ends before the records.
+        p.append_buffered(mutable(&batch(2, 5, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        p.truncate_to(5).await.unwrap();
+        assert!(matches!(
+            p.flush_to(10).await,
+            Err(LogError::CutBeforeDurable { offset: 10 })
+        ));
+        // Cut and refilled by other records at the same offsets while the
+        // wait runs (or before it first runs: the count read at the append
+        // still tells).
+        p.append_buffered(mutable(&batch(3, 5, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        let appended_at = p.truncations();
+        let cutter = p.clone();
+        let refill = glommio::spawn_local(async move {
+            cutter.truncate_to(5).await.unwrap();
+            cutter
+                .append_buffered(mutable(&batch(4, 5, 10, 0)), LEADER)
+                .await
+                .unwrap();
+        });
+        let waited = p.await_durable_to(10, appended_at).await;
+        assert!(
+            matches!(waited, Err(LogError::CutBeforeDurable { offset: 10 })),
+            "{waited:?}"
+        );
+        refill.await;
+        // The records that are there now become durable as usual.
+        assert_eq!(p.log_end(), 10);
+        p.flush_to(10).await.unwrap();
+        assert_eq!(p.flushed_offset(), 10);
+    });
+}

@@ -28,6 +28,7 @@ pub fn error_code(e: &LogError) -> ResponseError {
             ResponseError::KafkaStorageError
         }
         LogError::RuntimeStopped
+        | LogError::CutBeforeDurable { .. }
         | LogError::FencedLeaderEpoch { .. }
         | LogError::StaleReplicaEpoch { .. } => ResponseError::NotLeaderOrFollower,
     }

@@ -402,6 +402,9 @@ async fn append_on_owner(
                 let info = partition.append_buffered(batch, mode).await?;
                 (info.base_offset, info.last_offset, false)
             };
+            // Read as the append returns: the durability wait below is for
+            // these records, not for others a truncation let take their offsets.
+            let appended_at = partition.truncations();
             // The durability wait runs here, on the owner, as its own task; the
             // connection learns the outcome through the channel. acks=all then
             // waits for the in-sync replicas (the high watermark).
@@ -409,7 +412,7 @@ async fn append_on_owner(
             let waiter = partition.clone();
             let tp3 = tp2.clone();
             glommio::spawn_local(async move {
-                let result = match waiter.await_durable_to(last_offset + 1).await {
+                let result = match waiter.await_durable_to(last_offset + 1, appended_at).await {
                     Ok(()) => {
                         crate::replica::local_durable(&tp3, &waiter);
                         if acks == -1 {

@@ -457,7 +457,7 @@ async fn write_marker(
         .map_err(|r| SequenceOrLog::Sequence(r.error, r.message))?;
     let mode = AppendMode::Leader { leader_epoch };
     let producers = core.producers(tp);
-    let info = {
+    let (info, appended_at) = {
         let _permit = producers
             .lock
             .acquire_permit(1)
@@ -490,6 +490,7 @@ async fn write_marker(
         let info = partition
             .append_buffered(BytesMut::from(&batch[..]), mode)
             .await?;
+        let appended_at = partition.truncations();
         producers
             .states
             .borrow_mut()
@@ -498,9 +499,11 @@ async fn write_marker(
             .states
             .borrow_mut()
             .record_coordinator(producer_id, coordinator_epoch);
-        info
+        (info, appended_at)
     };
-    partition.await_durable_to(info.last_offset + 1).await?;
+    partition
+        .await_durable_to(info.last_offset + 1, appended_at)
+        .await?;
     crate::replica::local_durable(tp, &partition);
     crate::replica::await_replicated(tp, info.last_offset + 1, timeout)
         .await
