@@ -58,7 +58,7 @@ pub struct Partition {
     /// Bumped by every truncation: a producer snapshot prepared before one
     /// is not written (`write_producer_snapshot`).
     truncations: Cell<u64>,
-    /// The last truncations (number, log end after it): a commit waiting on
+    /// The last truncations (number, lowest offset it removed): a commit waiting on
     /// records a cut took fails instead of waiting for offsets refilled by
     /// other records (`commit_to`).
     cuts: RefCell<VecDeque<(u64, i64)>>,
@@ -433,7 +433,7 @@ impl Partition {
         let mut log = self.write().await?;
         self.truncations.set(self.truncations.get() + 1);
         let cut = log.truncate_to(offset).await;
-        self.after_cut(&log);
+        self.after_cut(&log, log.log_end_offset());
         cut
     }
 
@@ -447,7 +447,7 @@ impl Partition {
         }
         self.truncations.set(self.truncations.get() + 1);
         let repaired = log.repair_corruption().await;
-        self.after_cut(&log);
+        self.after_cut(&log, log.log_end_offset());
         drop(log);
         self.changed.notify_all();
         repaired
@@ -458,11 +458,12 @@ impl Partition {
         Ok(self.shared().await?.corruption().cloned())
     }
 
-    /// The cached flushed and end offsets follow the log's after a truncation.
     /// After a truncation (counted in `truncations` before it began): the
-    /// offsets mirrored from the log, and the cut remembered for the commits
-    /// waiting on records it may have taken (`cut_below`).
-    fn after_cut(&self, log: &PartitionLog) {
+    /// cached flushed and end offsets follow the log's, and the cut is
+    /// remembered for the commits waiting on records it may have taken
+    /// (`cut_below`): `removed_from` is the lowest offset it may have
+    /// removed (the new end; `i64::MIN` when the whole log went).
+    fn after_cut(&self, log: &PartitionLog, removed_from: i64) {
         let end = log.log_end_offset();
         self.flushed_offset.set(log.flushed_offset());
         self.log_end_offset.set(end);
@@ -472,7 +473,7 @@ impl Partition {
         if cuts.len() == CUTS_KEPT {
             cuts.pop_front();
         }
-        cuts.push_back((self.truncations.get(), end));
+        cuts.push_back((self.truncations.get(), removed_from.min(end)));
     }
 
     /// Whether a truncation after the `since`-th cut the log below `offset`
@@ -493,7 +494,7 @@ impl Partition {
         let mut log = self.write().await?;
         self.truncations.set(self.truncations.get() + 1);
         let restarted = log.truncate_fully_and_start_at(offset).await;
-        self.after_cut(&log);
+        self.after_cut(&log, i64::MIN);
         restarted?;
         if self.replicated_hw.get().is_some() {
             self.replicated_hw.set(Some(offset));

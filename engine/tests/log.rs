@@ -1657,5 +1657,22 @@ fn a_commit_waiting_on_cut_records_fails() {
         assert_eq!(p.log_end(), 10);
         p.flush_to(10).await.unwrap();
         assert_eq!(p.flushed_offset(), 10);
+        // The whole log deleted and started over past the records (a
+        // replica behind its leader's log start).
+        p.append_buffered(mutable(&batch(5, 5, 10, 0)), LEADER)
+            .await
+            .unwrap();
+        let appended_at = p.truncations();
+        let restarter = p.clone();
+        let restart = glommio::spawn_local(async move {
+            restarter.truncate_fully_and_start_at(100).await.unwrap();
+        });
+        let waited = p.await_durable_to(15, appended_at).await;
+        assert!(
+            matches!(waited, Err(LogError::CutBeforeDurable { offset: 15 })),
+            "{waited:?}"
+        );
+        restart.await;
+        assert_eq!(p.log_end(), 100);
     });
 }
