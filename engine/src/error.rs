@@ -50,10 +50,13 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
-    /// A write or fsync failed earlier: what is on disk is unknown, so the
-    /// partition stops serving until it is reopened (and recovered).
+    /// A truncation (a replica following its leader) took records whose
+    /// acknowledgement waited for them to be made durable: they are not in
+    /// this log any more (`Partition::await_durable_to`).
     #[error("the log was cut below offset {offset} while its records waited to be made durable")]
     CutBeforeDurable { offset: i64 },
+    /// A write or fsync failed earlier: what is on disk is unknown, so the
+    /// partition stops serving until it is reopened (and recovered).
     #[error("partition log is offline after an I/O failure: {0}")]
     Offline(String),
     /// A batch read back from a segment file failed its checks (CRC-32C,
