@@ -477,14 +477,13 @@ impl Partition {
     }
 
     /// Whether a truncation after the `since`-th cut the log below `offset`
-    /// (true too when too many cuts happened to tell).
+    /// (true too when the cuts since then are no longer all kept). Every
+    /// truncation is recorded in turn, so an oldest kept past `since + 1`
+    /// means some were dropped.
     fn cut_below(&self, since: u64, offset: i64) -> bool {
         let cuts = self.cuts.borrow();
-        let kept_from = cuts.front().map_or(u64::MAX, |(n, _)| *n);
-        if self.truncations.get() > since + 1 && kept_from > since + 1 {
-            return true;
-        }
-        cuts.iter().any(|(n, end)| *n > since && *end < offset)
+        cuts.front().is_some_and(|(n, _)| *n > since + 1)
+            || cuts.iter().any(|(n, from)| *n > since && *from < offset)
     }
 
     /// Deletes every segment and starts the log over, empty, at `offset`
