@@ -60,6 +60,23 @@ pub struct Args {
     /// (`LogConfig::preallocate_step_bytes`; default: the engine's; 0: none).
     #[arg(long)]
     pub preallocate_mib: Option<u64>,
+    /// Segment size in MiB (`segment.bytes`; default: the engine's 1 GiB).
+    #[arg(long)]
+    pub segment_mib: Option<u64>,
+    /// Retention per partition in MiB (`retention.bytes`), checked every
+    /// 100 ms: with it the run reaches the steady state of a long-lived log,
+    /// whose new segments reuse the files retention removes (unless
+    /// `--no-recycle`). Cold reads then read what is left.
+    #[arg(long)]
+    pub retention_mib: Option<u64>,
+    /// MiB appended to each partition before the clock starts (with
+    /// `--retention-mib`: enough to fill it, so the timed part is steady).
+    #[arg(long, default_value_t = 0)]
+    pub warmup_mib: u64,
+    /// Free the segments retention removes instead of reusing their files
+    /// (`skiff.log.segment.recycle=false`).
+    #[arg(long)]
+    pub no_recycle: bool,
     /// Skip the raw disk baseline.
     #[arg(long)]
     pub no_baseline: bool,
@@ -168,8 +185,17 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
         preallocate_step_bytes: args
             .preallocate_mib
             .map_or(LogConfig::default().preallocate_step_bytes, |m| m << 20),
+        segment_bytes: args
+            .segment_mib
+            .map_or(LogConfig::default().segment_bytes, |m| m.max(1) << 20),
+        retention_bytes: args.retention_mib.map(|m| m << 20),
+        recycle_segments: !args.no_recycle,
         ..LogConfig::default()
     };
+    if args.retention_mib.is_some() {
+        config.retention_check_interval = Duration::from_millis(100);
+    }
+    let warmup_batches = ((args.warmup_mib << 20) / batch.len() as u64) as usize;
     let runtime = Runtime::start(config.clone())?;
     let tps: Vec<TopicPartition> = (0..partitions as i32)
         .map(|p| TopicPartition::new("bench", p))
@@ -190,24 +216,32 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
         let batch = batch.clone();
         let inflight = args.inflight.max(1);
         pending.push(runtime.submit(s, move |shard| async move {
-            let mut tasks = Vec::new();
-            for tp in mine {
-                let per_task = batches_per_partition.div_ceil(inflight);
-                for t in 0..inflight {
-                    let n = per_task.min(batches_per_partition.saturating_sub(t * per_task));
-                    let copies: Vec<BytesMut> =
-                        (0..n).map(|_| BytesMut::from(&batch[..])).collect();
-                    let (shard, tp) = (shard.clone(), tp.clone());
-                    tasks.push(glommio::spawn_local(async move {
-                        for b in copies {
-                            shard
-                                .append(&tp, b, AppendMode::Leader { leader_epoch: 0 })
-                                .await?;
-                        }
-                        Ok::<_, skiff_engine::LogError>(())
-                    }));
+            // `count` batches to each partition, `inflight` appends at a time.
+            let spawn_appends = |count: usize| {
+                let mut tasks = Vec::new();
+                for tp in &mine {
+                    let per_task = count.div_ceil(inflight);
+                    for t in 0..inflight {
+                        let n = per_task.min(count.saturating_sub(t * per_task));
+                        let copies: Vec<BytesMut> =
+                            (0..n).map(|_| BytesMut::from(&batch[..])).collect();
+                        let (shard, tp) = (shard.clone(), tp.clone());
+                        tasks.push(glommio::spawn_local(async move {
+                            for b in copies {
+                                shard
+                                    .append(&tp, b, AppendMode::Leader { leader_epoch: 0 })
+                                    .await?;
+                            }
+                            Ok::<_, skiff_engine::LogError>(())
+                        }));
+                    }
                 }
+                tasks
+            };
+            for task in spawn_appends(warmup_batches) {
+                task.await?;
             }
+            let tasks = spawn_appends(batches_per_partition);
             let t = Instant::now();
             for task in tasks {
                 task.await?;
@@ -232,7 +266,10 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
             let t = Instant::now();
             let mut bytes = 0u64;
             for tp in mine {
-                let mut offset = 0;
+                let mut offset = shard
+                    .list_offset(&tp, skiff_engine::OffsetQuery::Earliest)
+                    .await?
+                    .map_or(0, |(start, _)| start);
                 loop {
                     let r = shard.read(&tp, offset, 4 << 20, i64::MAX).await?;
                     if r.batches.is_empty() {
@@ -253,9 +290,13 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
         read_secs = read_secs.max(e.as_secs_f64());
     }
     runtime.shutdown()?;
+    let warmup_bytes = (warmup_batches * batch.len() * partitions) as u64;
+    // Under retention only the newest part is left to read.
     anyhow::ensure!(
-        read_bytes == appended_bytes,
-        "read back {read_bytes} bytes of {appended_bytes}"
+        read_bytes == appended_bytes + warmup_bytes
+            || (args.retention_mib.is_some() && read_bytes <= appended_bytes + warmup_bytes),
+        "read back {read_bytes} bytes of {}",
+        appended_bytes + warmup_bytes
     );
     let read = mb_s(read_bytes, read_secs);
     let raw = match raw_before {

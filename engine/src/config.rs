@@ -38,6 +38,11 @@ pub struct LogConfig {
     pub append_chunk_bytes: usize,
     /// Chunk writes of one segment in flight at once; more appends wait.
     pub max_inflight_writes: usize,
+    /// Segments retention removes are kept and reused as later segments'
+    /// files (`segment` module docs), at most as many as the log rolled since
+    /// the previous retention pass (at least one); one no roll took within
+    /// `log::FREE_FILE_TTL_MS` is freed by a later pass.
+    pub recycle_segments: bool,
     /// `message.max.bytes`: largest batch accepted.
     pub max_batch_bytes: usize,
     pub durability: Durability,
@@ -81,6 +86,7 @@ impl Default for LogConfig {
             preallocate_step_bytes: 32 * Self::MIB,
             append_chunk_bytes: Self::MIB as usize,
             max_inflight_writes: 4,
+            recycle_segments: true,
             max_batch_bytes: 1024 * 1024 + 12 + 61,
             durability: Durability::FlushBeforeAck,
             retention_delete: true,

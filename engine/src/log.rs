@@ -33,7 +33,7 @@
 //! (`truncate_to` semantics) and the log serves again, for a replica that
 //! fetches the rest from another one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
@@ -89,6 +89,9 @@ pub struct AppendInfo {
 pub struct RetentionOutcome {
     pub deleted_segments: usize,
     pub deleted_bytes: u64,
+    /// Of the deleted segments, those whose files were kept for reuse
+    /// (`LogConfig::recycle_segments`).
+    pub recycled_segments: usize,
     pub log_start_offset: i64,
 }
 
@@ -157,7 +160,28 @@ pub struct PartitionLog {
     txn_seen: bool,
     /// The tracker's checkpointed states, by the roll offset they describe.
     txn_states: BTreeMap<i64, Vec<(bool, i64, i64, i64)>>,
+    /// Retired segment files kept for the next rolls, oldest first (see
+    /// `segment`'s module docs on recycling).
+    free: VecDeque<FreeFile>,
+    /// Rolls since the last retention pass: how many files the next pass
+    /// keeps (at least one).
+    rolls_since_retention: usize,
 }
+
+/// A retired segment file waiting to be reused (`<bound>.log.free`).
+#[derive(Debug)]
+struct FreeFile {
+    /// Every batch in the file lies below this offset.
+    bound: i64,
+    path: PathBuf,
+    /// The retention pass's `now_ms` that kept it (None: found at open; the
+    /// next pass stamps it).
+    kept_at_ms: Option<i64>,
+}
+
+/// A free file no roll took within this long is freed by a retention pass:
+/// the partition writes less than it did.
+pub const FREE_FILE_TTL_MS: i64 = 10 * 60 * 1000;
 
 #[derive(Debug, Clone, Copy)]
 struct ScrubCursor {
@@ -203,6 +227,13 @@ impl PartitionLog {
                 dir = %dir.display(), bytes = recovered.truncated_bytes,
                 log_end_offset = recovered.log_end_offset,
                 "recovery cut torn or invalid data (and what followed it) from the end of the log"
+            );
+        }
+        if recovered.recycled_bytes > 0 {
+            tracing::debug!(
+                dir = %dir.display(), bytes = recovered.recycled_bytes,
+                log_end_offset = recovered.log_end_offset,
+                "recovery trimmed a recycled segment file's previous contents"
             );
         }
         if recovered.unwritten_bytes > 0 {
@@ -261,6 +292,15 @@ impl PartitionLog {
             txns: TxnTracker::default(),
             txn_seen: false,
             txn_states: BTreeMap::new(),
+            free: recovery::list_free(dir)?
+                .into_iter()
+                .map(|(bound, path, _)| FreeFile {
+                    bound,
+                    path,
+                    kept_at_ms: None,
+                })
+                .collect(),
+            rolls_since_retention: 0,
         };
         log.rebuild_txns(recovered.first_scanned, recovered.txn_batches)
             .await?;
@@ -576,10 +616,40 @@ impl PartitionLog {
         let closed_end = self.active().next_offset();
         self.flushed_offset = self.flushed_offset.max(closed_end);
         self.checkpoint_txn_state(base_offset).await?;
-        let segment = Segment::create(&self.dir, base_offset, &self.config, growth).await?;
-        tracing::debug!(dir = %self.dir.display(), base_offset, "rolled segment");
+        self.rolls_since_retention += 1;
+        let reuse = self.take_free_file(base_offset);
+        let segment = Segment::create(
+            &self.dir,
+            base_offset,
+            &self.config,
+            growth,
+            reuse.as_ref().map(|f| f.path.as_path()),
+        )
+        .await?;
+        if reuse.is_some() {
+            crate::stats::local().record_segment_recycled();
+        }
+        tracing::debug!(
+            dir = %self.dir.display(), base_offset, recycled = reuse.is_some(), "rolled segment"
+        );
         self.segments.insert(base_offset, segment);
         self.checkpoint_recovery_point().await
+    }
+
+    /// The oldest free file a segment based at `base_offset` may reuse: every
+    /// batch in it lies below its bound, so at or below `base_offset` none of
+    /// them can pass for this segment's data (see `segment`).
+    fn take_free_file(&mut self, base_offset: i64) -> Option<FreeFile> {
+        if !self.config.recycle_segments {
+            return None;
+        }
+        let i = self.free.iter().position(|f| f.bound <= base_offset)?;
+        self.free.remove(i)
+    }
+
+    /// Free files kept in the pool (`LogConfig::recycle_segments`).
+    pub fn free_segment_files(&self) -> usize {
+        self.free.len()
     }
 
     /// Writes out and fdatasyncs everything appended: `flushed_offset` becomes the
@@ -1317,14 +1387,16 @@ impl PartitionLog {
                 })
             }
             Some(_) => None,
-            None => Some(Segment::create(&self.dir, offset, &self.config, Growth::SMALL).await?),
+            None => {
+                Some(Segment::create(&self.dir, offset, &self.config, Growth::SMALL, None).await?)
+            }
         };
         // 3. The commit point.
         self.write_checkpoint(LOG_START_OFFSET_FILE, offset).await?;
         let mut old = std::mem::take(&mut self.segments);
         let mut segment = match created.or_else(|| old.remove(&offset)) {
             Some(segment) => segment,
-            None => Segment::create(&self.dir, offset, &self.config, Growth::SMALL).await?,
+            None => Segment::create(&self.dir, offset, &self.config, Growth::SMALL, None).await?,
         };
         if !segment.is_active() {
             segment.activate(&self.config).await?;
@@ -1370,7 +1442,31 @@ impl PartitionLog {
             log_start_offset: self.log_start_offset,
             ..RetentionOutcome::default()
         };
-        if !self.config.retention_delete || self.offline_reason().is_some() {
+        if self.offline_reason().is_some() {
+            return Ok(outcome);
+        }
+        // Files kept long ago that no roll took since: the log writes less
+        // than it used to, so their space goes back.
+        let mut kept = VecDeque::with_capacity(self.free.len());
+        for mut f in std::mem::take(&mut self.free) {
+            let since = *f.kept_at_ms.get_or_insert(now_ms);
+            if now_ms.saturating_sub(since) > FREE_FILE_TTL_MS {
+                crate::trash::delete_file(&f.path)?;
+            } else {
+                kept.push_back(f);
+            }
+        }
+        self.free = kept;
+        // As many files as the log rolled since the previous pass (at least
+        // one): about what it will take before the next.
+        let rolls = std::mem::take(&mut self.rolls_since_retention);
+        let mut keep = if self.config.recycle_segments {
+            rolls.max(1)
+        } else {
+            0
+        };
+        keep = keep.saturating_sub(self.free.len());
+        if !self.config.retention_delete {
             return Ok(outcome);
         }
         let retention_ms = self.config.retention_ms.map(|d| d.as_millis() as i64);
@@ -1408,12 +1504,24 @@ impl PartitionLog {
             if let Some(segment) = self.segments.remove(&base) {
                 outcome.deleted_segments += 1;
                 outcome.deleted_bytes += segment.size();
-                segment.delete().await?;
+                if keep > 0 {
+                    keep -= 1;
+                    let (path, bound) = segment.retire().await?;
+                    outcome.recycled_segments += 1;
+                    self.free.push_back(FreeFile {
+                        bound,
+                        path,
+                        kept_at_ms: Some(now_ms),
+                    });
+                } else {
+                    segment.delete().await?;
+                }
             }
         }
         outcome.log_start_offset = self.log_start_offset;
         tracing::info!(
             dir = %self.dir.display(), segments = outcome.deleted_segments, bytes = outcome.deleted_bytes,
+            kept_for_reuse = outcome.recycled_segments,
             log_start_offset = outcome.log_start_offset, "retention deleted segments"
         );
         Ok(outcome)

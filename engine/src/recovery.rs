@@ -14,7 +14,10 @@
 //! - Segments wholly before the recovery point are trusted: their `.index` and
 //!   `.timeindex` are loaded and checked against the log, and rebuilt by a scan
 //!   when missing or inconsistent. (`skiff-tools verify` checks every CRC.)
-//! - Zeros after the data of a segment are preallocated space, trimmed here.
+//! - Zeros after the data of a segment are preallocated space, trimmed here;
+//!   so is whatever follows the data of a recycled segment (one with a
+//!   `.recycled` marker: a previous segment's bytes, every batch of them below
+//!   this segment's base, see `segment`), which is not a torn write.
 //! - Segments wholly below the checkpointed log start go first (a crash after
 //!   retention, DeleteRecords or `truncate_fully_and_start_at` checkpointed the
 //!   start and before it deleted them); an empty last segment that does not
@@ -41,8 +44,8 @@ use crate::segment::index::{OffsetIndex, TimeIndex};
 use crate::segment::scan::{scan, ScanStop};
 use crate::segment::txn_index::TxnIndex;
 use crate::segment::{
-    parse_segment_name, parse_swap_name, segment_path, Segment, SegmentState, INDEX_SUFFIX,
-    LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+    parse_segment_name, parse_swap_name, segment_path, Segment, SegmentState, FREE_SUFFIX,
+    INDEX_SUFFIX, LOG_SUFFIX, RECYCLED_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
 };
 use crate::txn::TxnBatch;
 
@@ -78,6 +81,9 @@ pub struct Recovered {
     /// active segment and never written, the normal end of a log after a
     /// crash (nothing of the log is lost there).
     pub unwritten_bytes: u64,
+    /// What followed the data of a recycled active segment (a previous
+    /// segment's bytes), trimmed: nothing of this log.
+    pub recycled_bytes: u64,
     /// Bytes read and checked by full segment scans (the segments from the
     /// recovery point on, and any whose indexes did not check).
     pub scanned_bytes: u64,
@@ -249,6 +255,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let mut segments = BTreeMap::new();
     let mut truncated_bytes = 0u64;
     let mut unwritten_bytes = 0u64;
+    let mut recycled_bytes = 0u64;
     let mut scanned_bytes = 0u64;
     let mut txn_batches = BTreeMap::new();
     let mut i = 0;
@@ -290,10 +297,16 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
                         .into());
                     }
                     let contiguous = next_base == Some(state.next_offset);
+                    let marker = segment_path(dir, base, RECYCLED_SUFFIX);
+                    let recycled = marker.exists();
                     if scanned.unwritten {
                         // The end of an active segment (or of one a crash
                         // during a roll left): nothing damaged, nothing lost.
                         unwritten_bytes += file_size - position;
+                    } else if recycled {
+                        // A recycled file's previous contents: every batch in
+                        // them lies below this segment's base offset.
+                        recycled_bytes += file_size - position;
                     } else {
                         if !contiguous {
                             tracing::warn!(
@@ -307,6 +320,12 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
                     file.truncate(position)
                         .await
                         .map_err(|e| LogError::io("truncate", &path, e))?;
+                    if recycled {
+                        // Synced by the activation's flush below, or by the
+                        // indexes written after a cut; a marker that outlives
+                        // a crash only quiets the next recovery's log line.
+                        fsutil::remove(&marker).await?;
+                    }
                     if !contiguous {
                         // Nothing after a cut is part of the log.
                         for &later in &bases[i + 1..] {
@@ -374,7 +393,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let first_base = segments.values().next().map_or(0, |s| s.base_offset());
     if segments.is_empty() {
         let start = first_base.max(recovery_point).max(checkpointed_start);
-        let segment = Segment::create(dir, start, config, Growth::SMALL).await?;
+        let segment = Segment::create(dir, start, config, Growth::SMALL, None).await?;
         segments.insert(segment.base_offset(), segment);
     } else if let Some(last) = segments.values_mut().next_back() {
         last.activate(config).await?;
@@ -404,6 +423,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         log_end_offset,
         truncated_bytes,
         unwritten_bytes,
+        recycled_bytes,
         scanned_bytes,
         first_scanned,
         txn_batches,
@@ -556,6 +576,27 @@ pub fn list_segments(dir: &Path) -> Result<Vec<i64>> {
     Ok(bases)
 }
 
+/// The retired segment files kept for reuse in `dir` (`<bound>.log.free`),
+/// as `(bound, path, size)`, lowest bound first.
+pub fn list_free(dir: &Path) -> Result<Vec<(i64, PathBuf, u64)>> {
+    let mut free = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
+        let name = entry.file_name();
+        let Some((bound, FREE_SUFFIX)) = name.to_str().and_then(parse_segment_name) else {
+            continue;
+        };
+        let size = entry
+            .metadata()
+            .map_err(|e| LogError::io("stat", entry.path(), e))?
+            .len();
+        free.push((bound, entry.path(), size));
+    }
+    free.sort_unstable_by_key(|(bound, _, _)| *bound);
+    Ok(free)
+}
+
 async fn delete_segment_files(dir: &Path, base: i64) -> Result<u64> {
     let log = segment_path(dir, base, LOG_SUFFIX);
     let size = std::fs::metadata(&log).map_or(0, |m| m.len());
@@ -564,6 +605,7 @@ async fn delete_segment_files(dir: &Path, base: i64) -> Result<u64> {
         INDEX_SUFFIX,
         TIME_INDEX_SUFFIX,
         TXN_INDEX_SUFFIX,
+        RECYCLED_SUFFIX,
         LOG_SUFFIX,
     ] {
         fsutil::remove(&segment_path(dir, base, suffix)).await?;

@@ -122,6 +122,8 @@ pub struct ShardStats {
     pub retention_deleted_bytes: Cell<u64>,
     /// Append chunk bytes given back by partitions gone quiet.
     pub idle_released_bytes: Cell<u64>,
+    /// Rolls whose new segment reused a file retention retired.
+    pub segments_recycled: Cell<u64>,
 }
 
 impl ShardStats {
@@ -137,6 +139,10 @@ impl ShardStats {
             outcome.deleted_segments as u64,
         );
         add(&self.retention_deleted_bytes, outcome.deleted_bytes);
+    }
+
+    pub fn record_segment_recycled(&self) {
+        add(&self.segments_recycled, 1);
     }
 
     pub fn record_idle_release(&self, bytes: usize) {
@@ -165,6 +171,7 @@ impl ShardStats {
             retention_deleted_segments: self.retention_deleted_segments.get(),
             retention_deleted_bytes: self.retention_deleted_bytes.get(),
             idle_released_bytes: self.idle_released_bytes.get(),
+            segments_recycled: self.segments_recycled.get(),
         }
     }
 }
@@ -181,6 +188,7 @@ pub struct ShardStatsSnapshot {
     pub retention_deleted_segments: u64,
     pub retention_deleted_bytes: u64,
     pub idle_released_bytes: u64,
+    pub segments_recycled: u64,
 }
 
 impl ShardStatsSnapshot {
@@ -194,6 +202,7 @@ impl ShardStatsSnapshot {
         self.retention_deleted_segments += other.retention_deleted_segments;
         self.retention_deleted_bytes += other.retention_deleted_bytes;
         self.idle_released_bytes += other.idle_released_bytes;
+        self.segments_recycled += other.segments_recycled;
     }
 }
 

@@ -25,9 +25,16 @@
 //! empty log at its offset; never a mix, and the epoch cache and indexes must
 //! agree with what came back.
 //!
+//! A fourth recycles segments: the first scenario's writers with retention
+//! removing all but the newest 512 KiB every few milliseconds, so new
+//! segments are written over files retention removed. After each kill every
+//! acknowledged batch at or past the log start must be there, byte-exact, and
+//! the log must hold each batch once at consecutive offsets: a reused file's
+//! old batches never come back as data.
+//!
 //! `harness = false`: the same binary is the parent (no arguments) and the child
-//! (`--child DIR START`, `--child-fill DIR`, `--child-roll DIR` or
-//! `--child-restart DIR START`).
+//! (`--child DIR START`, `--child-fill DIR`, `--child-roll DIR`,
+//! `--child-restart DIR START` or `--child-recycle DIR START`).
 
 mod common;
 
@@ -171,26 +178,7 @@ fn child(dir: PathBuf, start: u64) {
             .expect("child: open");
         let partition = Rc::new(Partition::new(log));
         println!("READY");
-        let tasks: Vec<_> = (0..WRITERS)
-            .map(|w| {
-                let p = partition.clone();
-                glommio::spawn_local(async move {
-                    for n in start.. {
-                        let info = p
-                            .append(
-                                mutable(&writer_batch(w, n)),
-                                AppendMode::Leader { leader_epoch: 0 },
-                            )
-                            .await
-                            .expect("child: append");
-                        println!("ACK {w} {n} {} {}", info.base_offset, info.last_offset);
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await;
-        }
+        write_forever(&partition, start).await;
     });
 }
 
@@ -230,6 +218,185 @@ fn child_restart(dir: PathBuf, start: u64) {
     });
 }
 
+/// `WRITERS` tasks appending batches from `n = start` on, each printed as
+/// `ACK writer n base last` once acknowledged; never ends.
+async fn write_forever(partition: &Rc<Partition>, start: u64) {
+    let tasks: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let p = partition.clone();
+            glommio::spawn_local(async move {
+                for n in start.. {
+                    let info = p
+                        .append(
+                            mutable(&writer_batch(w, n)),
+                            AppendMode::Leader { leader_epoch: 0 },
+                        )
+                        .await
+                        .expect("child: append");
+                    println!("ACK {w} {n} {} {}", info.base_offset, info.last_offset);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await;
+    }
+}
+
+/// `child` with retention removing all but the newest 512 KiB every few
+/// milliseconds, so rolls reuse the files it removes (segment recycling).
+/// Prints `RECYCLED n` (rolls that reused a file so far) as it changes.
+fn child_recycle(dir: PathBuf, start: u64) {
+    run(move || async move {
+        let log = PartitionLog::open(&dir, "crash", 0, recycle_config(), BatchCache::new(8 << 20))
+            .await
+            .expect("child: open");
+        let partition = Rc::new(Partition::new(log));
+        println!("READY");
+        let retention = {
+            let p = partition.clone();
+            glommio::spawn_local(async move {
+                let mut reported = 0;
+                loop {
+                    glommio::timer::sleep(Duration::from_millis(3)).await;
+                    p.apply_retention(0).await.expect("child: retention");
+                    let recycled = skiff_engine::stats::local().segments_recycled.get();
+                    if recycled != reported {
+                        reported = recycled;
+                        println!("RECYCLED {recycled}");
+                    }
+                }
+            })
+        };
+        write_forever(&partition, start).await;
+        retention.await;
+    });
+}
+
+fn recycle_config() -> LogConfig {
+    LogConfig {
+        retention_ms: None,
+        retention_bytes: Some(512 * 1024),
+        ..config()
+    }
+}
+
+/// Kill loops over a log whose segments are recycled: every acknowledged
+/// batch at or past the log start comes back byte-exact, and the log holds
+/// each batch once, at consecutive offsets (a reused file's leftovers never
+/// come back as data).
+fn recycle_crashes(cycles: usize, rng: &mut fastrand::Rng) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("recycle-0");
+    let mut acked: BTreeMap<i64, Acked> = BTreeMap::new();
+    let mut next_n = 0u64;
+    let mut recycled = 0u64;
+    for cycle in 0..cycles {
+        let lines = run_and_kill(
+            &[
+                "--child-recycle",
+                dir.to_str().unwrap(),
+                &next_n.to_string(),
+            ],
+            Duration::from_millis(rng.u64(20..300)),
+        );
+        let mut cycle_acks = 0;
+        let mut cycle_recycled = 0;
+        for line in lines {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["ACK", w, n, base, last] => {
+                    let n: u64 = n.parse().unwrap();
+                    acked.insert(
+                        base.parse().unwrap(),
+                        Acked {
+                            writer: w.parse().unwrap(),
+                            n,
+                            last_offset: last.parse().unwrap(),
+                        },
+                    );
+                    next_n = next_n.max(n + 1);
+                    cycle_acks += 1;
+                }
+                ["RECYCLED", count] => cycle_recycled = count.parse::<u64>().unwrap(),
+                _ => {}
+            }
+        }
+        recycled += cycle_recycled;
+        next_n += 1;
+        let (start, end) = reopen_offsets_with(&dir, recycle_config());
+        acked.retain(|base, _| *base >= start);
+        check_with(&dir, &acked, cycle, cycle_acks, true, recycle_config());
+        check_contiguous_and_unique(&dir, start, end, cycle);
+    }
+    println!("recycling crashes: {cycles} cycles, {recycled} rolls reused a file");
+    assert!(recycled > 0, "no roll reused a file: nothing was tested");
+}
+
+/// The log from `start` to `end` is batches at consecutive offsets, no two
+/// alike.
+fn check_contiguous_and_unique(dir: &Path, start: i64, end: i64, cycle: usize) {
+    use std::hash::{Hash, Hasher};
+    let dir = dir.to_path_buf();
+    run(move || async move {
+        let mut log = PartitionLog::open(&dir, "crash", 0, recycle_config(), BatchCache::new(0))
+            .await
+            .unwrap();
+        let mut seen = std::collections::HashSet::new();
+        let mut offset = start;
+        while offset < end {
+            let r = log.read(offset, 1 << 20, i64::MAX).await.unwrap();
+            assert!(!r.batches.is_empty(), "cycle {cycle}: no batch at {offset}");
+            for b in &r.batches {
+                let h = BatchHeader::parse(b).unwrap();
+                assert_eq!(
+                    h.base_offset, offset,
+                    "cycle {cycle}: offsets not consecutive"
+                );
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                b[16..].hash(&mut hasher);
+                assert!(
+                    seen.insert(hasher.finish()),
+                    "cycle {cycle}: the batch at {offset} is in the log twice"
+                );
+                offset = h.next_offset();
+            }
+        }
+        assert_eq!(offset, end);
+        log.close().await.unwrap();
+    });
+}
+
+/// Runs this binary with `args` (a child that prints READY once it serves),
+/// lets it run `run_for`, SIGKILLs it (no destructor, no flush, no close) and
+/// returns every line it printed.
+fn run_and_kill(args: &[&str], run_for: Duration) -> Vec<String> {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Wait until the child has recovered and serves, then let it run a while.
+    let ready = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(ready, "READY", "child did not start");
+    std::thread::sleep(run_for);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+    rx.try_iter().collect()
+}
+
 /// See the module docs: a start-over is all or nothing across a SIGKILL.
 fn restart_crashes(cycles: usize, rng: &mut fastrand::Rng) {
     let tmp = tempfile::tempdir().unwrap();
@@ -239,34 +406,16 @@ fn restart_crashes(cycles: usize, rng: &mut fastrand::Rng) {
     let mut acked: BTreeMap<i64, Acked> = BTreeMap::new();
     let (mut mid_old, mut mid_new) = (0, 0);
     for cycle in 0..cycles {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
+        let lines = run_and_kill(
+            &[
                 "--child-restart",
                 dir.to_str().unwrap(),
                 &(cycle + 1).to_string(),
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let ready = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-        assert_eq!(ready, "READY", "child did not start");
-        std::thread::sleep(Duration::from_millis(rng.u64(5..150)));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        reader.join().unwrap();
+            ],
+            Duration::from_millis(rng.u64(5..150)),
+        );
         let mut pending: Option<i64> = None;
-        for line in rx.try_iter() {
+        for line in lines {
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
                 ["ACK", w, n, base, last] => {
@@ -321,9 +470,13 @@ fn restart_crashes(cycles: usize, rng: &mut fastrand::Rng) {
 }
 
 fn reopen_offsets(dir: &Path) -> (i64, i64) {
+    reopen_offsets_with(dir, config())
+}
+
+fn reopen_offsets_with(dir: &Path, config: LogConfig) -> (i64, i64) {
     let dir = dir.to_path_buf();
     run(move || async move {
-        let log = PartitionLog::open(&dir, "crash", 0, config(), BatchCache::new(0))
+        let log = PartitionLog::open(&dir, "crash", 0, config, BatchCache::new(0))
             .await
             .unwrap();
         let offsets = (log.log_start_offset(), log.log_end_offset());
@@ -371,6 +524,10 @@ fn main() {
         child_restart(PathBuf::from(&args[i + 1]), args[i + 2].parse().unwrap());
         return;
     }
+    if let Some(i) = args.iter().position(|a| a == "--child-recycle") {
+        child_recycle(PathBuf::from(&args[i + 1]), args[i + 2].parse().unwrap());
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--child") {
         let dir = PathBuf::from(&args[i + 1]);
         let start: u64 = args[i + 2].parse().unwrap();
@@ -394,33 +551,13 @@ fn main() {
     let mut next_n = 0u64;
     let started = Instant::now();
     for cycle in 0..cycles {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--child", dir.to_str().unwrap(), &next_n.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
         let kill_after = Duration::from_millis(rng.u64(5..150));
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        // Wait until the child has recovered and serves, then let it run a while.
-        let ready = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-        assert_eq!(ready, "READY", "child did not start");
-        std::thread::sleep(kill_after);
-        // SIGKILL: no destructor, no flush, no close.
-        child.kill().unwrap();
-        child.wait().unwrap();
-        reader.join().unwrap();
+        let lines = run_and_kill(
+            &["--child", dir.to_str().unwrap(), &next_n.to_string()],
+            kill_after,
+        );
         let mut cycle_acks = 0;
-        for line in rx.try_iter() {
+        for line in lines {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.first() != Some(&"ACK") || f.len() != 5 {
                 continue;
@@ -459,7 +596,8 @@ fn main() {
     full_disk();
     full_disk_at_roll();
     restart_crashes(cycles, &mut rng);
-    println!("4 passed, 0 failed");
+    recycle_crashes(cycles, &mut rng);
+    println!("5 passed, 0 failed");
 }
 
 /// Runs this binary as `child_flag DIR` under a file-size limit of `limit`
@@ -594,13 +732,24 @@ fn check(
     cycle_acks: usize,
     epoch_zero: bool,
 ) {
+    check_with(dir, acked, cycle, cycle_acks, epoch_zero, config());
+}
+
+fn check_with(
+    dir: &Path,
+    acked: &BTreeMap<i64, Acked>,
+    cycle: usize,
+    cycle_acks: usize,
+    epoch_zero: bool,
+    config: LogConfig,
+) {
     let dir2 = dir.to_path_buf();
     let expected: Vec<(i64, i64, u64, u64)> = acked
         .iter()
         .map(|(b, a)| (*b, a.last_offset, a.writer, a.n))
         .collect();
     run(move || async move {
-        let mut log = PartitionLog::open(&dir2, "crash", 0, config(), BatchCache::new(0))
+        let mut log = PartitionLog::open(&dir2, "crash", 0, config, BatchCache::new(0))
             .await
             .unwrap();
         let leo = log.log_end_offset();

@@ -107,6 +107,9 @@ pub struct NodeConfig {
     pub flush_interval_ms: u64,
     pub checkpoint_interval_ms: u64,
     pub retention_check_interval_ms: u64,
+    /// `skiff.log.segment.recycle`: segment files retention removes are reused
+    /// by the partition's next segments (`LogConfig::recycle_segments`).
+    pub recycle_segments: bool,
     /// `skiff.log.scrub.bytes.per.second`: closed segments each core verifies
     /// per second in the background (0: off).
     pub scrub_bytes_per_second: u64,
@@ -356,6 +359,7 @@ impl NodeConfig {
             flush_interval_ms: 1000,
             checkpoint_interval_ms: 60_000,
             retention_check_interval_ms: 300_000,
+            recycle_segments: true,
             scrub_bytes_per_second: skiff_engine::shard::SCRUB_BYTES_PER_SECOND,
             delete_bytes_per_second: skiff_engine::trash::DELETE_BYTES_PER_SECOND,
             batch_cache_bytes: 256 << 20,
@@ -729,6 +733,9 @@ impl NodeConfig {
             "log.flush.offset.checkpoint.interval.ms" => self.checkpoint_interval_ms = num!(),
             "log.retention.check.interval.ms" => self.retention_check_interval_ms = num!(),
             "skiff.log.scrub.bytes.per.second" => self.scrub_bytes_per_second = num!(),
+            "skiff.log.segment.recycle" => {
+                self.recycle_segments = value.parse().map_err(|_| bad("true or false"))?
+            }
             "skiff.log.delete.bytes.per.second" => self.delete_bytes_per_second = num!(),
             "skiff.batch.cache.bytes" => self.batch_cache_bytes = num!(),
             "skiff.io.memory.bytes" => self.io_memory_bytes = num!(),
@@ -1094,6 +1101,7 @@ impl NodeConfig {
                 ms => Some(millis(ms)),
             },
             delete_retention: millis(signed("delete.retention.ms", self.delete_retention_ms)),
+            recycle_segments: self.recycle_segments,
             ..LogConfig::default()
         }
     }

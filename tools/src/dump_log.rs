@@ -401,6 +401,8 @@ struct EndLine {
     data_end: u64,
     file_size: u64,
     zero_tail: Option<ZeroTailJson>,
+    /// A recycled file's previous contents after the data.
+    recycled_tail: Option<ZeroTailJson>,
     garbage_tail: Option<GarbageTailJson>,
 }
 
@@ -412,20 +414,20 @@ fn write_end(
     tail: &Tail,
 ) -> Result<(), ToolError> {
     if options.json {
-        let (zero_tail, garbage_tail) = match tail {
-            Tail::None => (None, None),
-            Tail::Zeros { position, bytes } => (
-                Some(ZeroTailJson {
-                    position: *position,
-                    bytes: *bytes,
-                }),
-                None,
-            ),
+        let span = |position: &u64, bytes: &u64| ZeroTailJson {
+            position: *position,
+            bytes: *bytes,
+        };
+        let (zero_tail, recycled_tail, garbage_tail) = match tail {
+            Tail::None => (None, None, None),
+            Tail::Zeros { position, bytes } => (Some(span(position, bytes)), None, None),
+            Tail::Recycled { position, bytes } => (None, Some(span(position, bytes)), None),
             Tail::Garbage {
                 position,
                 bytes,
                 reason,
             } => (
+                None,
                 None,
                 Some(GarbageTailJson {
                     position: *position,
@@ -441,6 +443,7 @@ fn write_end(
                 data_end,
                 file_size,
                 zero_tail,
+                recycled_tail,
                 garbage_tail,
             },
         );
@@ -451,6 +454,12 @@ fn write_end(
             writeln!(
                 out,
                 "trailing zero bytes (preallocated) at position {position}: {bytes} bytes"
+            )?;
+        }
+        Tail::Recycled { position, bytes } => {
+            writeln!(
+                out,
+                "recycled file's previous contents at position {position}: {bytes} bytes"
             )?;
         }
         Tail::Garbage {

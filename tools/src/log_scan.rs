@@ -7,7 +7,10 @@
 //! - at zeros that run to the end of the file ([`Tail::Zeros`], normal);
 //! - at anything else ([`Tail::Garbage`]): a header that does not parse, a batch
 //!   that runs past the end of the file (a torn write), or non-zero bytes after the
-//!   zero padding. What recovery would truncate.
+//!   zero padding. What recovery would truncate;
+//! - in a recycled active segment (a `<base>.recycled` marker beside it), at
+//!   the first batch below the segment's base offset or anything that is not a
+//!   batch ([`Tail::Recycled`], normal): the file's previous contents.
 //!
 //! A batch whose CRC does not match is still yielded (with the mismatch in
 //! [`ScannedBatch::crc`]) and the scan continues at its declared length, since that
@@ -66,6 +69,9 @@ pub enum Tail {
     None,
     /// Zeros from `position` to the end of the file: preallocated, not yet written.
     Zeros { position: u64, bytes: u64 },
+    /// A recycled file's previous contents from `position` to the end of the
+    /// file (every batch in them below the segment's base offset).
+    Recycled { position: u64, bytes: u64 },
     /// Bytes from `position` to the end of the file that are not batches.
     Garbage {
         position: u64,
@@ -101,6 +107,10 @@ pub struct LogScanner {
     position: u64,
     /// Set once the scan has ended; every later step returns it again.
     end: Option<LogEnd>,
+    /// The segment's base offset when its file is recycled (a `.recycled`
+    /// marker beside it): what does not continue the log past its data is
+    /// the file's previous contents.
+    recycled_floor: Option<i64>,
 }
 
 impl LogScanner {
@@ -112,7 +122,12 @@ impl LogScanner {
             return Err(ToolError::io(path, e));
         }
         let file_len = metadata.len();
+        let recycled_floor = crate::layout::segment_base_offset(path).filter(|_| {
+            path.with_extension(skiff_engine::segment::RECYCLED_SUFFIX)
+                .exists()
+        });
         Ok(LogScanner {
+            recycled_floor,
             path: path.to_path_buf(),
             file,
             file_len,
@@ -159,10 +174,20 @@ impl LogScanner {
         if header_bytes[..header_len].iter().all(|&b| b == 0) {
             return self.zero_tail(position).map(Err);
         }
-        let garbage = |reason: String| Tail::Garbage {
-            position,
-            bytes: remaining,
-            reason,
+        let recycled = self.recycled_floor.is_some();
+        let garbage = |reason: String| {
+            if recycled {
+                Tail::Recycled {
+                    position,
+                    bytes: remaining,
+                }
+            } else {
+                Tail::Garbage {
+                    position,
+                    bytes: remaining,
+                    reason,
+                }
+            }
         };
         if header_len < BATCH_HEADER_LEN {
             return Ok(Err(garbage(format!(
@@ -173,6 +198,15 @@ impl LogScanner {
             Ok(header) => header,
             Err(e) => return Ok(Err(garbage(format!("not a batch header: {e}")))),
         };
+        if self
+            .recycled_floor
+            .is_some_and(|floor| header.base_offset < floor)
+        {
+            return Ok(Err(Tail::Recycled {
+                position,
+                bytes: remaining,
+            }));
+        }
         let size = header.total_len() as u64;
         if size > remaining {
             return Ok(Err(garbage(format!(
@@ -207,6 +241,13 @@ impl LogScanner {
             let len = (self.file_len - at).min(ZERO_CHECK_CHUNK_BYTES as u64) as usize;
             self.read_at(&mut chunk[..len], at)?;
             if let Some(i) = chunk[..len].iter().position(|&b| b != 0) {
+                if self.recycled_floor.is_some() {
+                    // The padding of the last write, then the old contents.
+                    return Ok(Tail::Recycled {
+                        position,
+                        bytes: self.file_len - position,
+                    });
+                }
                 return Ok(Tail::Garbage {
                     position,
                     bytes: self.file_len - position,

@@ -5,7 +5,22 @@
 //! The `.log` holds RecordBatch v2 bytes back to back, exactly as they travel on
 //! the wire (base offset and partition leader epoch stamped by the leader). While a
 //! segment is active its file is longer than its data (see `appender`); the
-//! bytes after the data are zeros. A closed segment's file holds exactly its data.
+//! bytes after the data are zeros, or, in a recycled file, whatever the file held
+//! before. A closed segment's file holds exactly its data.
+//!
+//! Recycling: a segment retention removes can be kept as `<bound>.log.free`
+//! ([`Segment::retire`]) and become the file of a later segment of the same
+//! partition ([`Segment::create`]), so appends overwrite blocks the file system
+//! and the device already hold instead of converting fresh extents, and an
+//! fdatasync writes no extent metadata (PostgreSQL's recycled WAL, ScyllaDB's
+//! recycled commitlog). Safe with Kafka's format alone: every batch a pooled
+//! file holds has offsets below its `bound` (the retired segment's next
+//! offset; earlier generations' leftovers lie lower still), and it is reused
+//! only for a segment based at or past the bound, so a leftover batch never has
+//! the offset recovery expects next (offsets must not go backwards) and is
+//! never taken for data. A recycled active segment has a `<base>.recycled`
+//! marker until it closes, so recovery and `skiff-tools verify` call what
+//! follows its data recycled space, not a torn write.
 
 pub mod appender;
 pub mod index;
@@ -35,6 +50,12 @@ pub const TIME_INDEX_SUFFIX: &str = "timeindex";
 /// The aborted transaction index (`txn_index`): written with the other
 /// indexes when a segment closes, only when it holds an entry.
 pub const TXN_INDEX_SUFFIX: &str = "txnindex";
+/// Marks an active segment whose file was recycled: past its data lie a
+/// previous segment's bytes (see the module docs). Removed when it closes.
+pub const RECYCLED_SUFFIX: &str = "recycled";
+/// A retired segment file kept for reuse: `<bound, 20 digits>.log.free`, every
+/// batch in it below `bound`.
+pub const FREE_SUFFIX: &str = "log.free";
 
 /// `dir/<base offset, 20 digits>.<suffix>`.
 pub fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
@@ -73,6 +94,11 @@ pub async fn remove_segment_files(dir: &Path, base_offset: i64, suffixes: &[&str
         fsutil::remove(&segment_path(dir, base_offset, suffix)).await?;
     }
     Ok(())
+}
+
+/// `dir/<bound, 20 digits>.log.free`: a retired segment file kept for reuse.
+pub fn free_path(dir: &Path, bound: i64) -> PathBuf {
+    segment_path(dir, bound, FREE_SUFFIX)
 }
 
 /// The base offset named by a segment file name, if it is one of ours.
@@ -160,14 +186,22 @@ impl SegmentState {
 
 impl Segment {
     /// Creates an empty active segment whose appender starts at `growth` (the
-    /// previous segment's, at a roll).
+    /// previous segment's, at a roll). With `recycled` (a pooled file whose
+    /// bound is at most `base_offset`), that file becomes the segment's: marked
+    /// first, then renamed, both made durable by one sync of the directory.
     pub async fn create(
         dir: &Path,
         base_offset: i64,
         config: &LogConfig,
         growth: Growth,
+        recycled: Option<&Path>,
     ) -> Result<Segment> {
         let path = segment_path(dir, base_offset, LOG_SUFFIX);
+        if let Some(free) = recycled {
+            let marker = segment_path(dir, base_offset, RECYCLED_SUFFIX);
+            std::fs::File::create(&marker).map_err(|e| LogError::io("create", &marker, e))?;
+            std::fs::rename(free, &path).map_err(|e| LogError::io("rename", free, e))?;
+        }
         let file = Rc::new(fsutil::open_dma(&path, true).await?);
         let mut segment =
             Segment::from_state(dir, base_offset, file, SegmentState::empty(base_offset));
@@ -338,7 +372,9 @@ impl Segment {
         appender.finish().await?;
         self.appender = None;
         self.state.seal(self.base_offset);
-        self.write_indexes().await
+        self.write_indexes().await?;
+        // Trimmed to its data and synced: nothing recycled is left in the file.
+        fsutil::remove(&segment_path(&self.dir, self.base_offset, RECYCLED_SUFFIX)).await
     }
 
     pub async fn write_indexes(&self) -> Result<()> {
@@ -448,9 +484,45 @@ impl Segment {
         // leaves a whole segment or none, never index files without their log.
         // The `.log` (up to a segment's size) is renamed, and freed by the
         // core's trash task at its pace (`trash`).
-        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
+        for suffix in [
+            INDEX_SUFFIX,
+            TIME_INDEX_SUFFIX,
+            TXN_INDEX_SUFFIX,
+            RECYCLED_SUFFIX,
+        ] {
             fsutil::remove(&segment_path(&dir, base_offset, suffix)).await?;
         }
         crate::trash::delete_file(&segment_path(&dir, base_offset, LOG_SUFFIX))
+    }
+
+    /// Removes a closed segment but keeps its file for reuse by a later
+    /// segment of this partition (see the module docs): indexes removed, the
+    /// `.log` renamed to `<next offset>.log.free`. Returns that path and the
+    /// bound (the next offset) it names. The rename is not synced: a crash may bring the segment
+    /// back below the log start, where recovery removes it.
+    pub async fn retire(self) -> Result<(PathBuf, i64)> {
+        let bound = self.state.next_offset;
+        let Segment {
+            dir,
+            base_offset,
+            file,
+            appender,
+            ..
+        } = self;
+        debug_assert!(appender.is_none(), "only closed segments retire");
+        drop(appender);
+        drop(file);
+        for suffix in [
+            INDEX_SUFFIX,
+            TIME_INDEX_SUFFIX,
+            TXN_INDEX_SUFFIX,
+            RECYCLED_SUFFIX,
+        ] {
+            fsutil::remove(&segment_path(&dir, base_offset, suffix)).await?;
+        }
+        let log = segment_path(&dir, base_offset, LOG_SUFFIX);
+        let free = free_path(&dir, bound);
+        std::fs::rename(&log, &free).map_err(|e| LogError::io("rename", &log, e))?;
+        Ok((free, bound))
     }
 }

@@ -404,6 +404,12 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         s.engine.cleaner_written_bytes,
     );
     w.single(
+        "skiff_log_segments_recycled_total",
+        Kind::Counter,
+        "Segment rolls that reused a file retention removed (skiff.log.segment.recycle).",
+        s.engine.segments_recycled,
+    );
+    w.single(
         "skiff_log_retention_deleted_segments_total",
         Kind::Counter,
         "Segments deleted by retention.ms / retention.bytes.",
