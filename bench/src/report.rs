@@ -131,6 +131,15 @@ pub fn markdown(r: &Value) -> String {
         ea / disk_w,
         target_mark(ea / disk_w, 0.9)
     );
+    let es = f(r, "engine.steady_append_mb_s");
+    if es.is_finite() {
+        let _ = writeln!(
+            md,
+            "| engine append at steady state (retention on, new segments reuse the files it removes; rounds {}) | {es:.0} | | | | | | {:.2}x disk write |",
+            list(&rounds["engine_steady_append"]),
+            es / disk_w
+        );
+    }
     let er = f(r, "engine.read_cold_mb_s");
     let _ = writeln!(
         md,

@@ -127,8 +127,8 @@ impl Plan {
             // Each round: the disk's write and read, fio's, the engine's.
             self.confirm_rounds as u64
                 * (3 * self.disk_mib_per_stream * self.disk_streams as u64 / 500
-                    + (self.engine_mib_per_partition * 2 / 500)
-                    + 2),
+                    + (self.engine_mib_per_partition * 2 * 2 / 500)
+                    + 3),
             2,
             4 * self.produce_s as u64,
             self.consume_s as u64 + 1,
@@ -277,6 +277,18 @@ fn run_steps(
         keep: false,
         json: false,
     };
+    // The same appends into a log at steady state: retention keeps two
+    // segments of an eighth of the run each, and a warm-up of four fills it,
+    // so the timed appends write over the files retention removes (segment
+    // recycling), as a long-lived log's do; the run above writes into fresh
+    // space only.
+    let steady_segment_mib = (plan.engine_mib_per_partition / 8).max(1);
+    let steady_args = engine::Args {
+        segment_mib: Some(steady_segment_mib),
+        retention_mib: Some(2 * steady_segment_mib),
+        warmup_mib: 4 * steady_segment_mib,
+        ..engine_args.clone()
+    };
     let fio_tool = crosscheck::find_tool("fio");
     let mut rounds = Rounds::default();
     let mut fio = crosscheck::Check::Absent;
@@ -321,12 +333,15 @@ fn run_steps(
         let e = engine::measure(&engine_args)?;
         rounds.engine_append.push(e.append_mb_s);
         rounds.engine_read.push(e.read_cold_mb_s);
+        let steady = engine::measure(&steady_args)?;
+        rounds.engine_steady_append.push(steady.append_mb_s);
         tracing::info!(
             round,
             disk_write = w.write_mb_s,
             disk_read = r.read_mb_s,
             engine_append = e.append_mb_s,
             engine_read = e.read_cold_mb_s,
+            engine_steady_append = steady.append_mb_s,
             "disk and engine in turn"
         );
         check_stop(stop)?;
@@ -350,6 +365,7 @@ fn run_steps(
     let engine = EngineMedians {
         append_mb_s: stats::median(&rounds.engine_append),
         read_cold_mb_s: stats::median(&rounds.engine_read),
+        steady_append_mb_s: stats::median(&rounds.engine_steady_append),
     };
     let iperf3 = crosscheck::iperf3(crosscheck::find_tool("iperf3").as_deref());
     progress.inc(est[1]);
@@ -669,6 +685,9 @@ fn run_steps(
         "engine": {
             "append_mb_s": engine.append_mb_s,
             "read_cold_mb_s": engine.read_cold_mb_s,
+            // The same appends at steady state (retention on, segment files
+            // reused): see the rounds.
+            "steady_append_mb_s": engine.steady_append_mb_s,
         },
         "produce": {
             "workload": "acks=1, compression none",
@@ -700,6 +719,7 @@ fn run_steps(
         "quota": quota_json,
         "ratios": {
             "engine_vs_disk": engine.append_mb_s / disk.write_mb_s,
+            "engine_steady_vs_disk": engine.steady_append_mb_s / disk.write_mb_s,
             "engine_read_vs_disk": engine.read_cold_mb_s / disk.read_mb_s,
             "produce_vs_limit": headline.mb_s / limit,
             "consume_vs_loopback": hot.mb_s / loopback_mb_s,
@@ -762,12 +782,15 @@ struct Rounds {
     fio_read: Vec<f64>,
     engine_append: Vec<f64>,
     engine_read: Vec<f64>,
+    /// The engine's append at steady state (retention on, files recycled).
+    engine_steady_append: Vec<f64>,
 }
 
 /// The engine's figures over the rounds (medians).
 struct EngineMedians {
     append_mb_s: f64,
     read_cold_mb_s: f64,
+    steady_append_mb_s: f64,
 }
 
 struct Replicated {

@@ -120,6 +120,9 @@ pub struct ShardConfig {
     /// Bytes of deleted segments and partitions each core frees per second,
     /// in the background (`trash`); 0 frees each file at once.
     pub delete_bytes_per_second: u64,
+    /// Bytes waiting to be freed on a core above which its trash frees
+    /// without pausing: the pace must not let the disk fill.
+    pub delete_backlog_bytes: u64,
     /// Bound on cross-core requests queued towards one shard from one peer.
     pub mesh_channel_capacity: usize,
     /// The core's log cleaner (compaction).
@@ -154,6 +157,7 @@ impl ShardConfig {
             retention_check_interval: Duration::from_secs(300),
             scrub_bytes_per_second: SCRUB_BYTES_PER_SECOND,
             delete_bytes_per_second: crate::trash::DELETE_BYTES_PER_SECOND,
+            delete_backlog_bytes: crate::trash::DELETE_BACKLOG_BYTES,
             mesh_channel_capacity: 1024,
             cleaner: CleanerConfig::default(),
             preempt_timer: PREEMPT_TIMER,
@@ -705,7 +709,10 @@ async fn run_shard(
         stopping: Cell::new(false),
         stopped: Default::default(),
     });
-    crate::trash::attach(shard.config.delete_bytes_per_second);
+    crate::trash::attach(
+        shard.config.delete_bytes_per_second,
+        shard.config.delete_backlog_bytes,
+    );
     if id == 0 {
         // Partitions whose deletion a crash interrupted: shard 0 frees them.
         match crate::trash::recover_dirs(&shard.config.data_dir) {

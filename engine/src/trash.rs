@@ -14,7 +14,8 @@
 //! this core's trash task frees the bytes in the background, shrinking each
 //! file by `step` bytes at a time (ftruncate on glommio's blocking pool)
 //! and pausing between steps, `bytes_per_second` in all, before it unlinks
-//! the file. A crash in between leaves renamed leftovers, which the next
+//! the file; while more than `backlog_limit` bytes wait it does not pause
+//! (a pace below the rate retention removes data at would fill the disk). A crash in between leaves renamed leftovers, which the next
 //! start hands back to the trash (`Shard` for directories, `PartitionLog::open`
 //! for segments); nothing reads them.
 
@@ -35,6 +36,8 @@ pub const DELETED_FILE_SUFFIX: &str = ".deleted";
 
 /// `ShardConfig::delete_bytes_per_second`'s default.
 pub const DELETE_BYTES_PER_SECOND: u64 = 256 << 20;
+/// `ShardConfig::delete_backlog_bytes`'s default.
+pub const DELETE_BACKLOG_BYTES: u64 = 2 << 30;
 /// Bytes freed by one step (one ftruncate).
 const STEP_BYTES: u64 = 16 << 20;
 
@@ -48,13 +51,35 @@ thread_local! {
     static RATE: Cell<Option<u64>> = const { Cell::new(None) };
     /// The task queue the trash task runs in (made on first use).
     static TASK_QUEUE: Cell<Option<glommio::TaskQueueHandle>> = const { Cell::new(None) };
+    /// Bytes of files queued or being freed, not yet freed (a directory
+    /// counts its files once the task lists them).
+    static BACKLOG: Cell<u64> = const { Cell::new(0) };
+    /// Above this backlog the task frees without pausing (`attach`).
+    static BACKLOG_LIMIT: Cell<u64> = const { Cell::new(DELETE_BACKLOG_BYTES) };
 }
 
 /// Gives this thread (a shard's executor) a trash task, freeing
-/// `bytes_per_second` (0: each file at once, still in the background).
+/// `bytes_per_second` (0: each file at once, still in the background)
+/// while at most `backlog_limit` bytes wait; above that it frees without
+/// pausing, so deletions that come faster than the pace (a log written
+/// faster than it, with retention) cannot fill the disk.
 /// Without it (tools, tests of one log) deletions happen at once.
-pub fn attach(bytes_per_second: u64) {
+pub fn attach(bytes_per_second: u64, backlog_limit: u64) {
     RATE.with(|r| r.set(Some(bytes_per_second)));
+    BACKLOG_LIMIT.with(|l| l.set(backlog_limit));
+}
+
+/// Bytes waiting to be freed on this core.
+pub fn backlog() -> u64 {
+    BACKLOG.with(Cell::get)
+}
+
+fn add_backlog(bytes: u64) {
+    BACKLOG.with(|b| b.set(b.get().saturating_add(bytes)));
+}
+
+fn sub_backlog(bytes: u64) {
+    BACKLOG.with(|b| b.set(b.get().saturating_sub(bytes)));
 }
 
 /// Paths queued or being freed on this core.
@@ -106,6 +131,14 @@ pub fn delete_file(path: &Path) -> Result<()> {
 /// Hands a renamed file or directory to this core's trash task (started
 /// when not running). Outside a glommio executor it is removed at once.
 pub fn schedule(path: PathBuf) {
+    if RATE.with(Cell::get).is_some() {
+        // A file counts from now; a directory's files when they are listed.
+        if let Ok(m) = std::fs::symlink_metadata(&path) {
+            if m.is_file() {
+                add_backlog(m.len());
+            }
+        }
+    }
     QUEUE.with(|q| q.borrow_mut().push_back(path));
     if RUNNING.with(Cell::get) {
         return;
@@ -217,7 +250,7 @@ async fn free(path: &Path) -> Result<u64> {
         Err(e) => return Err(LogError::io("stat", path, e)),
     };
     if !meta.is_dir() {
-        return free_file(path).await;
+        return free_file(path, meta.len()).await;
     }
     let mut freed = 0;
     let entries = std::fs::read_dir(path).map_err(|e| LogError::io("list", path, e))?;
@@ -226,15 +259,38 @@ async fn free(path: &Path) -> Result<u64> {
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .map(|e| e.path())
         .collect();
-    for file in files {
-        freed += free_file(&file).await?;
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+        .collect();
+    add_backlog(sizes.iter().sum());
+    let mut result = Ok(());
+    for (file, size) in files.iter().zip(sizes) {
+        // Every file's count is settled, freed or not.
+        match result {
+            Ok(()) => match free_file(file, size).await {
+                Ok(n) => freed += n,
+                Err(e) => result = Err(e),
+            },
+            Err(_) => sub_backlog(size),
+        }
     }
+    result?;
     crate::fsutil::remove_dir_all(path).await?;
     Ok(freed)
 }
 
-/// Shrinks a file `STEP_BYTES` at a time at this core's pace, then unlinks it.
-async fn free_file(path: &Path) -> Result<u64> {
+/// Shrinks a file `STEP_BYTES` at a time at this core's pace (no pause
+/// while the backlog is over its limit), then unlinks it. `counted`: what
+/// the backlog holds for it, all taken off by the time this returns.
+async fn free_file(path: &Path, counted: u64) -> Result<u64> {
+    let mut left_counted = counted;
+    let result = shrink_and_remove(path, &mut left_counted).await;
+    sub_backlog(left_counted);
+    result
+}
+
+async fn shrink_and_remove(path: &Path, counted: &mut u64) -> Result<u64> {
     let rate = RATE.with(Cell::get).unwrap_or(0);
     let size = std::fs::metadata(path).map_or(0, |m| m.len());
     if rate > 0 && size > STEP_BYTES {
@@ -251,7 +307,14 @@ async fn free_file(path: &Path) -> Result<u64> {
             blocking(move || f.set_len(left))
                 .await
                 .map_err(|e| LogError::io("truncate", path, e))?;
-            glommio::timer::sleep(pause).await;
+            let step = STEP_BYTES.min(*counted);
+            sub_backlog(step);
+            *counted -= step;
+            if backlog() <= BACKLOG_LIMIT.with(Cell::get) {
+                glommio::timer::sleep(pause).await;
+            } else {
+                glommio::yield_if_needed().await;
+            }
         }
     }
     let owned = path.to_path_buf();

@@ -170,3 +170,53 @@ fn what_a_crash_left_half_deleted_is_freed_at_the_next_start() {
     assert_eq!(latest, Some((15, -1)));
     rt.shutdown().unwrap();
 }
+
+/// Deletions that come faster than the pace must not fill the disk: above
+/// `delete_backlog_bytes` waiting, the trash frees without pausing; at or
+/// below it the pace holds again.
+#[test]
+fn a_backlog_over_its_limit_is_freed_without_the_pace() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::start(config(dir.path(), MIB)).unwrap();
+    let tp = TopicPartition::new("busy", 0);
+    let tp2 = tp.clone();
+    rt.block_on(0, move |shard| async move {
+        shard.create_partition(&tp2).await.unwrap()
+    })
+    .unwrap();
+    append_some(&rt, &tp, 5);
+    rt.shutdown().unwrap();
+    // Eight removed segments of 32 MiB waiting (sparse): 256 MiB, which at
+    // 1 MiB/s would take four minutes.
+    let partition = dir.path().join("busy-0");
+    for i in 0..8 {
+        std::fs::File::create(partition.join(format!("{:020}.log.deleted", 1000 + i)))
+            .unwrap()
+            .set_len(32 * MIB)
+            .unwrap();
+    }
+    let waiting = || -> u64 {
+        named(&partition, ".log.deleted")
+            .iter()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+            .sum()
+    };
+
+    let mut c = config(dir.path(), MIB);
+    c.delete_backlog_bytes = 64 * MIB;
+    let rt = Runtime::start(c).unwrap();
+    // Down to the limit (plus the step in hand) fast...
+    wait_until(
+        Duration::from_secs(20),
+        "the backlog down to its limit",
+        || waiting() <= 64 * MIB + 16 * MIB,
+    );
+    // ...then paced: 1 MiB/s frees 16 MiB in 16 s, so most stays for now.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        waiting() >= 32 * MIB,
+        "below the limit the pace holds: {} MiB left",
+        waiting() / MIB
+    );
+    rt.shutdown().unwrap();
+}

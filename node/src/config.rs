@@ -116,6 +116,9 @@ pub struct NodeConfig {
     /// `skiff.log.delete.bytes.per.second`: bytes of deleted segments and
     /// partitions each core frees per second (0: each file at once).
     pub delete_bytes_per_second: u64,
+    /// `skiff.log.delete.backlog.bytes`: above this many bytes waiting to be
+    /// freed, a core frees without pausing.
+    pub delete_backlog_bytes: u64,
     pub batch_cache_bytes: usize,
     pub io_memory_bytes: usize,
     /// `max.incremental.fetch.session.cache.slots`: KIP-227 fetch sessions the
@@ -362,6 +365,7 @@ impl NodeConfig {
             recycle_segments: true,
             scrub_bytes_per_second: skiff_engine::shard::SCRUB_BYTES_PER_SECOND,
             delete_bytes_per_second: skiff_engine::trash::DELETE_BYTES_PER_SECOND,
+            delete_backlog_bytes: skiff_engine::trash::DELETE_BACKLOG_BYTES,
             batch_cache_bytes: 256 << 20,
             io_memory_bytes: 64 << 20,
             fetch_session_cache_slots: 1000,
@@ -737,6 +741,7 @@ impl NodeConfig {
                 self.recycle_segments = value.parse().map_err(|_| bad("true or false"))?
             }
             "skiff.log.delete.bytes.per.second" => self.delete_bytes_per_second = num!(),
+            "skiff.log.delete.backlog.bytes" => self.delete_backlog_bytes = num!(),
             "skiff.batch.cache.bytes" => self.batch_cache_bytes = num!(),
             "skiff.io.memory.bytes" => self.io_memory_bytes = num!(),
             "max.incremental.fetch.session.cache.slots" => self.fetch_session_cache_slots = num!(),
@@ -1315,6 +1320,13 @@ mod tests {
         assert!(check_topic_config("cleanup.policy", "compact").is_ok());
         assert!(check_topic_config("segment.bytes", "1").is_err());
         assert!(check_topic_config("bogus", "1").is_err());
+        assert!(c.log_config(&BTreeMap::new()).recycle_segments);
+        c.apply_set("skiff.log.segment.recycle=false").unwrap();
+        assert!(!c.log_config(&BTreeMap::new()).recycle_segments);
+        assert!(c.apply_set("skiff.log.segment.recycle=maybe").is_err());
+        c.apply_set("skiff.log.delete.backlog.bytes=1048576")
+            .unwrap();
+        assert_eq!(c.delete_backlog_bytes, 1 << 20);
     }
 
     #[test]

@@ -187,6 +187,7 @@ impl Node {
             Duration::from_millis(config.retention_check_interval_ms.max(10));
         shard_config.scrub_bytes_per_second = config.scrub_bytes_per_second;
         shard_config.delete_bytes_per_second = config.delete_bytes_per_second;
+        shard_config.delete_backlog_bytes = config.delete_backlog_bytes;
         shard_config.checkpoint_interval =
             Duration::from_millis(config.checkpoint_interval_ms.max(100));
         shard_config.cleaner = CleanerConfig {
