@@ -1445,12 +1445,13 @@ impl PartitionLog {
         if self.offline_reason().is_some() {
             return Ok(outcome);
         }
-        // Files kept long ago that no roll took since: the log writes less
-        // than it used to, so their space goes back.
+        // Files kept long ago that no roll took since (the log writes less
+        // than it used to), or all once recycling is off: their space goes
+        // back.
         let mut kept = VecDeque::with_capacity(self.free.len());
         for mut f in std::mem::take(&mut self.free) {
             let since = *f.kept_at_ms.get_or_insert(now_ms);
-            if now_ms.saturating_sub(since) > FREE_FILE_TTL_MS {
+            if !self.config.recycle_segments || now_ms.saturating_sub(since) > FREE_FILE_TTL_MS {
                 crate::trash::delete_file(&f.path)?;
             } else {
                 kept.push_back(f);

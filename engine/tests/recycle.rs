@@ -137,7 +137,8 @@ fn retention_keeps_segment_files_and_rolls_reuse_them() {
     });
 }
 
-/// With `recycle_segments` off retention frees every file.
+/// With `recycle_segments` off retention frees every file it removes, and
+/// the files kept while it was on go at the next pass.
 #[test]
 fn recycling_off_frees_every_removed_segment() {
     let tmp = tempfile::tempdir().unwrap();
@@ -149,8 +150,28 @@ fn recycling_off_frees_every_removed_segment() {
             recycle_segments: false,
             ..small_config()
         };
-        let mut log = open(&dir, config).await.unwrap();
+        // Kept while recycling was on.
+        let mut log = open(
+            &dir,
+            LogConfig {
+                recycle_segments: true,
+                ..config.clone()
+            },
+        )
+        .await
+        .unwrap();
         for n in 0..200 {
+            log.append(mutable(&batch(n, 1, 2000, 0)), LEADER)
+                .await
+                .unwrap();
+        }
+        let leo = log.log_end_offset();
+        assert!(log.apply_retention(0, leo).await.unwrap().recycled_segments > 0);
+        assert!(!free_files(&dir).is_empty());
+        log.close().await.unwrap();
+
+        let mut log = open(&dir, config).await.unwrap();
+        for n in 200..400 {
             log.append(mutable(&batch(n, 1, 2000, 0)), LEADER)
                 .await
                 .unwrap();
@@ -160,6 +181,7 @@ fn recycling_off_frees_every_removed_segment() {
         assert!(out.deleted_segments >= 2);
         assert_eq!(out.recycled_segments, 0);
         assert!(free_files(&dir).is_empty());
+        assert_eq!(log.free_segment_files(), 0);
         log.close().await.unwrap();
     });
 }
