@@ -174,6 +174,8 @@ struct FreeFile {
     /// Every batch in the file lies below this offset.
     bound: i64,
     path: PathBuf,
+    /// The file's size: disk it holds while it waits.
+    bytes: u64,
     /// The retention pass's `now_ms` that kept it (None: found at open; the
     /// next pass stamps it).
     kept_at_ms: Option<i64>,
@@ -294,9 +296,10 @@ impl PartitionLog {
             txn_states: BTreeMap::new(),
             free: recovery::list_free(dir)?
                 .into_iter()
-                .map(|(bound, path, _)| FreeFile {
+                .map(|(bound, path, bytes)| FreeFile {
                     bound,
                     path,
+                    bytes,
                     kept_at_ms: None,
                 })
                 .collect(),
@@ -650,6 +653,11 @@ impl PartitionLog {
     /// Free files kept in the pool (`LogConfig::recycle_segments`).
     pub fn free_segment_files(&self) -> usize {
         self.free.len()
+    }
+
+    /// Disk the free files hold (not counted in `size_bytes`).
+    pub fn free_segment_bytes(&self) -> u64 {
+        self.free.iter().map(|f| f.bytes).sum()
     }
 
     /// Writes out and fdatasyncs everything appended: `flushed_offset` becomes the
@@ -1507,11 +1515,13 @@ impl PartitionLog {
                 outcome.deleted_bytes += segment.size();
                 if keep > 0 {
                     keep -= 1;
+                    let bytes = segment.size();
                     let (path, bound) = segment.retire().await?;
                     outcome.recycled_segments += 1;
                     self.free.push_back(FreeFile {
                         bound,
                         path,
+                        bytes,
                         kept_at_ms: Some(now_ms),
                     });
                 } else {

@@ -75,6 +75,8 @@ pub struct Partition {
 pub struct LogStats {
     pub segments: usize,
     pub size_bytes: u64,
+    /// Segment files retention removed, kept for reuse (recycling).
+    pub free_bytes: u64,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
     /// Why the partition is offline; None while it serves.
@@ -132,6 +134,7 @@ impl Partition {
         Ok(LogStats {
             segments: log.segment_count(),
             size_bytes: log.size_bytes(),
+            free_bytes: log.free_segment_bytes(),
             log_start_offset: log.log_start_offset(),
             log_end_offset: log.log_end_offset(),
             offline: log.offline_reason().map(str::to_string),

@@ -66,6 +66,11 @@ fn retention_keeps_segment_files_and_rolls_reuse_them() {
         let free = free_files(&dir);
         assert_eq!(free.len(), out.recycled_segments);
         assert_eq!(log.free_segment_files(), free.len());
+        let free_bytes: u64 = free
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum();
+        assert_eq!(log.free_segment_bytes(), free_bytes);
         let reused_inode = std::fs::metadata(&free[0]).unwrap().ino();
         let reused_size = std::fs::metadata(&free[0]).unwrap().len();
         assert!(reused_size > 0);

@@ -318,7 +318,7 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
     );
 
     type LogField = fn(&skiff_engine::LogStats) -> i64;
-    let log_families: [(&str, &str, LogField); 4] = [
+    let log_families: [(&str, &str, LogField); 5] = [
         ("skiff_log_segments", "Segments of a partition log.", |l| {
             l.segments as i64
         }),
@@ -326,6 +326,11 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
             "skiff_log_size_bytes",
             "Bytes of a partition log's segments.",
             |l| l.size_bytes as i64,
+        ),
+        (
+            "skiff_log_free_segment_bytes",
+            "Bytes of segment files retention removed, kept for the partition's next segments (skiff.log.segment.recycle).",
+            |l| l.free_bytes as i64,
         ),
         (
             "skiff_log_start_offset",
@@ -870,6 +875,7 @@ mod tests {
                 log: LogStats {
                     segments: 2,
                     size_bytes: 1234,
+                    free_bytes: 4096,
                     log_start_offset: 0,
                     log_end_offset: 9,
                     offline: None,
@@ -964,6 +970,7 @@ mod tests {
             ("skiff_batch_cache_hits_total", "counter"),
             ("skiff_log_segments", "gauge"),
             ("skiff_log_size_bytes", "gauge"),
+            ("skiff_log_free_segment_bytes", "gauge"),
             ("skiff_log_open_transactions", "gauge"),
             ("skiff_log_last_stable_offset_lag", "gauge"),
             ("skiff_log_cleaner_read_bytes_total", "counter"),
@@ -1097,6 +1104,13 @@ mod tests {
                 &[("topic", "orders"), ("partition", "0")]
             ),
             Some(1234.0)
+        );
+        assert_eq!(
+            find(
+                "skiff_log_free_segment_bytes",
+                &[("topic", "orders"), ("partition", "0")]
+            ),
+            Some(4096.0)
         );
     }
 
