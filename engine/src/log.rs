@@ -294,7 +294,8 @@ impl PartitionLog {
             txns: TxnTracker::default(),
             txn_seen: false,
             txn_states: BTreeMap::new(),
-            free: recovery::list_free(dir)?
+            free: recovered
+                .free
                 .into_iter()
                 .map(|(bound, path, bytes)| FreeFile {
                     bound,
@@ -1470,11 +1471,10 @@ impl PartitionLog {
         // one): about what it will take before the next.
         let rolls = std::mem::take(&mut self.rolls_since_retention);
         let mut keep = if self.config.recycle_segments {
-            rolls.max(1)
+            rolls.max(1).saturating_sub(self.free.len())
         } else {
             0
         };
-        keep = keep.saturating_sub(self.free.len());
         if !self.config.retention_delete {
             return Ok(outcome);
         }

@@ -45,7 +45,7 @@ use crate::segment::scan::{scan, ScanStop};
 use crate::segment::txn_index::TxnIndex;
 use crate::segment::{
     parse_segment_name, parse_swap_name, segment_path, Segment, SegmentState, FREE_SUFFIX,
-    INDEX_SUFFIX, LOG_SUFFIX, RECYCLED_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+    INDEX_SUFFIX, LOG_SUFFIX, RECYCLED_SUFFIX, SIDE_SUFFIXES, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
 };
 use crate::txn::TxnBatch;
 
@@ -94,6 +94,9 @@ pub struct Recovered {
     /// order: the log rebuilds those segments' aborted transaction indexes
     /// from them (`PartitionLog::open`).
     pub txn_batches: BTreeMap<i64, Vec<TxnBatch>>,
+    /// Retired segment files kept for reuse (`<bound>.log.free`), as
+    /// `(bound, path, size)`, lowest bound first.
+    pub free: Vec<(i64, PathBuf, u64)>,
 }
 
 /// What a full scan of one segment found.
@@ -214,7 +217,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let recovery_point = read_recovery_point(dir).await?;
     let checkpointed_start =
         read_offset_checkpoint(&dir.join(checkpoint::LOG_START_OFFSET_FILE)).await?;
-    let mut bases = list_segments(dir)?;
+    let Listing { mut bases, free } = list(dir)?;
     // Segments wholly below the log start (the next one starts at or before it):
     // what a crash left of retention, DeleteRecords or truncate_fully_and_start_at
     // after the start was checkpointed. They are not part of the log; they go
@@ -427,6 +430,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         scanned_bytes,
         first_scanned,
         txn_batches,
+        free,
     })
 }
 
@@ -558,7 +562,22 @@ pub async fn finish_interrupted_cleaning(dir: &Path) -> Result<()> {
 /// Base offsets of the segments in `dir`, ascending. Leftover temporary files of
 /// an interrupted atomic write are removed.
 pub fn list_segments(dir: &Path) -> Result<Vec<i64>> {
+    Ok(list(dir)?.bases)
+}
+
+/// What one listing of a partition directory found.
+struct Listing {
+    /// Segment base offsets, ascending.
+    bases: Vec<i64>,
+    /// Retired segment files kept for reuse (`<bound>.log.free`), as
+    /// `(bound, path, size)`, lowest bound first.
+    free: Vec<(i64, PathBuf, u64)>,
+}
+
+/// `list_segments`, and the free files beside them.
+fn list(dir: &Path) -> Result<Listing> {
     let mut bases = Vec::new();
+    let mut free = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
@@ -568,46 +587,28 @@ pub fn list_segments(dir: &Path) -> Result<Vec<i64>> {
             let _ = std::fs::remove_file(entry.path());
             continue;
         }
-        if let Some((base, LOG_SUFFIX)) = parse_segment_name(name) {
-            bases.push(base);
+        match parse_segment_name(name) {
+            Some((base, LOG_SUFFIX)) => bases.push(base),
+            Some((bound, FREE_SUFFIX)) => {
+                let size = entry
+                    .metadata()
+                    .map_err(|e| LogError::io("stat", entry.path(), e))?
+                    .len();
+                free.push((bound, entry.path(), size));
+            }
+            _ => {}
         }
     }
     bases.sort_unstable();
-    Ok(bases)
-}
-
-/// The retired segment files kept for reuse in `dir` (`<bound>.log.free`),
-/// as `(bound, path, size)`, lowest bound first.
-pub fn list_free(dir: &Path) -> Result<Vec<(i64, PathBuf, u64)>> {
-    let mut free = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
-        let name = entry.file_name();
-        let Some((bound, FREE_SUFFIX)) = name.to_str().and_then(parse_segment_name) else {
-            continue;
-        };
-        let size = entry
-            .metadata()
-            .map_err(|e| LogError::io("stat", entry.path(), e))?
-            .len();
-        free.push((bound, entry.path(), size));
-    }
     free.sort_unstable_by_key(|(bound, _, _)| *bound);
-    Ok(free)
+    Ok(Listing { bases, free })
 }
 
 async fn delete_segment_files(dir: &Path, base: i64) -> Result<u64> {
     let log = segment_path(dir, base, LOG_SUFFIX);
     let size = std::fs::metadata(&log).map_or(0, |m| m.len());
     // The `.log` last, as `Segment::delete` does.
-    for suffix in [
-        INDEX_SUFFIX,
-        TIME_INDEX_SUFFIX,
-        TXN_INDEX_SUFFIX,
-        RECYCLED_SUFFIX,
-        LOG_SUFFIX,
-    ] {
+    for suffix in SIDE_SUFFIXES.into_iter().chain([LOG_SUFFIX]) {
         fsutil::remove(&segment_path(dir, base, suffix)).await?;
     }
     Ok(size)

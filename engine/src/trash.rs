@@ -254,28 +254,26 @@ async fn free(path: &Path) -> Result<u64> {
     }
     let mut freed = 0;
     let entries = std::fs::read_dir(path).map_err(|e| LogError::io("list", path, e))?;
-    let files: Vec<PathBuf> = entries
+    let files: Vec<(PathBuf, u64)> = entries
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .map(|e| e.path())
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            m.is_file().then(|| (e.path(), m.len()))
+        })
         .collect();
-    let sizes: Vec<u64> = files
-        .iter()
-        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
-        .collect();
-    add_backlog(sizes.iter().sum());
-    let mut result = Ok(());
-    for (file, size) in files.iter().zip(sizes) {
-        // Every file's count is settled, freed or not.
-        match result {
-            Ok(()) => match free_file(file, size).await {
-                Ok(n) => freed += n,
-                Err(e) => result = Err(e),
-            },
-            Err(_) => sub_backlog(size),
+    let mut left: u64 = files.iter().map(|(_, size)| size).sum();
+    add_backlog(left);
+    for (file, size) in files {
+        left -= size;
+        match free_file(&file, size).await {
+            Ok(n) => freed += n,
+            Err(e) => {
+                // The files not reached leave the backlog too.
+                sub_backlog(left);
+                return Err(e);
+            }
         }
     }
-    result?;
     crate::fsutil::remove_dir_all(path).await?;
     Ok(freed)
 }

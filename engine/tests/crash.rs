@@ -171,13 +171,18 @@ fn child_roll(dir: PathBuf) {
     });
 }
 
+/// Opens (recovering) the child's partition and says READY.
+async fn open_ready(dir: &Path, config: LogConfig) -> Rc<Partition> {
+    let log = PartitionLog::open(dir, "crash", 0, config, BatchCache::new(8 << 20))
+        .await
+        .expect("child: open");
+    println!("READY");
+    Rc::new(Partition::new(log))
+}
+
 fn child(dir: PathBuf, start: u64) {
     run(move || async move {
-        let log = PartitionLog::open(&dir, "crash", 0, config(), BatchCache::new(8 << 20))
-            .await
-            .expect("child: open");
-        let partition = Rc::new(Partition::new(log));
-        println!("READY");
+        let partition = open_ready(&dir, config()).await;
         write_forever(&partition, start).await;
     });
 }
@@ -248,11 +253,7 @@ async fn write_forever(partition: &Rc<Partition>, start: u64) {
 /// Prints `RECYCLED n` (rolls that reused a file so far) as it changes.
 fn child_recycle(dir: PathBuf, start: u64) {
     run(move || async move {
-        let log = PartitionLog::open(&dir, "crash", 0, recycle_config(), BatchCache::new(8 << 20))
-            .await
-            .expect("child: open");
-        let partition = Rc::new(Partition::new(log));
-        println!("READY");
+        let partition = open_ready(&dir, recycle_config()).await;
         let retention = {
             let p = partition.clone();
             glommio::spawn_local(async move {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use common::*;
 use skiff_engine::batch::BatchHeader;
 use skiff_engine::segment::{free_path, segment_path, LOG_SUFFIX, RECYCLED_SUFFIX};
-use skiff_engine::{AppendMode, LogConfig};
+use skiff_engine::{AppendMode, LogConfig, PartitionLog};
 
 const LEADER: AppendMode = AppendMode::Leader { leader_epoch: 1 };
 
@@ -25,6 +25,15 @@ fn free_files(dir: &Path) -> Vec<std::path::PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+/// Appends one ~2 KiB batch for each `n`.
+async fn fill(log: &mut PartitionLog, ns: std::ops::Range<u64>) {
+    for n in ns {
+        log.append(mutable(&batch(n, 1, 2000, 0)), LEADER)
+            .await
+            .unwrap();
+    }
 }
 
 /// The batch bytes past the stamped header fields (base offset, length, epoch).
@@ -165,22 +174,14 @@ fn recycling_off_frees_every_removed_segment() {
         )
         .await
         .unwrap();
-        for n in 0..200 {
-            log.append(mutable(&batch(n, 1, 2000, 0)), LEADER)
-                .await
-                .unwrap();
-        }
+        fill(&mut log, 0..200).await;
         let leo = log.log_end_offset();
         assert!(log.apply_retention(0, leo).await.unwrap().recycled_segments > 0);
         assert!(!free_files(&dir).is_empty());
         log.close().await.unwrap();
 
         let mut log = open(&dir, config).await.unwrap();
-        for n in 200..400 {
-            log.append(mutable(&batch(n, 1, 2000, 0)), LEADER)
-                .await
-                .unwrap();
-        }
+        fill(&mut log, 200..400).await;
         let leo = log.log_end_offset();
         let out = log.apply_retention(0, leo).await.unwrap();
         assert!(out.deleted_segments >= 2);

@@ -58,6 +58,18 @@ fn append_some(rt: &Runtime, tp: &TopicPartition, batches: u64) {
     .unwrap();
 }
 
+/// `tp` made, given 5 batches and closed by a runtime that then stops.
+fn stopped_partition(dir: &Path, tp: &TopicPartition) {
+    let rt = Runtime::start(config(dir, 64 * MIB)).unwrap();
+    let tp2 = tp.clone();
+    rt.block_on(0, move |shard| async move {
+        shard.create_partition(&tp2).await.unwrap()
+    })
+    .unwrap();
+    append_some(&rt, tp, 5);
+    rt.shutdown().unwrap();
+}
+
 #[test]
 fn a_deleted_partition_is_renamed_at_once_and_freed_at_the_set_pace() {
     let dir = tempfile::tempdir().unwrap();
@@ -126,15 +138,8 @@ fn a_deleted_partition_is_renamed_at_once_and_freed_at_the_set_pace() {
 #[test]
 fn what_a_crash_left_half_deleted_is_freed_at_the_next_start() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = Runtime::start(config(dir.path(), 64 * MIB)).unwrap();
     let tp = TopicPartition::new("kept", 0);
-    let tp2 = tp.clone();
-    rt.block_on(0, move |shard| async move {
-        shard.create_partition(&tp2).await.unwrap()
-    })
-    .unwrap();
-    append_some(&rt, &tp, 5);
-    rt.shutdown().unwrap();
+    stopped_partition(dir.path(), &tp);
 
     // As a crash leaves them: a renamed partition directory and a renamed
     // segment inside a live partition.
@@ -177,15 +182,7 @@ fn what_a_crash_left_half_deleted_is_freed_at_the_next_start() {
 #[test]
 fn a_backlog_over_its_limit_is_freed_without_the_pace() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = Runtime::start(config(dir.path(), MIB)).unwrap();
-    let tp = TopicPartition::new("busy", 0);
-    let tp2 = tp.clone();
-    rt.block_on(0, move |shard| async move {
-        shard.create_partition(&tp2).await.unwrap()
-    })
-    .unwrap();
-    append_some(&rt, &tp, 5);
-    rt.shutdown().unwrap();
+    stopped_partition(dir.path(), &TopicPartition::new("busy", 0));
     // Eight removed segments of 32 MiB waiting (sparse): 256 MiB, which at
     // 1 MiB/s would take four minutes.
     let partition = dir.path().join("busy-0");

@@ -56,6 +56,14 @@ pub const RECYCLED_SUFFIX: &str = "recycled";
 /// A retired segment file kept for reuse: `<bound, 20 digits>.log.free`, every
 /// batch in it below `bound`.
 pub const FREE_SUFFIX: &str = "log.free";
+/// The files beside a segment's `.log`: removed before it, so a crash in
+/// between leaves a whole segment or none (recovery lists segments by `.log`).
+pub const SIDE_SUFFIXES: [&str; 4] = [
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    RECYCLED_SUFFIX,
+];
 
 /// `dir/<base offset, 20 digits>.<suffix>`.
 pub fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
@@ -469,8 +477,16 @@ impl Segment {
         Ok(())
     }
 
-    /// Deletes the segment's files.
+    /// Deletes the segment's files: the `.log` (up to a segment's size) is
+    /// renamed, and freed by the core's trash task at its pace (`trash`).
     pub async fn delete(self) -> Result<()> {
+        let log = self.into_log().await?;
+        crate::trash::delete_file(&log)
+    }
+
+    /// Closes the segment's files and removes all but its `.log` (the last to
+    /// go, see `SIDE_SUFFIXES`), whose path it returns.
+    async fn into_log(self) -> Result<PathBuf> {
         let Segment {
             dir,
             base_offset,
@@ -480,19 +496,10 @@ impl Segment {
         } = self;
         drop(appender);
         drop(file);
-        // The `.log` last: recovery lists segments by it, so a crash in between
-        // leaves a whole segment or none, never index files without their log.
-        // The `.log` (up to a segment's size) is renamed, and freed by the
-        // core's trash task at its pace (`trash`).
-        for suffix in [
-            INDEX_SUFFIX,
-            TIME_INDEX_SUFFIX,
-            TXN_INDEX_SUFFIX,
-            RECYCLED_SUFFIX,
-        ] {
+        for suffix in SIDE_SUFFIXES {
             fsutil::remove(&segment_path(&dir, base_offset, suffix)).await?;
         }
-        crate::trash::delete_file(&segment_path(&dir, base_offset, LOG_SUFFIX))
+        Ok(segment_path(&dir, base_offset, LOG_SUFFIX))
     }
 
     /// Removes a closed segment but keeps its file for reuse by a later
@@ -501,27 +508,10 @@ impl Segment {
     /// bound (the next offset) it names. The rename is not synced: a crash may bring the segment
     /// back below the log start, where recovery removes it.
     pub async fn retire(self) -> Result<(PathBuf, i64)> {
+        debug_assert!(self.appender.is_none(), "only closed segments retire");
         let bound = self.state.next_offset;
-        let Segment {
-            dir,
-            base_offset,
-            file,
-            appender,
-            ..
-        } = self;
-        debug_assert!(appender.is_none(), "only closed segments retire");
-        drop(appender);
-        drop(file);
-        for suffix in [
-            INDEX_SUFFIX,
-            TIME_INDEX_SUFFIX,
-            TXN_INDEX_SUFFIX,
-            RECYCLED_SUFFIX,
-        ] {
-            fsutil::remove(&segment_path(&dir, base_offset, suffix)).await?;
-        }
-        let log = segment_path(&dir, base_offset, LOG_SUFFIX);
-        let free = free_path(&dir, bound);
+        let free = free_path(&self.dir, bound);
+        let log = self.into_log().await?;
         std::fs::rename(&log, &free).map_err(|e| LogError::io("rename", &log, e))?;
         Ok((free, bound))
     }
