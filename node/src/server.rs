@@ -236,7 +236,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
             .await;
         let frame = match next {
             None | Some(Ok(None)) => return Ok(()),
-            Some(Ok(Some(frame))) => frame.freeze(),
+            Some(Ok(Some(frame))) => frame,
             Some(Err(e)) => return Err(e.to_string()),
         };
         // A client over its quota: its next request waits until the throttle

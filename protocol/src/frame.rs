@@ -25,6 +25,9 @@ pub const SIZE_PREFIX_BYTES: usize = 4;
 /// frame whose rest is at least this large is read straight into its place.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// How much of a large frame's place is zeroed (and then read into) at a time.
+pub const ZEROED_STEP_BYTES: usize = 64 * 1024;
+
 /// Reads one frame: `Ok(None)` on a clean end of stream before the frame starts.
 ///
 /// Allocates exactly the frame's size, after checking it. For a connection that
@@ -62,14 +65,17 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 /// Memory bound: the buffer holds at most one whole frame
 /// (`max_frame_bytes + 4`) plus one read chunk, and the chunk buffer is
 /// [`READ_CHUNK_BYTES`]. Frames handed out share the buffer's allocation until
-/// they are dropped.
+/// they are dropped; a frame whose rest was [`READ_CHUNK_BYTES`] or more when
+/// its reading began has an allocation of its own, of its size.
 #[derive(Debug)]
 pub struct FrameReader {
     /// `buf[..filled]` is read and not yet handed out: whole frames first, then a
-    /// partial one. `buf[filled..]` exists only while a large frame is incomplete:
-    /// zeroed room ending exactly at that frame's end, read into directly.
+    /// partial one. Between reads `buf.len() == filled`.
     buf: BytesMut,
     filled: usize,
+    /// While a large frame is incomplete: where it ends in `buf`, whose capacity
+    /// ends there too; its bytes are read straight into place. 0 otherwise.
+    large_end: usize,
     /// Where small reads land (initialised once, so no per-read zeroing); their
     /// bytes are then appended to `buf`.
     chunk: Box<[u8]>,
@@ -82,6 +88,7 @@ impl FrameReader {
         Self {
             buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
             filled: 0,
+            large_end: 0,
             chunk: vec![0u8; READ_CHUNK_BYTES].into_boxed_slice(),
             max_frame_bytes,
         }
@@ -131,18 +138,40 @@ impl FrameReader {
     }
 
     /// One read from the connection into the buffer. `missing` is what the current
-    /// frame still needs: a large rest gets zeroed room (once) and is read straight
-    /// into it, never past the frame's end, so the buffer stays bounded by one frame.
+    /// frame still needs: a large rest is read straight into the frame's place,
+    /// never past its end, so the buffer stays bounded by one frame.
+    ///
+    /// That place is a new allocation of exactly the frame's size, never a larger
+    /// buffer reused: a large frame's record batches may outlive it (the batch
+    /// cache keeps them), and must not hold memory far beyond their own. It is
+    /// zeroed one [`ZEROED_STEP_BYTES`] piece at a time, just before each read
+    /// into it, so the read finds the piece still in cache (zeroing a whole
+    /// frame first cost as much as the copy out of the socket).
     async fn fill<R: AsyncRead + Unpin>(
         &mut self,
         reader: &mut R,
         missing: usize,
     ) -> Result<usize, FrameError> {
-        if self.buf.len() == self.filled && missing >= READ_CHUNK_BYTES {
-            self.buf.resize(self.filled + missing, 0);
+        // A read cancelled at its await (a stopping connection) leaves zeroed
+        // bytes past `filled`.
+        self.buf.truncate(self.filled);
+        if self.large_end == 0 && missing >= READ_CHUNK_BYTES {
+            let mut place = BytesMut::with_capacity(self.filled + missing);
+            place.extend_from_slice(&self.buf[..self.filled]);
+            self.buf = place;
+            self.large_end = self.filled + missing;
         }
-        let received = if self.buf.len() > self.filled {
-            read_some(reader, &mut self.buf[self.filled..]).await?
+        let received = if self.large_end > 0 {
+            let step = (self.large_end - self.filled).min(ZEROED_STEP_BYTES);
+            self.buf.resize(self.filled + step, 0);
+            let received = read_some(reader, &mut self.buf[self.filled..]).await;
+            self.buf
+                .truncate(self.filled + received.as_ref().map_or(0, |n| *n));
+            let received = received?;
+            if self.filled + received == self.large_end {
+                self.large_end = 0;
+            }
+            received
         } else {
             let received = read_some(reader, &mut self.chunk).await?;
             self.buf.extend_from_slice(&self.chunk[..received]);
@@ -198,6 +227,7 @@ async fn read_some<R: AsyncRead + Unpin>(reader: &mut R, dst: &mut [u8]) -> io::
 mod tests {
     use super::*;
     use futures_lite::future::block_on;
+    use std::future::Future;
     use std::task::{Context, Poll};
 
     /// Hands out its bytes in the given read sizes, then end of stream.
@@ -249,6 +279,61 @@ mod tests {
                 assert_eq!(frame.ok().flatten().as_deref(), Some(*body));
             }
             assert!(matches!(block_on(frames.next(&mut reader)), Ok(None)));
+        }
+    }
+
+    /// Reads like `Chunked`, but the first read that finds the stream at
+    /// `stall_at` returns Pending once.
+    struct Stalling {
+        inner: Chunked,
+        stall_at: usize,
+        stalled: bool,
+    }
+
+    impl AsyncRead for Stalling {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            if !self.stalled && self.inner.position >= self.stall_at {
+                self.stalled = true;
+                return Poll::Pending;
+            }
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    #[test]
+    fn a_read_dropped_in_the_middle_of_a_large_frame_loses_nothing() {
+        let big: Vec<u8> = (0..3 * READ_CHUNK_BYTES + 5).map(|i| i as u8).collect();
+        let bodies: Vec<&[u8]> = vec![&big, b"after"];
+        let mut reader = Stalling {
+            inner: Chunked {
+                data: framed(&bodies),
+                position: 0,
+                sizes: vec![1000, 70_000, 5],
+                reads: 0,
+            },
+            stall_at: 71_000,
+            stalled: false,
+        };
+        let mut frames = FrameReader::new(DEFAULT_MAX_FRAME_BYTES);
+        {
+            // Polled until the stall, then dropped (as a stopping connection does).
+            let mut next = std::pin::pin!(frames.next(&mut reader));
+            let waker = std::task::Waker::noop();
+            assert!(next
+                .as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending());
+        }
+        let read = reader.inner.position;
+        assert!((71_000..big.len()).contains(&read), "stalled mid-frame");
+        assert_eq!(frames.buffered_bytes(), read);
+        for body in &bodies {
+            let frame = block_on(frames.next(&mut reader));
+            assert_eq!(frame.ok().flatten().as_deref(), Some(*body));
         }
     }
 

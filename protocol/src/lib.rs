@@ -22,6 +22,7 @@
 pub mod error;
 pub mod frame;
 mod guard;
+pub mod produce;
 pub mod request;
 pub mod response;
 // The one module with `unsafe`: it implements `bytes::BufMut`, an unsafe trait.

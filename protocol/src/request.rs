@@ -3,10 +3,12 @@
 //! [`versions::accepts`]) [`decode_body`].
 //!
 //! Record batches in a ProduceRequest stay `Bytes` slices of the frame: nothing
-//! here decodes records.
+//! here decodes records. The node decodes Produce bodies with [`crate::produce`]
+//! instead, which hands out writable pieces of the frame.
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind};
+use kafka_protocol::protocol::buf::ByteBuf;
 use kafka_protocol::protocol::Decodable;
 
 use crate::error::ProtocolError;
@@ -52,9 +54,13 @@ const HEADER_PREFIX_BYTES: usize = 8;
 /// (ApiVersions requests use header v2 from v3 on, v1 before). An api key Kafka
 /// does not define fails with [`ProtocolError::UnknownApiKey`]; the request
 /// cannot be answered (its response format is unknown): close the connection.
-pub fn decode_header(frame: &mut Bytes) -> Result<(RequestHeader, ApiKey), ProtocolError> {
-    let Some(prefix) = frame.get(..HEADER_PREFIX_BYTES) else {
-        return Err(ProtocolError::ShortHeader { len: frame.len() });
+pub fn decode_header<B>(frame: &mut B) -> Result<(RequestHeader, ApiKey), ProtocolError>
+where
+    B: ByteBuf + std::ops::Deref<Target = [u8]>,
+{
+    let bytes: &[u8] = frame;
+    let Some(prefix) = bytes.get(..HEADER_PREFIX_BYTES) else {
+        return Err(ProtocolError::ShortHeader { len: bytes.len() });
     };
     let raw_api_key = i16::from_be_bytes([prefix[0], prefix[1]]);
     let version = i16::from_be_bytes([prefix[2], prefix[3]]);

@@ -195,31 +195,27 @@ impl Access {
 
 pub fn produce(
     access: &Access,
-    request: &mut kafka_protocol::messages::ProduceRequest,
+    request: &mut skiff_protocol::produce::ProduceRequest,
 ) -> (Denied, ResponseError) {
+    let key = |t: &skiff_protocol::produce::TopicData| {
+        (
+            t.name.clone(),
+            t.partitions.iter().map(|p| p.index).collect(),
+        )
+    };
     if let Some(id) = &request.transactional_id {
-        if transactional_id(access, &id.0).is_some() {
-            let all = std::mem::take(&mut request.topic_data)
-                .into_iter()
-                .map(|t| {
-                    (
-                        t.name.0.to_string(),
-                        t.partition_data.iter().map(|p| p.index).collect(),
-                    )
-                })
+        if transactional_id(access, id).is_some() {
+            let all = std::mem::take(&mut request.topics)
+                .iter()
+                .map(key)
                 .collect();
             return (all, ResponseError::TransactionalIdAuthorizationFailed);
         }
     }
     let denied = access.refuse(
-        &mut request.topic_data,
-        |t| access.topic(Op::Write, &t.name.0),
-        |t| {
-            (
-                t.name.0.to_string(),
-                t.partition_data.iter().map(|p| p.index).collect(),
-            )
-        },
+        &mut request.topics,
+        |t| access.topic(Op::Write, &t.name),
+        key,
     );
     (denied, TOPIC_DENIED)
 }

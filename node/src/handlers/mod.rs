@@ -27,9 +27,10 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 use kafka_protocol::ResponseError;
+use skiff_protocol::produce::ProduceRequest;
 use skiff_protocol::response::{encode_response, ResponseFrame};
 use skiff_protocol::splice::Splices;
 use skiff_protocol::{request, versions};
@@ -41,12 +42,17 @@ pub struct Request {
     pub header: RequestHeader,
     pub api_key: ApiKey,
     pub version: i16,
+    /// The body kafka-protocol decoded; `None` for a Produce (see `produce`) and
+    /// for an ApiVersions version this node does not know.
     pub body: Option<RequestKind>,
+    /// A Produce body, decoded by skiff so its batches are writable pieces of
+    /// the frame (`skiff_protocol::produce`).
+    pub produce: Option<ProduceRequest>,
 }
 
 impl Request {
     /// Decodes a frame. Errors are reasons to close the connection.
-    pub fn decode(mut frame: Bytes) -> Result<Request, String> {
+    pub fn decode(mut frame: BytesMut) -> Result<Request, String> {
         let (header, api_key) = request::decode_header(&mut frame).map_err(|e| e.to_string())?;
         let version = header.request_api_version;
         if !versions::accepts(api_key, version) {
@@ -58,6 +64,7 @@ impl Request {
                     api_key,
                     version,
                     body: None,
+                    produce: None,
                 });
             }
             return Err(format!(
@@ -65,17 +72,30 @@ impl Request {
                 header.correlation_id
             ));
         }
-        let body = request::decode_body(api_key, version, &mut frame).map_err(|e| {
+        let malformed = |e: skiff_protocol::ProtocolError| {
             format!(
                 "malformed {api_key:?} v{version} request (correlation id {}): {e}",
                 header.correlation_id
             )
-        })?;
+        };
+        if api_key == ApiKey::Produce {
+            let produce = skiff_protocol::produce::decode(frame, version).map_err(malformed)?;
+            return Ok(Request {
+                header,
+                api_key,
+                version,
+                body: None,
+                produce: Some(produce),
+            });
+        }
+        let body =
+            request::decode_body(api_key, version, &mut frame.freeze()).map_err(malformed)?;
         Ok(Request {
             header,
             api_key,
             version,
             body: Some(body),
+            produce: None,
         })
     }
 }
@@ -94,10 +114,11 @@ pub async fn start(
         api_key,
         version,
         body,
+        produce,
     } = request;
     core.metrics.request(api_key);
-    match body {
-        Some(RequestKind::Produce(mut r)) => {
+    match (body, produce) {
+        (_, Some(mut r)) => {
             let started = Instant::now();
             let acks = r.acks;
             let access = authz::Access::new(core.topics(), session.clone());
@@ -108,7 +129,7 @@ pub async fn start(
                 &session,
                 header.client_id.as_deref().unwrap_or(""),
                 QuotaKey::ProducerByteRate,
-                || produce::request_bytes(&r) as f64,
+                || r.records_bytes() as f64,
             );
             let pending = produce::append_phase(&core, r, version).await;
             Box::pin(async move {
@@ -127,13 +148,14 @@ pub async fn start(
                 )
             })
         }
-        body => Box::pin(handle(
+        (body, None) => Box::pin(handle(
             core,
             Request {
                 header,
                 api_key,
                 version,
                 body,
+                produce: None,
             },
             session,
         )),
@@ -169,6 +191,7 @@ async fn handle(
         api_key,
         mut version,
         body,
+        ..
     } = request;
     let started = Instant::now();
     if body.is_none() {

@@ -9,20 +9,25 @@
 //! durability and the response (`ProducePending::finish`) then run as their own
 //! task, so pipelined requests still share group commits.
 //!
-//! The request frame is shared by every field kafka-protocol decoded out of it, so
-//! the batch is copied once into a buffer the engine can stamp in place.
+//! A batch is handed to the engine as the writable piece of the request frame it
+//! arrived in (`skiff_protocol::produce`): the engine stamps its offset and
+//! epoch there and the batch cache keeps it, so the records are copied once, into
+//! the segment buffer. A small batch, or one in a frame that is mostly other
+//! bytes, is copied into its own buffer first (`own_buffer`), so the cache never
+//! holds a large frame alive for a small batch.
 
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures_channel::oneshot;
 use futures_util::future::join_all;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::ProduceResponse;
 use kafka_protocol::ResponseError;
 use skiff_engine::batch::{self, BatchHeader};
 use skiff_engine::{AppendMode, LogError, Shard, TopicPartition};
+use skiff_protocol::produce::ProduceRequest;
 
 use crate::kafka::{error_code, now_ms, str_bytes};
 use crate::producer::{append_idempotent, SequenceOrLog};
@@ -61,29 +66,50 @@ struct AppendedPending {
     appended_size: Option<(usize, i32)>,
 }
 
-/// The bytes of record batches a produce request carries (what
-/// `producer_byte_rate` counts).
-pub fn request_bytes(request: &ProduceRequest) -> usize {
-    request
-        .topic_data
+/// A batch smaller than this is copied out of its request frame. A frame with a
+/// batch this large was read into a buffer little larger than itself
+/// (`FrameReader`), so a batch kept in its frame holds at most a few times its
+/// own size.
+const SHARED_BATCH_BYTES_MIN: usize = skiff_protocol::frame::READ_CHUNK_BYTES;
+
+/// Whether the request's large batches may stay in its frame: only when they make
+/// up at least three quarters of it, so what the batch cache holds alive is at
+/// most a third more than the batches it counts.
+fn frame_is_mostly_batches(request: &ProduceRequest) -> bool {
+    let large: usize = request
+        .topics
         .iter()
-        .flat_map(|t| &t.partition_data)
-        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
-        .sum()
+        .flat_map(|t| &t.partitions)
+        .filter_map(|p| p.records.as_ref().map(|r| r.len()))
+        .filter(|&len| len >= SHARED_BATCH_BYTES_MIN)
+        .sum();
+    large.saturating_mul(4) >= request.body_bytes.saturating_mul(3)
+}
+
+/// The batch in a buffer of its own when keeping it in the frame would hold
+/// the frame's memory for a small batch (see the module comment).
+fn own_buffer(records: BytesMut, share_frame: bool) -> BytesMut {
+    if share_frame && records.len() >= SHARED_BATCH_BYTES_MIN {
+        records
+    } else {
+        BytesMut::from(&records[..])
+    }
 }
 
 /// Phase one (in request order): validate and append every partition's batch.
 pub async fn append_phase(
     core: &CoreState,
-    request: ProduceRequest,
+    mut request: ProduceRequest,
     version: i16,
 ) -> ProducePending {
     let acks = request.acks;
-    let transactional_id = request.transactional_id.as_ref().map(|t| t.0.as_str());
+    let timeout_ms = request.timeout_ms;
+    let share_frame = frame_is_mostly_batches(&request);
+    let transactional_id = request.transactional_id.as_deref();
     let topics = core.topics();
     let mut pending = Vec::new();
-    for t in &request.topic_data {
-        let name = t.name.0.to_string();
+    for t in &mut request.topics {
+        let name = t.name.clone();
         let log_append_time = topics
             .get(&name)
             .and_then(|info| info.configs.get("message.timestamp.type"))
@@ -95,10 +121,10 @@ pub async fn append_phase(
                 .config
                 .cleanup_policy_has(&info.configs, "compact")
         });
-        for p in &t.partition_data {
+        for p in &mut t.partitions {
             let tp = TopicPartition::new(name.clone(), p.index);
             let serves = super::check_leader(&topics, &name, p.index);
-            let records = p.records.clone();
+            let records = p.records.take().map(|r| own_buffer(r, share_frame));
             let shard = core.shard.clone();
             let metrics = &core.metrics;
             pending.push(async move {
@@ -124,8 +150,7 @@ pub async fn append_phase(
                         message: format!("acks must be 0, 1 or -1, got {acks}"),
                     })
                 } else {
-                    let timeout =
-                        Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64);
+                    let timeout = Duration::from_millis(timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64);
                     produce_partition(
                         core,
                         &shard,
@@ -204,9 +229,9 @@ fn respond(
     }
     let mut responses: Vec<TopicProduceResponse> = Vec::new();
     for (t, (tp, result)) in request
-        .topic_data
+        .topics
         .iter()
-        .flat_map(|t| t.partition_data.iter().map(move |_| t))
+        .flat_map(|t| t.partitions.iter().map(move |_| t))
         .zip(results)
     {
         // Fields are set only in the versions that have them (v5: log start
@@ -230,10 +255,14 @@ fn respond(
             }
         }
         match responses.last_mut() {
-            Some(last) if last.name == t.name => last.partition_responses.push(partition),
+            Some(last) if last.name.0.as_str() == t.name => {
+                last.partition_responses.push(partition)
+            }
             _ => responses.push(
                 TopicProduceResponse::default()
-                    .with_name(t.name.clone())
+                    .with_name(kafka_protocol::messages::TopicName(str_bytes(
+                        t.name.clone(),
+                    )))
                     .with_partition_responses(vec![partition]),
             ),
         }
@@ -247,7 +276,7 @@ async fn produce_partition(
     shard: &Rc<Shard>,
     tp: &TopicPartition,
     transactional_id: Option<&str>,
-    records: Option<Bytes>,
+    records: Option<BytesMut>,
     log_append_time: bool,
     compacted: bool,
     acks: i16,
@@ -305,10 +334,9 @@ async fn produce_partition(
     let size = (records.len(), header.records_count);
     // KIP-890: a transactional batch that would open a transaction here is
     // appended only once its coordinator confirms the transaction holds this
-    // partition (`txn::verify`); the bytes are kept for that second try.
-    let mut kept = header.is_transactional().then(|| records.clone());
-    let mut batch = BytesMut::from(&records[..]);
-    drop(records);
+    // partition (`txn::verify`); the owner hands the batch back for that
+    // second try.
+    let mut batch = records;
     let mut verified = None;
     loop {
         let attempt = append_on_owner(
@@ -324,8 +352,11 @@ async fn produce_partition(
         )
         .await;
         let guard = match attempt {
-            Err(SequenceOrLog::Unverified(guard)) if verified.is_none() => guard,
-            Err(SequenceOrLog::Unverified(_)) => {
+            Err(SequenceOrLog::Unverified(guard, returned)) if verified.is_none() => {
+                batch = returned;
+                guard
+            }
+            Err(SequenceOrLog::Unverified(..)) => {
                 return Err(refuse(
                     ResponseError::InvalidTxnState,
                     "the transaction's state moved during its check".into(),
@@ -355,13 +386,6 @@ async fn produce_partition(
                 )
             })?;
         verified = Some(guard);
-        let Some(bytes) = kept.take() else {
-            return Err(refuse(
-                ResponseError::UnknownServerError,
-                "no bytes kept".into(),
-            ));
-        };
-        batch = BytesMut::from(&bytes[..]);
     }
 }
 

@@ -35,8 +35,9 @@ pub enum SequenceOrLog {
     Log(LogError),
     Sequence(ResponseError, String),
     /// A transactional batch that would open a transaction here: ask the
-    /// coordinator (`txn::verify`), then append again with this guard.
-    Unverified(TxnGuard),
+    /// coordinator (`txn::verify`), then append the batch (handed back, not
+    /// appended) again with this guard.
+    Unverified(TxnGuard, BytesMut),
 }
 
 /// Where the producer stood on the partition when a KIP-890 check began:
@@ -159,7 +160,7 @@ pub async fn append_idempotent(
                             format!("producer {pid}'s transaction ended while this write was being verified"),
                         ))
                     }
-                    None => return Err(SequenceOrLog::Unverified(now)),
+                    None => return Err(SequenceOrLog::Unverified(now, batch)),
                 }
             }
         }
@@ -424,7 +425,7 @@ pub async fn write_marker_on_owner(
             tracing::debug!(partition = %tp, producer_id, epoch, %message, "marker refused");
             return Err(code);
         }
-        Ok(Err(SequenceOrLog::Unverified(_))) => return Err(ResponseError::UnknownServerError),
+        Ok(Err(SequenceOrLog::Unverified(..))) => return Err(ResponseError::UnknownServerError),
         Ok(Err(SequenceOrLog::Log(e))) | Err(e) => e,
     };
     tracing::debug!(partition = %tp, producer_id, epoch, error = %e, "marker not written");
