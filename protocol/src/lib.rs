@@ -8,8 +8,9 @@
 //! kafka-protocol's, re-exported as [`messages`].
 //!
 //! What it is not: it does not decode, validate or re-encode record batches (they
-//! stay `Bytes` slices of the request frame, and go out as the `Bytes` the fetch
-//! path registered); it has no I/O policy beyond reading frames (timeouts,
+//! stay slices of the request frame: writable `BytesMut` pieces in a Produce
+//! decoded by [`produce`], `Bytes` elsewhere; they go out as the `Bytes` the
+//! fetch path registered); it has no I/O policy beyond reading frames (timeouts,
 //! connection handling and writing are the node's); it does not handle requests.
 //!
 //! Bounds: a request frame over `max_frame_bytes` (socket.request.max.bytes,
