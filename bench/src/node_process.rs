@@ -53,14 +53,9 @@ pub struct NodeProcess {
 
 impl NodeProcess {
     /// Starts `skiff node` with its data in `data_dir` and its log in `log`, and
-    /// waits until it answers ApiVersions.
-    pub fn start(skiff: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<NodeProcess> {
-        Self::start_with(skiff, data_dir, log, None)
-    }
-
-    /// `start`, on an SSL listener when `tls` names the node's PEM keystore
-    /// and the authorities that signed it (the load generator's connections
-    /// to it then use TLS).
+    /// waits until it answers ApiVersions; on an SSL listener when `tls` names
+    /// the node's PEM keystore and the authorities that signed it (the load
+    /// generator's connections to it then use TLS).
     pub fn start_with(
         skiff: &Path,
         data_dir: &Path,

@@ -1,7 +1,9 @@
 //! `skiff-bench suite`: the whole benchmark in one run, against a `skiff` node it
 //! starts itself. Steps: hardware baselines, the engine in-process, then over the
 //! Kafka protocol: produce at 1 KiB records x 16 partitions for acks=1/all x
-//! compression none/lz4, a catch-up consume of what the first produce wrote, a hot
+//! compression none/lz4, a catch-up consume of what the first produce wrote, the
+//! acks=1 produce at steady state (retention removing segments, new ones reusing
+//! their files), a hot
 //! consume (a topic that fits the node's batch cache, read over and over), and
 //! end-to-end latency at a fixed rate for acks=1 and acks=all; after the
 //! acks=all/none produce, the same as an idempotent and as a transactional
@@ -59,6 +61,9 @@ pub struct Plan {
     /// Rounds of disk, fio and engine in turn after the sweep (medians taken).
     pub confirm_rounds: usize,
     pub produce_s: f64,
+    /// The steady-state produce step's segment size: its topic keeps two
+    /// segments per partition (retention.bytes) and is warmed up with six.
+    pub steady_segment_mib: u64,
     /// The idempotent and transactional produce steps (the acks=all/none
     /// workload again).
     pub producer_modes_s: f64,
@@ -95,6 +100,7 @@ impl Plan {
             engine_mib_per_partition: if quick { 64 } else { 1024 },
             confirm_rounds: if quick { 1 } else { 5 },
             produce_s: if quick { 4.0 } else { 20.0 },
+            steady_segment_mib: if quick { 4 } else { 64 },
             producer_modes_s: if quick { 2.0 } else { 20.0 },
             commit_interval_ms: 100,
             consume_s: if quick { 3.0 } else { 15.0 },
@@ -118,7 +124,7 @@ impl Plan {
     }
 
     /// Estimated seconds per step, for the progress bar.
-    fn estimates(&self) -> [u64; 11] {
+    fn estimates(&self) -> [u64; 12] {
         // Write and read of every sweep point (6 quick, 18 full).
         let points = if self.quick { 6 } else { 18 };
         let disk = (points * self.disk_mib_per_stream * self.disk_streams as u64 / 500).max(1);
@@ -142,6 +148,11 @@ impl Plan {
             self.produce_s as u64 + (1 + QUOTA_PERIODS as u64) * quota_windows(self.quick) + 4,
             // Idempotent and transactional produce.
             2 * (self.producer_modes_s as u64 + 1),
+            // Steady-state produce: the warm-up (six segments per partition at
+            // about 1 GB/s), then the measured run.
+            STEADY_WARMUP_SEGMENTS * self.steady_segment_mib * self.partitions as u64 / 1000
+                + self.produce_s as u64
+                + 2,
         ]
     }
 }
@@ -382,7 +393,16 @@ fn run_steps(
 
     step("starting a skiff node");
     let data_dir = scratch.join("node-data");
-    let node = NodeProcess::start(skiff, &data_dir, &args.out.join("node.log"))?;
+    // Retention checked every second, not Kafka's 5 minutes: the steady-state
+    // produce step needs it to remove (and so recycle) segments while it runs.
+    // Topics without a retention limit cost one look per partition.
+    let node = NodeProcess::start_with_settings(
+        skiff,
+        &data_dir,
+        &args.out.join("node.log"),
+        None,
+        &["log.retention.check.interval.ms=1000".to_string()],
+    )?;
     let bootstrap = node.bootstrap.clone();
     progress.inc(est[2]);
 
@@ -513,6 +533,43 @@ fn run_steps(
     let headline = headline.context("no produce workload ran")?;
     let single_all = single_all.context("no acks=all produce workload ran")?;
     let catchup = catchup.context("no catch-up read ran")?;
+
+    // The headline produce again, at steady state: a topic whose retention
+    // keeps two segments per partition, warmed up with six, so retention
+    // removes segments while it runs and new ones reuse their files (as the
+    // engine's steady-state row). Disk use stays bounded by the retention.
+    let steady_name = "produce acks=1 none at steady state (retention on, segments recycled)";
+    step(steady_name);
+    let mut w = base("produce-acks1-none-steady");
+    let segment = plan.steady_segment_mib << 20;
+    kafka::create_replicated_topic(
+        &bootstrap,
+        &w.topic,
+        w.partitions,
+        1,
+        &[
+            ("segment.bytes", &segment.to_string()),
+            ("retention.bytes", &(2 * segment).to_string()),
+        ],
+        Duration::from_secs(30),
+    )?;
+    let cluster = Cluster::discover(&w.bootstrap, &w.topic, w.partitions, false)?;
+    w.acks = 1;
+    w.num_records =
+        Some(STEADY_WARMUP_SEGMENTS * segment * w.partitions as u64 / plan.record_size as u64);
+    w.duration = STEADY_WARMUP_MAX_S;
+    let warmup = produce::produce_with(&cluster, &w, &produce::Mode::Plain, Some(stop.clone()))?;
+    check_stop(stop)?;
+    w.num_records = None;
+    w.duration = plan.produce_s;
+    let outcome = produce::produce_with(&cluster, &w, &produce::Mode::Plain, Some(stop.clone()))?;
+    check_stop(stop)?;
+    let errors = warmup.report.errors + outcome.report.errors;
+    anyhow::ensure!(errors == 0, "{steady_name}: {errors} produce errors");
+    progress.inc(est[11]);
+    let steady = outcome.report.clone();
+    workloads.push(produce_result(steady_name, &outcome)?);
+    kafka::delete_topic(&bootstrap, &w.topic)?;
 
     // Hot consume: a topic that fits the node's batch cache, read again and again.
     step("consume: hot reads of a cached topic");
@@ -710,6 +767,10 @@ fn run_steps(
             "p99_ms": l.p99_ms,
             "p999_ms": l.p999_ms,
             "max_ms": l.max_ms,
+            // The same at steady state (retention on, segments recycled).
+            "steady_mb_s": steady.mb_s,
+            "steady_p99_ms": steady.latency.p99_ms,
+            "steady_p999_ms": steady.latency.p999_ms,
         },
         "consume": {
             "mb_s": hot.mb_s,
@@ -733,6 +794,7 @@ fn run_steps(
             "engine_steady_vs_disk": engine.steady_append_mb_s / disk.write_mb_s,
             "engine_read_vs_disk": engine.read_cold_mb_s / disk.read_mb_s,
             "produce_vs_limit": headline.mb_s / limit,
+            "produce_steady_vs_limit": steady.mb_s / limit,
             "consume_vs_loopback": hot.mb_s / loopback_mb_s,
             "catchup_vs_limit": catchup.mb_s / disk.read_mb_s.min(loopback_mb_s),
             "replicated_vs_single": rr.mb_s / single_all.mb_s,
@@ -753,6 +815,7 @@ fn run_steps(
         "targets": {
             "engine_vs_disk": 0.9,
             "produce_vs_limit": 0.6,
+            "produce_steady_vs_limit": 0.6,
             "consume_vs_loopback": 0.7,
         },
         "workloads": workloads,
@@ -859,6 +922,11 @@ fn replicated(
 }
 
 /// The quota step's producer_byte_rate for client id `bench-greedy`.
+/// Segments per partition the steady-state produce step writes before it
+/// measures (its retention keeps two), and the most seconds that may take.
+const STEADY_WARMUP_SEGMENTS: u64 = 6;
+const STEADY_WARMUP_MAX_S: f64 = 120.0;
+
 const QUOTA_BYTES_S: u64 = 20_000_000;
 /// The probe's offered load (records/s).
 const QUOTA_PROBE_RATE: u64 = 1000;
