@@ -17,6 +17,12 @@ pub const LOG_START_OFFSET_FILE: &str = "log-start-offset-checkpoint";
 pub const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
 /// The cleaner's first dirty offset: everything below it has been compacted.
 pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
+/// What a clean close left (`PartitionLog::shutdown`): the active segment's
+/// `base size next_offset` as it was closed, its indexes written. Recovery
+/// loads that segment from its indexes instead of scanning it when the
+/// segment, its size and the recovery point still match, and removes the file
+/// as the log opens (`recovery::recover`).
+pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown-checkpoint";
 /// The log's open and unreplicated transactions at its last rolls
 /// (`log::txns`): `at state|open|done producer_id first_offset marker_offset`.
 pub const TXN_STATE_FILE: &str = "txn-state-checkpoint";

@@ -1775,7 +1775,22 @@ impl PartitionLog {
         let result = self.active().close_active().await;
         self.offline_on_error(result)?;
         self.flushed_offset = self.log_end_offset;
+        // What the next open may load from the indexes just written instead
+        // of scanning the segment (`CLEAN_SHUTDOWN_FILE`); its rename is made
+        // durable by the directory sync of the recovery point's write, or the
+        // one below when the recovery point did not move.
+        let active = self.active();
+        let clean = recovery::CleanShutdown {
+            base: active.base_offset(),
+            size: active.size(),
+            next_offset: self.log_end_offset,
+        };
+        recovery::write_clean_shutdown(&self.dir, clean).await?;
+        let unchanged = self.recovery_point == self.flushed_offset && self.recovery_point != 0;
         self.checkpoint_recovery_point().await?;
+        if unchanged {
+            fsutil::sync_dir(&self.dir).await?;
+        }
         self.cache.remove_log(self.cache_id);
         Ok(())
     }

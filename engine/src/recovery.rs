@@ -88,7 +88,8 @@ pub struct Recovered {
     /// recovery point on, and any whose indexes did not check).
     pub scanned_bytes: u64,
     /// The base of the segment holding the recovery point: it and every later
-    /// segment were scanned.
+    /// segment were scanned. The log end when nothing was (a clean close left
+    /// the last segment with its indexes).
     pub first_scanned: i64,
     /// Per scanned segment (by base offset), its transactional batches in
     /// order: the log rebuilds those segments' aborted transaction indexes
@@ -179,6 +180,45 @@ pub async fn scan_segment(
     })
 }
 
+/// What a clean close recorded of the active segment (`CLEAN_SHUTDOWN_FILE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanShutdown {
+    pub base: i64,
+    pub size: u64,
+    pub next_offset: i64,
+}
+
+/// Records a clean close. The rename is not synced here: the caller syncs the
+/// directory after it (the recovery point's write does), and until then a
+/// crash only costs the next open a scan.
+pub async fn write_clean_shutdown(dir: &Path, clean: CleanShutdown) -> Result<()> {
+    let row = vec![
+        clean.base.to_string(),
+        clean.size.to_string(),
+        clean.next_offset.to_string(),
+    ];
+    fsutil::write_file_renamed(
+        &dir.join(checkpoint::CLEAN_SHUTDOWN_FILE),
+        checkpoint::encode(&[row]).as_bytes(),
+    )
+    .await
+}
+
+async fn read_clean_shutdown(dir: &Path) -> Result<Option<CleanShutdown>> {
+    let path = dir.join(checkpoint::CLEAN_SHUTDOWN_FILE);
+    let Some(rows) = checkpoint::read(&path, 3).await? else {
+        return Ok(None);
+    };
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    Ok(Some(CleanShutdown {
+        base: checkpoint::parse_i64(&path, &row[0])?,
+        size: checkpoint::parse_i64(&path, &row[1])?.max(0) as u64,
+        next_offset: checkpoint::parse_i64(&path, &row[2])?,
+    }))
+}
+
 pub async fn read_recovery_point(dir: &Path) -> Result<i64> {
     read_offset_checkpoint(&dir.join(RECOVERY_POINT_FILE)).await
 }
@@ -238,12 +278,24 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         .iter()
         .rposition(|&b| b <= recovery_point)
         .unwrap_or(0);
+    // Except after a clean close: the last segment was closed with its
+    // indexes at the recovery point, and still is what the close recorded
+    // (same base, same size, loading to the same next offset below). Any
+    // later change to its bytes below that size starts with a truncation,
+    // which lowers the recovery point; the record is removed as the log opens
+    // and any later checkpoint makes that removal durable.
+    let clean = read_clean_shutdown(dir).await?.filter(|c| {
+        c.next_offset == recovery_point
+            && bases.last() == Some(&c.base)
+            && first_scanned + 1 == bases.len()
+    });
+    let trusted = first_scanned + usize::from(clean.is_some());
 
     // The closed segments below the recovery point load from their indexes,
     // SEGMENT_LOAD_CONCURRENCY at a time: each is a few small reads, and one
     // after another they made a partition of 2,000 segments take 16 s to
     // open (nemesis seed 10001's late restarts).
-    let mut preloaded = stream::iter(bases[..first_scanned].iter().copied())
+    let mut preloaded = stream::iter(bases[..trusted].iter().copied())
         .map(|base| async move {
             let path = segment_path(dir, base, LOG_SUFFIX);
             let (file, file_size) = open_segment_file(&path).await?;
@@ -261,6 +313,7 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let mut recycled_bytes = 0u64;
     let mut scanned_bytes = 0u64;
     let mut txn_batches = BTreeMap::new();
+    let mut clean_loaded = false;
     let mut i = 0;
     while i < bases.len() {
         let base = bases[i];
@@ -273,8 +326,16 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
             }
         };
         let next_base = bases.get(i + 1).copied();
+        // The cleanly closed last segment only as the close recorded it.
+        let loaded = loaded.filter(|state| {
+            i < first_scanned
+                || clean.is_some_and(|c| c.size == file_size && c.next_offset == state.next_offset)
+        });
         let state = match loaded {
-            Some(state) => state,
+            Some(state) => {
+                clean_loaded |= i >= first_scanned;
+                state
+            }
             None => {
                 let scanned = scan_segment(
                     &file,
@@ -407,11 +468,19 @@ pub async fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         .next_back()
         .map_or(0, Segment::next_offset);
     let log_start_offset = first_base.max(checkpointed_start).min(log_end_offset);
-    let first_scanned = bases
-        .get(first_scanned)
-        .copied()
-        .filter(|b| segments.contains_key(b))
-        .unwrap_or_else(|| segments.keys().next_back().copied().unwrap_or(0));
+    let first_scanned = if clean_loaded {
+        log_end_offset
+    } else {
+        bases
+            .get(first_scanned)
+            .copied()
+            .filter(|b| segments.contains_key(b))
+            .unwrap_or_else(|| segments.keys().next_back().copied().unwrap_or(0))
+    };
+    if clean.is_some() {
+        // Not synced: the next checkpoint written here syncs the directory.
+        fsutil::remove(&dir.join(checkpoint::CLEAN_SHUTDOWN_FILE)).await?;
+    }
     // What recovery dropped (segments cut or removed) has no batches left.
     txn_batches.retain(|base, _| segments.contains_key(base));
     for (base, batches) in &mut txn_batches {

@@ -1676,3 +1676,75 @@ fn a_commit_waiting_on_cut_records_fails() {
         assert_eq!(p.log_end(), 100);
     });
 }
+
+/// A clean close records the active segment it closed with its indexes; the
+/// next open loads it from them instead of scanning it, but only while the
+/// segment and the recovery point are still what the close recorded.
+#[test]
+fn a_clean_close_spares_the_next_open_its_scan_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let config = small_config();
+        let mut log = open(&path, config.clone()).await.unwrap();
+        append_n(&mut log, 40).await;
+        let end = log.log_end_offset();
+        log.close().await.unwrap();
+        let record = path.join("clean-shutdown-checkpoint");
+        assert!(record.exists(), "a clean close leaves its record");
+        let kept = std::fs::read(&record).unwrap();
+
+        let recovered = skiff_engine::recovery::recover(&path, &config)
+            .await
+            .unwrap();
+        assert_eq!(recovered.log_end_offset, end);
+        assert_eq!(
+            recovered.scanned_bytes, 0,
+            "nothing scanned after a clean close"
+        );
+        assert_eq!(recovered.first_scanned, end);
+        assert!(!record.exists(), "the record is used once");
+        drop(recovered);
+
+        // Without it (a crash after the open), the last segment is scanned.
+        let recovered = skiff_engine::recovery::recover(&path, &config)
+            .await
+            .unwrap();
+        assert_eq!(recovered.log_end_offset, end);
+        assert!(recovered.scanned_bytes > 0);
+        drop(recovered);
+
+        // A stale record beside a segment that grew since: its size differs,
+        // so the segment is scanned and the bytes after the batches are cut.
+        let segments: Vec<_> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        let last = segments.iter().max().unwrap().clone();
+        let mut bytes = std::fs::read(&last).unwrap();
+        bytes.extend_from_slice(&[0xAB; 300]);
+        std::fs::write(&last, &bytes).unwrap();
+        std::fs::write(&record, &kept).unwrap();
+        let recovered = skiff_engine::recovery::recover(&path, &config)
+            .await
+            .unwrap();
+        assert_eq!(recovered.log_end_offset, end);
+        assert!(recovered.scanned_bytes > 0, "a grown segment is scanned");
+        assert_eq!(recovered.truncated_bytes, 300);
+        drop(recovered);
+
+        // A stale record after more appends made durable: the recovery point
+        // moved past it, so the open scans and finds every batch.
+        let mut log = open(&path, config.clone()).await.unwrap();
+        append_n(&mut log, 5).await;
+        log.flush().await.unwrap();
+        let later_end = log.log_end_offset();
+        drop(log); // a crash: no close
+        std::fs::write(&record, &kept).unwrap();
+        let log = open(&path, config.clone()).await.unwrap();
+        assert_eq!(log.log_end_offset(), later_end);
+        assert_eq!(log.log_end_offset(), end + 5);
+        log.close().await.unwrap();
+    });
+}
