@@ -100,6 +100,14 @@ pub async fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// with the next fsync of the parent directory, which the caller owes (one
 /// directory fsync can cover several files made together).
 pub async fn write_file_renamed(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = write_tmp(path, bytes).await?;
+    rename(&tmp, path).await
+}
+
+/// The first half of `write_file_renamed`: `bytes` written to `<path>.tmp`
+/// and fdatasync'd. Returns the temporary file's path, for `rename` once
+/// whatever must become durable before `path` changes has.
+pub async fn write_tmp(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
     let tmp = tmp_path(path);
     ensure_probed(&tmp).await?;
     let file = OpenOptions::new()
@@ -128,10 +136,14 @@ pub async fn write_file_renamed(path: &Path, bytes: &[u8]) -> Result<()> {
         .await
         .map_err(|e| LogError::io("fdatasync", &tmp, e))?;
     let _ = file.close().await;
-    glommio::io::rename(&tmp, path)
+    Ok(tmp)
+}
+
+/// Renames `from` over `to` (durable with the next sync of the directory).
+pub async fn rename(from: &Path, to: &Path) -> Result<()> {
+    glommio::io::rename(from, to)
         .await
-        .map_err(|e| LogError::io("rename", &tmp, e))?;
-    Ok(())
+        .map_err(|e| LogError::io("rename", from, e))
 }
 
 /// fsyncs the directory holding `path`, making a create, rename or unlink durable.

@@ -614,15 +614,33 @@ impl PartitionLog {
 
     /// Closes the active segment (flushed, trimmed, indexes written) and starts a
     /// new one at `base_offset`.
+    ///
+    /// A roll waits on the disk while the partition's appends wait on it, so
+    /// it syncs as little, and as much at once, as it can: the closed
+    /// segment's data, its two indexes and the next recovery point are written
+    /// and fdatasync'd together; then the indexes are renamed into place, the
+    /// new segment's file is made and the recovery point renamed, in that
+    /// order, and one directory sync makes all of it durable. A crash before
+    /// that sync leaves an earlier state or a prefix of those renames, each of
+    /// which recovery reads (a missing index is rebuilt by a scan; a recovery
+    /// point is never renamed before the data and indexes it vouches for were
+    /// synced).
     async fn roll(&mut self, base_offset: i64) -> Result<()> {
         let growth = self.active().growth();
-        self.active().close_active().await?;
-        let closed_end = self.active().next_offset();
+        let closed_end = self.log_end_offset;
+        let (dir, topic, partition) = (self.dir.clone(), self.topic.clone(), self.partition);
+        let point = async move {
+            recovery::write_recovery_point_tmp(&dir, &topic, partition, closed_end).await
+        };
+        let (closed, point) =
+            futures_util::future::join(self.active().close_active_unsynced(), point).await;
+        closed?;
+        let (point_tmp, point_path) = point?;
         self.flushed_offset = self.flushed_offset.max(closed_end);
         self.checkpoint_txn_state(base_offset).await?;
         self.rolls_since_retention += 1;
         let reuse = self.take_free_file(base_offset);
-        let segment = Segment::create(
+        let segment = Segment::create_unsynced(
             &self.dir,
             base_offset,
             &self.config,
@@ -637,7 +655,10 @@ impl PartitionLog {
             dir = %self.dir.display(), base_offset, recycled = reuse.is_some(), "rolled segment"
         );
         self.segments.insert(base_offset, segment);
-        self.checkpoint_recovery_point().await
+        fsutil::rename(&point_tmp, &point_path).await?;
+        fsutil::sync_dir(&self.dir).await?;
+        self.recovery_point = closed_end;
+        Ok(())
     }
 
     /// The oldest free file a segment based at `base_offset` may reuse: every
@@ -1772,13 +1793,13 @@ impl PartitionLog {
             self.cache.remove_log(self.cache_id);
             return Ok(());
         }
-        let result = self.active().close_active().await;
+        let result = self.active().close_active_unsynced().await;
         self.offline_on_error(result)?;
         self.flushed_offset = self.log_end_offset;
         // What the next open may load from the indexes just written instead
-        // of scanning the segment (`CLEAN_SHUTDOWN_FILE`); its rename is made
-        // durable by the directory sync of the recovery point's write, or the
-        // one below when the recovery point did not move.
+        // of scanning the segment (`CLEAN_SHUTDOWN_FILE`), renamed after them;
+        // then the recovery point when it moved; one directory sync makes the
+        // close durable (as a roll's, see `roll`).
         let active = self.active();
         let clean = recovery::CleanShutdown {
             base: active.base_offset(),
@@ -1786,11 +1807,18 @@ impl PartitionLog {
             next_offset: self.log_end_offset,
         };
         recovery::write_clean_shutdown(&self.dir, clean).await?;
-        let unchanged = self.recovery_point == self.flushed_offset && self.recovery_point != 0;
-        self.checkpoint_recovery_point().await?;
-        if unchanged {
-            fsutil::sync_dir(&self.dir).await?;
+        if self.recovery_point != self.flushed_offset || self.recovery_point == 0 {
+            let (tmp, path) = recovery::write_recovery_point_tmp(
+                &self.dir,
+                &self.topic,
+                self.partition,
+                self.flushed_offset,
+            )
+            .await?;
+            fsutil::rename(&tmp, &path).await?;
         }
+        fsutil::sync_dir(&self.dir).await?;
+        self.recovery_point = self.flushed_offset;
         self.cache.remove_log(self.cache_id);
         Ok(())
     }

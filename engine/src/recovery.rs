@@ -232,6 +232,21 @@ pub async fn write_recovery_point(
     write_offset_checkpoint(&dir.join(RECOVERY_POINT_FILE), topic, partition, offset).await
 }
 
+/// `write_recovery_point`'s first half, for a caller that orders the rename
+/// among other changes: the file's text at `dir`'s recovery point path written
+/// to a temporary file and fdatasync'd, then `(tmp, path)` for the rename.
+pub async fn write_recovery_point_tmp(
+    dir: &Path,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<(PathBuf, PathBuf)> {
+    let path = dir.join(RECOVERY_POINT_FILE);
+    let row = vec![topic.to_string(), partition.to_string(), offset.to_string()];
+    let tmp = fsutil::write_tmp(&path, checkpoint::encode(&[row]).as_bytes()).await?;
+    Ok((tmp, path))
+}
+
 /// A `topic partition offset` checkpoint's offset; 0 when the file is absent.
 pub async fn read_offset_checkpoint(path: &Path) -> Result<i64> {
     match checkpoint::read(path, 3).await? {

@@ -204,6 +204,20 @@ impl Segment {
         growth: Growth,
         recycled: Option<&Path>,
     ) -> Result<Segment> {
+        let segment = Segment::create_unsynced(dir, base_offset, config, growth, recycled).await?;
+        fsutil::sync_dir(dir).await?;
+        Ok(segment)
+    }
+
+    /// `create` without its directory sync, which the caller owes before
+    /// anything durable may name the segment.
+    pub async fn create_unsynced(
+        dir: &Path,
+        base_offset: i64,
+        config: &LogConfig,
+        growth: Growth,
+        recycled: Option<&Path>,
+    ) -> Result<Segment> {
         let path = segment_path(dir, base_offset, LOG_SUFFIX);
         if let Some(free) = recycled {
             let marker = segment_path(dir, base_offset, RECYCLED_SUFFIX);
@@ -214,7 +228,6 @@ impl Segment {
         let mut segment =
             Segment::from_state(dir, base_offset, file, SegmentState::empty(base_offset));
         segment.activate_with(config, growth).await?;
-        fsutil::sync_dir(dir).await?;
         Ok(segment)
     }
 
@@ -374,13 +387,43 @@ impl Segment {
     /// forgotten (a later call must not find a "closed" segment whose data
     /// never reached the file).
     pub async fn close_active(&mut self) -> Result<()> {
+        self.close_active_unsynced().await?;
+        fsutil::sync_dir(&self.dir).await
+    }
+
+    /// `close_active` without the directory sync that makes its renames
+    /// durable, which the caller owes (a roll shares one with the new segment
+    /// and the recovery point). The data's flush and fdatasync and the
+    /// indexes' writes run at once: each is a sync of its own file, and the
+    /// renames that publish the indexes come after all of them.
+    pub async fn close_active_unsynced(&mut self) -> Result<()> {
         let Some(appender) = self.appender.as_mut() else {
             return Ok(());
         };
-        appender.finish().await?;
-        self.appender = None;
+        // Idempotent: a close that failed and is tried again adds no entry.
         self.state.seal(self.base_offset);
-        self.write_indexes().await?;
+        let files = [
+            (INDEX_SUFFIX, self.state.offset_index.encode()),
+            (TIME_INDEX_SUFFIX, self.state.time_index.encode()),
+        ]
+        .map(|(suffix, bytes)| {
+            let path = segment_path(&self.dir, self.base_offset, suffix);
+            async move {
+                let tmp = fsutil::write_tmp(&path, &bytes).await?;
+                Ok::<_, LogError>((tmp, path))
+            }
+        });
+        let (finished, written) = futures_util::future::join(
+            appender.finish(),
+            futures_util::future::try_join_all(files),
+        )
+        .await;
+        finished?;
+        for (tmp, path) in written? {
+            fsutil::rename(&tmp, &path).await?;
+        }
+        self.appender = None;
+        self.write_txn_index_unsynced().await?;
         // Trimmed to its data and synced: nothing recycled is left in the file.
         fsutil::remove(&segment_path(&self.dir, self.base_offset, RECYCLED_SUFFIX)).await
     }
@@ -403,11 +446,21 @@ impl Segment {
     /// removes a stale one when it holds none (most segments never have one:
     /// no file, no inode).
     pub async fn write_txn_index(&self) -> Result<()> {
+        self.write_txn_index_unsynced().await?;
+        if self.state.txn_index.is_empty() {
+            return Ok(());
+        }
+        fsutil::sync_dir(&self.dir).await
+    }
+
+    /// `write_txn_index` whose rename or removal the caller's next directory
+    /// sync makes durable.
+    async fn write_txn_index_unsynced(&self) -> Result<()> {
         let path = segment_path(&self.dir, self.base_offset, TXN_INDEX_SUFFIX);
         if self.state.txn_index.is_empty() {
             fsutil::remove(&path).await
         } else {
-            fsutil::write_file_atomic(&path, &self.state.txn_index.encode()).await
+            fsutil::write_file_renamed(&path, &self.state.txn_index.encode()).await
         }
     }
 
