@@ -41,7 +41,10 @@ use bytes::{Bytes, BytesMut};
 
 use crate::batch::{self, decode_records, BatchHeader, BatchScanner};
 use crate::batch_cache::BatchCache;
-use crate::checkpoint::{CLEANER_CHECKPOINT_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE};
+use crate::checkpoint::{
+    CLEANER_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+};
 use crate::cleaner::{CleanPlan, CleanedSegment, SegmentSnapshot};
 use crate::config::LogConfig;
 use crate::error::{Corruption, LogError, Result};
@@ -628,14 +631,14 @@ impl PartitionLog {
     async fn roll(&mut self, base_offset: i64) -> Result<()> {
         let growth = self.active().growth();
         let closed_end = self.log_end_offset;
-        let (dir, topic, partition) = (self.dir.clone(), self.topic.clone(), self.partition);
-        let point = async move {
-            recovery::write_recovery_point_tmp(&dir, &topic, partition, closed_end).await
-        };
+        let point = recovery::write_tmps(vec![(
+            self.dir.join(RECOVERY_POINT_FILE),
+            recovery::offset_checkpoint_text(&self.topic, self.partition, closed_end),
+        )]);
         let (closed, point) =
             futures_util::future::join(self.active().close_active_unsynced(), point).await;
         closed?;
-        let (point_tmp, point_path) = point?;
+        let point = point?;
         self.flushed_offset = self.flushed_offset.max(closed_end);
         self.checkpoint_txn_state(base_offset).await?;
         self.rolls_since_retention += 1;
@@ -655,7 +658,9 @@ impl PartitionLog {
             dir = %self.dir.display(), base_offset, recycled = reuse.is_some(), "rolled segment"
         );
         self.segments.insert(base_offset, segment);
-        fsutil::rename(&point_tmp, &point_path).await?;
+        for (tmp, path) in point {
+            fsutil::rename(&tmp, &path).await?;
+        }
         fsutil::sync_dir(&self.dir).await?;
         self.recovery_point = closed_end;
         Ok(())
@@ -1597,9 +1602,12 @@ impl PartitionLog {
         self.write_checkpoint(LOG_START_OFFSET_FILE, offset).await?;
         self.log_start_offset = offset;
         self.cache.truncate_front(self.cache_id, offset);
-        if self.epochs.truncate_from_start(offset) {
-            self.epochs.persist().await?;
-        }
+        // In memory only (Kafka since KAFKA-15046 flushes this one in the
+        // background): a file that still names epochs below the start is cut
+        // the same way when the log opens, from the start checkpointed above,
+        // and the next persist for another reason writes it. Syncing it here
+        // cost every retention pass two more syncs under the write lock.
+        self.epochs.truncate_from_start(offset);
         Ok(())
     }
 
@@ -1784,6 +1792,16 @@ impl PartitionLog {
     /// An offline log is left as it is (nothing can be flushed; its files are
     /// for recovery to settle at the next open): a quick stop, not an error.
     pub async fn shutdown(&mut self) -> Result<()> {
+        self.shutdown_with_high_watermark(None).await
+    }
+
+    /// `shutdown` that also checkpoints the replicated high watermark `hw`.
+    ///
+    /// Like a roll (`roll`), a close syncs at once what it can: the active
+    /// segment's data and indexes, the clean-close record, the recovery point
+    /// and the high watermark (when they moved) are written and fdatasync'd
+    /// together, then renamed, the indexes first, under one directory sync.
+    pub async fn shutdown_with_high_watermark(&mut self, hw: Option<i64>) -> Result<()> {
         self.closed = true;
         if let Some(reason) = self.offline_reason() {
             tracing::warn!(
@@ -1793,32 +1811,44 @@ impl PartitionLog {
             self.cache.remove_log(self.cache_id);
             return Ok(());
         }
-        let result = self.active().close_active_unsynced().await;
-        self.offline_on_error(result)?;
-        self.flushed_offset = self.log_end_offset;
-        // What the next open may load from the indexes just written instead
-        // of scanning the segment (`CLEAN_SHUTDOWN_FILE`), renamed after them;
-        // then the recovery point when it moved; one directory sync makes the
-        // close durable (as a roll's, see `roll`).
+        let end = self.log_end_offset;
         let active = self.active();
+        // What the next open may load from the indexes written below instead
+        // of scanning the segment (`CLEAN_SHUTDOWN_FILE`); the close trims the
+        // file to the size recorded.
         let clean = recovery::CleanShutdown {
             base: active.base_offset(),
             size: active.size(),
-            next_offset: self.log_end_offset,
+            next_offset: end,
         };
-        recovery::write_clean_shutdown(&self.dir, clean).await?;
-        if self.recovery_point != self.flushed_offset || self.recovery_point == 0 {
-            let (tmp, path) = recovery::write_recovery_point_tmp(
-                &self.dir,
-                &self.topic,
-                self.partition,
-                self.flushed_offset,
-            )
-            .await?;
+        let mut files = vec![(self.dir.join(CLEAN_SHUTDOWN_FILE), clean.text())];
+        let point_moved = self.recovery_point != end || self.recovery_point == 0;
+        if point_moved {
+            let text = recovery::offset_checkpoint_text(&self.topic, self.partition, end);
+            files.push((self.dir.join(RECOVERY_POINT_FILE), text));
+        }
+        let hw = hw
+            .map(|hw| hw.min(end))
+            .filter(|&hw| self.high_watermark_checkpoint != Some(hw));
+        if let Some(hw) = hw {
+            let text = recovery::offset_checkpoint_text(&self.topic, self.partition, hw);
+            files.push((self.dir.join(HIGH_WATERMARK_FILE), text));
+        }
+        let (closed, written) = futures_util::future::join(
+            self.active().close_active_unsynced(),
+            recovery::write_tmps(files),
+        )
+        .await;
+        self.offline_on_error(closed)?;
+        self.flushed_offset = end;
+        for (tmp, path) in written? {
             fsutil::rename(&tmp, &path).await?;
         }
         fsutil::sync_dir(&self.dir).await?;
-        self.recovery_point = self.flushed_offset;
+        self.recovery_point = end;
+        if hw.is_some() {
+            self.high_watermark_checkpoint = hw;
+        }
         self.cache.remove_log(self.cache_id);
         Ok(())
     }

@@ -712,10 +712,8 @@ impl Partition {
     /// Flushes and closes the log (clean stop). Later appends fail.
     pub async fn close(&self) -> Result<()> {
         let mut log = self.write().await?;
-        if let Some(hw) = self.replicated_hw.get() {
-            log.checkpoint_high_watermark(hw).await?;
-        }
-        log.shutdown().await
+        log.shutdown_with_high_watermark(self.replicated_hw.get())
+            .await
     }
 
     pub async fn delete(self) -> Result<()> {

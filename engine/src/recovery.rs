@@ -188,20 +188,15 @@ pub struct CleanShutdown {
     pub next_offset: i64,
 }
 
-/// Records a clean close. The rename is not synced here: the caller syncs the
-/// directory after it (the recovery point's write does), and until then a
-/// crash only costs the next open a scan.
-pub async fn write_clean_shutdown(dir: &Path, clean: CleanShutdown) -> Result<()> {
-    let row = vec![
-        clean.base.to_string(),
-        clean.size.to_string(),
-        clean.next_offset.to_string(),
-    ];
-    fsutil::write_file_renamed(
-        &dir.join(checkpoint::CLEAN_SHUTDOWN_FILE),
-        checkpoint::encode(&[row]).as_bytes(),
-    )
-    .await
+impl CleanShutdown {
+    /// The record's file text.
+    pub fn text(&self) -> String {
+        checkpoint::encode(&[vec![
+            self.base.to_string(),
+            self.size.to_string(),
+            self.next_offset.to_string(),
+        ]])
+    }
 }
 
 async fn read_clean_shutdown(dir: &Path) -> Result<Option<CleanShutdown>> {
@@ -232,19 +227,26 @@ pub async fn write_recovery_point(
     write_offset_checkpoint(&dir.join(RECOVERY_POINT_FILE), topic, partition, offset).await
 }
 
-/// `write_recovery_point`'s first half, for a caller that orders the rename
-/// among other changes: the file's text at `dir`'s recovery point path written
-/// to a temporary file and fdatasync'd, then `(tmp, path)` for the rename.
-pub async fn write_recovery_point_tmp(
-    dir: &Path,
-    topic: &str,
-    partition: i32,
-    offset: i64,
-) -> Result<(PathBuf, PathBuf)> {
-    let path = dir.join(RECOVERY_POINT_FILE);
-    let row = vec![topic.to_string(), partition.to_string(), offset.to_string()];
-    let tmp = fsutil::write_tmp(&path, checkpoint::encode(&[row]).as_bytes()).await?;
-    Ok((tmp, path))
+/// The text of a `topic partition offset` checkpoint (recovery point, log
+/// start, high watermark).
+pub fn offset_checkpoint_text(topic: &str, partition: i32, offset: i64) -> String {
+    checkpoint::encode(&[vec![
+        topic.to_string(),
+        partition.to_string(),
+        offset.to_string(),
+    ]])
+}
+
+/// The first half of an atomic replacement, for a caller that orders the
+/// renames among other changes: each `(path, text)` written to its temporary
+/// file and fdatasync'd, all at once; then `(tmp, path)` pairs to rename (in
+/// order), made durable by the caller's next sync of the directory.
+pub async fn write_tmps(files: Vec<(PathBuf, String)>) -> Result<Vec<(PathBuf, PathBuf)>> {
+    futures_util::future::try_join_all(files.into_iter().map(|(path, text)| async move {
+        let tmp = fsutil::write_tmp(&path, text.as_bytes()).await?;
+        Ok::<_, LogError>((tmp, path))
+    }))
+    .await
 }
 
 /// A `topic partition offset` checkpoint's offset; 0 when the file is absent.
