@@ -1812,7 +1812,26 @@ impl PartitionLog {
             return Ok(());
         }
         let end = self.log_end_offset;
+        let hw = hw
+            .map(|hw| hw.min(end))
+            .filter(|&hw| self.high_watermark_checkpoint != Some(hw));
+        let recovery_point = self.recovery_point;
+        let scan_bytes = self.config.clean_close_scan_bytes;
         let active = self.active();
+        if active.size() <= scan_bytes && recovery_point >= active.base_offset() {
+            // The next open scans this segment whatever a close writes, and a
+            // scan of it costs less than writing its indexes, the clean-close
+            // record and the recovery point would (each a file's fdatasync;
+            // 10,000 partitions closed with them took 60,000 syncs).
+            let closed = active.close_active_unindexed().await;
+            self.offline_on_error(closed)?;
+            self.flushed_offset = end;
+            if let Some(hw) = hw {
+                self.checkpoint_high_watermark(hw).await?;
+            }
+            self.cache.remove_log(self.cache_id);
+            return Ok(());
+        }
         // What the next open may load from the indexes written below instead
         // of scanning the segment (`CLEAN_SHUTDOWN_FILE`); the close trims the
         // file to the size recorded.
@@ -1827,9 +1846,6 @@ impl PartitionLog {
             let text = recovery::offset_checkpoint_text(&self.topic, self.partition, end);
             files.push((self.dir.join(RECOVERY_POINT_FILE), text));
         }
-        let hw = hw
-            .map(|hw| hw.min(end))
-            .filter(|&hw| self.high_watermark_checkpoint != Some(hw));
         if let Some(hw) = hw {
             let text = recovery::offset_checkpoint_text(&self.topic, self.partition, hw);
             files.push((self.dir.join(HIGH_WATERMARK_FILE), text));

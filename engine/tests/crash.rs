@@ -787,8 +787,14 @@ fn check_with(
 }
 
 /// Every index entry names the last offset of the batch at its position; time
-/// index entries only grow.
+/// index entries only grow. Every segment has its indexes but a last one of
+/// at most `clean_close_scan_bytes` (closed without them: the open scans it).
 fn check_indexes(dir: &Path) {
+    let last = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .max();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "log") {
@@ -796,6 +802,10 @@ fn check_indexes(dir: &Path) {
         }
         let base: i64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
         let log = std::fs::read(&path).unwrap();
+        let small = log.len() as u64 <= LogConfig::default().clean_close_scan_bytes;
+        if Some(&path) == last.as_ref() && small && !path.with_extension("index").exists() {
+            continue;
+        }
         let index = std::fs::read(path.with_extension("index")).unwrap();
         for e in decode_offset_entries(&index).unwrap() {
             let h = BatchHeader::parse(&log[e.position as usize..]).unwrap();

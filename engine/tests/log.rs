@@ -1851,3 +1851,71 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
 }
+
+/// A log closing for good with a small last segment leaves that segment as a
+/// crash would (no indexes, no clean-close record, the recovery point where
+/// the roll put it): the next open scans it, which costs less than the
+/// fdatasyncs of writing those files. The high watermark is still written.
+#[test]
+fn a_small_last_segment_closes_without_its_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let config = skiff_engine::LogConfig {
+            clean_close_scan_bytes: 1 << 20,
+            ..small_config()
+        };
+        let mut log = open(&path, config.clone()).await.unwrap();
+        let mut i = 0;
+        while segment_bases(&path).len() < 3 {
+            log.append(mutable(&batch(i, 2, 700, 1000)), LEADER)
+                .await
+                .unwrap();
+            i += 1;
+        }
+        let sent = read_all(&mut log, 0).await;
+        let end = log.log_end_offset();
+        let bases = segment_bases(&path);
+        let last = *bases.last().unwrap();
+        let point = std::fs::read_to_string(path.join("recovery-point-offset-checkpoint")).unwrap();
+        assert!(point.ends_with(&format!(" {last}\n")), "{point}");
+        log.shutdown_with_high_watermark(Some(end - 1))
+            .await
+            .unwrap();
+        drop(log);
+
+        let file = |base: i64, suffix: &str| path.join(format!("{base:020}.{suffix}"));
+        assert!(!path.join("clean-shutdown-checkpoint").exists());
+        assert!(
+            !file(last, "index").exists(),
+            "no index for the last segment"
+        );
+        assert!(
+            file(bases[0], "index").exists(),
+            "closed segments keep theirs"
+        );
+        assert_eq!(
+            std::fs::read_to_string(path.join("recovery-point-offset-checkpoint")).unwrap(),
+            point,
+            "the recovery point stays where the roll put it"
+        );
+        let hw = std::fs::read_to_string(path.join("replication-offset-checkpoint")).unwrap();
+        assert!(hw.ends_with(&format!(" {}\n", end - 1)), "{hw}");
+        // The file holds exactly its data: trimmed and synced.
+        let size = std::fs::metadata(file(last, "log")).unwrap().len();
+
+        let recovered = skiff_engine::recovery::recover(&path, &config)
+            .await
+            .unwrap();
+        assert_eq!(recovered.log_end_offset, end);
+        assert_eq!(
+            recovered.scanned_bytes, size,
+            "only the last segment scanned"
+        );
+        assert_eq!(recovered.truncated_bytes, 0);
+        drop(recovered);
+        let mut log = open_uncached(&path, config.clone()).await.unwrap();
+        assert_eq!(read_all(&mut log, 0).await, sent);
+        log.close().await.unwrap();
+    });
+}

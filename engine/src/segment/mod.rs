@@ -397,6 +397,18 @@ impl Segment {
     /// indexes' writes run at once: each is a sync of its own file, and the
     /// renames that publish the indexes come after all of them.
     pub async fn close_active_unsynced(&mut self) -> Result<()> {
+        self.close_active_with(true).await
+    }
+
+    /// Closes the active segment without writing its index files: the last
+    /// segment of a log closing for good, small enough that the next open
+    /// scans it faster than this close would write them
+    /// (`PartitionLog::shutdown_with_high_watermark`). Nothing to rename.
+    pub async fn close_active_unindexed(&mut self) -> Result<()> {
+        self.close_active_with(false).await
+    }
+
+    async fn close_active_with(&mut self, indexes: bool) -> Result<()> {
         let Some(appender) = self.appender.as_mut() else {
             return Ok(());
         };
@@ -406,6 +418,8 @@ impl Segment {
             (INDEX_SUFFIX, self.state.offset_index.encode()),
             (TIME_INDEX_SUFFIX, self.state.time_index.encode()),
         ]
+        .into_iter()
+        .filter(|_| indexes)
         .map(|(suffix, bytes)| {
             let path = segment_path(&self.dir, self.base_offset, suffix);
             async move {
@@ -423,7 +437,9 @@ impl Segment {
             fsutil::rename(&tmp, &path).await?;
         }
         self.appender = None;
-        self.write_txn_index_unsynced().await?;
+        if indexes {
+            self.write_txn_index_unsynced().await?;
+        }
         // Trimmed to its data and synced: nothing recycled is left in the file.
         fsutil::remove(&segment_path(&self.dir, self.base_offset, RECYCLED_SUFFIX)).await
     }
