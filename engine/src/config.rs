@@ -44,7 +44,7 @@ pub struct LogConfig {
     /// `log::FREE_FILE_TTL_MS` is freed by a later pass.
     pub recycle_segments: bool,
     /// A log closing for good whose active segment is at most this long (and
-    /// holds the recovery point) skips writing that segment's indexes, the
+    /// holds the recovery point and no aborted transaction) skips writing that segment's indexes, the
     /// clean-close record and the recovery point: the next open scans it
     /// anyway, in less time than those fdatasyncs take
     /// (`PartitionLog::shutdown_with_high_watermark`). 1 MiB.

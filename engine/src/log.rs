@@ -1818,7 +1818,12 @@ impl PartitionLog {
         let recovery_point = self.recovery_point;
         let scan_bytes = self.config.clean_close_scan_bytes;
         let active = self.active();
-        if active.size() <= scan_bytes && recovery_point >= active.base_offset() {
+        // (A segment ending an aborted transaction keeps the full close: its
+        // `.txnindex` is what `skiff-tools verify` checks the markers against.)
+        if active.size() <= scan_bytes
+            && recovery_point >= active.base_offset()
+            && active.txn_index().is_empty()
+        {
             // The next open scans this segment whatever a close writes, and a
             // scan of it costs less than writing its indexes, the clean-close
             // record and the recovery point would (each a file's fdatasync;
