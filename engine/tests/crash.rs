@@ -788,7 +788,8 @@ fn check_with(
 
 /// Every index entry names the last offset of the batch at its position; time
 /// index entries only grow. Every segment has its indexes but a last one of
-/// at most `clean_close_scan_bytes` (closed without them: the open scans it).
+/// at most `clean_close_scan_bytes` (closed without them, and without any an
+/// earlier state left: the open scans it).
 fn check_indexes(dir: &Path) {
     let last = std::fs::read_dir(dir)
         .unwrap()
@@ -803,7 +804,10 @@ fn check_indexes(dir: &Path) {
         let base: i64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
         let log = std::fs::read(&path).unwrap();
         let small = log.len() as u64 <= LogConfig::default().clean_close_scan_bytes;
-        if Some(&path) == last.as_ref() && small && !path.with_extension("index").exists() {
+        if Some(&path) == last.as_ref() && small {
+            for suffix in ["index", "timeindex"] {
+                assert!(!path.with_extension(suffix).exists(), "{}", path.display());
+            }
             continue;
         }
         let index = std::fs::read(path.with_extension("index")).unwrap();

@@ -439,6 +439,13 @@ impl Segment {
         self.appender = None;
         if indexes {
             self.write_txn_index_unsynced().await?;
+        } else {
+            // Index files an earlier state left (a crash between a roll's
+            // renames, an earlier clean close) would describe another
+            // segment; none is better (`skiff-tools verify` checks any there).
+            for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                fsutil::remove(&segment_path(&self.dir, self.base_offset, suffix)).await?;
+            }
         }
         // Trimmed to its data and synced: nothing recycled is left in the file.
         fsutil::remove(&segment_path(&self.dir, self.base_offset, RECYCLED_SUFFIX)).await
