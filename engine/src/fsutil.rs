@@ -139,6 +139,27 @@ pub async fn write_tmp(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
     Ok(tmp)
 }
 
+/// The first half of several atomic replacements, for a caller that orders
+/// the renames among other changes: each `(path, bytes)` written to its
+/// temporary file and fdatasync'd, all at once. Returns the `(tmp, path)`
+/// pairs for `rename_all`, whose renames the caller's next sync of the
+/// directory makes durable.
+pub async fn write_tmps(files: Vec<(PathBuf, Vec<u8>)>) -> Result<Vec<(PathBuf, PathBuf)>> {
+    futures_util::future::try_join_all(files.into_iter().map(|(path, bytes)| async move {
+        let tmp = write_tmp(&path, &bytes).await?;
+        Ok::<_, LogError>((tmp, path))
+    }))
+    .await
+}
+
+/// Renames each `(tmp, path)` of `write_tmps` into place, in order.
+pub async fn rename_all(written: Vec<(PathBuf, PathBuf)>) -> Result<()> {
+    for (tmp, path) in written {
+        rename(&tmp, &path).await?;
+    }
+    Ok(())
+}
+
 /// Renames `from` over `to` (durable with the next sync of the directory).
 pub async fn rename(from: &Path, to: &Path) -> Result<()> {
     glommio::io::rename(from, to)

@@ -631,9 +631,9 @@ impl PartitionLog {
     async fn roll(&mut self, base_offset: i64) -> Result<()> {
         let growth = self.active().growth();
         let closed_end = self.log_end_offset;
-        let point = recovery::write_tmps(vec![(
+        let point = fsutil::write_tmps(vec![(
             self.dir.join(RECOVERY_POINT_FILE),
-            recovery::offset_checkpoint_text(&self.topic, self.partition, closed_end),
+            recovery::encode_offset_checkpoint(&self.topic, self.partition, closed_end),
         )]);
         let (closed, point) =
             futures_util::future::join(self.active().close_active_unsynced(), point).await;
@@ -658,9 +658,7 @@ impl PartitionLog {
             dir = %self.dir.display(), base_offset, recycled = reuse.is_some(), "rolled segment"
         );
         self.segments.insert(base_offset, segment);
-        for (tmp, path) in point {
-            fsutil::rename(&tmp, &path).await?;
-        }
+        fsutil::rename_all(point).await?;
         fsutil::sync_dir(&self.dir).await?;
         self.recovery_point = closed_end;
         Ok(())
@@ -1845,26 +1843,23 @@ impl PartitionLog {
             size: active.size(),
             next_offset: end,
         };
-        let mut files = vec![(self.dir.join(CLEAN_SHUTDOWN_FILE), clean.text())];
-        let point_moved = self.recovery_point != end || self.recovery_point == 0;
-        if point_moved {
-            let text = recovery::offset_checkpoint_text(&self.topic, self.partition, end);
-            files.push((self.dir.join(RECOVERY_POINT_FILE), text));
+        let mut files = vec![(self.dir.join(CLEAN_SHUTDOWN_FILE), clean.encode())];
+        if recovery_point != end || recovery_point == 0 {
+            let point = recovery::encode_offset_checkpoint(&self.topic, self.partition, end);
+            files.push((self.dir.join(RECOVERY_POINT_FILE), point));
         }
         if let Some(hw) = hw {
-            let text = recovery::offset_checkpoint_text(&self.topic, self.partition, hw);
-            files.push((self.dir.join(HIGH_WATERMARK_FILE), text));
+            let hw = recovery::encode_offset_checkpoint(&self.topic, self.partition, hw);
+            files.push((self.dir.join(HIGH_WATERMARK_FILE), hw));
         }
         let (closed, written) = futures_util::future::join(
             self.active().close_active_unsynced(),
-            recovery::write_tmps(files),
+            fsutil::write_tmps(files),
         )
         .await;
         self.offline_on_error(closed)?;
         self.flushed_offset = end;
-        for (tmp, path) in written? {
-            fsutil::rename(&tmp, &path).await?;
-        }
+        fsutil::rename_all(written?).await?;
         fsutil::sync_dir(&self.dir).await?;
         self.recovery_point = end;
         if hw.is_some() {

@@ -189,13 +189,14 @@ pub struct CleanShutdown {
 }
 
 impl CleanShutdown {
-    /// The record's file text.
-    pub fn text(&self) -> String {
+    /// The record's file contents.
+    pub fn encode(&self) -> Vec<u8> {
         checkpoint::encode(&[vec![
             self.base.to_string(),
             self.size.to_string(),
             self.next_offset.to_string(),
         ]])
+        .into_bytes()
     }
 }
 
@@ -227,26 +228,15 @@ pub async fn write_recovery_point(
     write_offset_checkpoint(&dir.join(RECOVERY_POINT_FILE), topic, partition, offset).await
 }
 
-/// The text of a `topic partition offset` checkpoint (recovery point, log
-/// start, high watermark).
-pub fn offset_checkpoint_text(topic: &str, partition: i32, offset: i64) -> String {
+/// The contents of a `topic partition offset` checkpoint (recovery point,
+/// log start, high watermark).
+pub fn encode_offset_checkpoint(topic: &str, partition: i32, offset: i64) -> Vec<u8> {
     checkpoint::encode(&[vec![
         topic.to_string(),
         partition.to_string(),
         offset.to_string(),
     ]])
-}
-
-/// The first half of an atomic replacement, for a caller that orders the
-/// renames among other changes: each `(path, text)` written to its temporary
-/// file and fdatasync'd, all at once; then `(tmp, path)` pairs to rename (in
-/// order), made durable by the caller's next sync of the directory.
-pub async fn write_tmps(files: Vec<(PathBuf, String)>) -> Result<Vec<(PathBuf, PathBuf)>> {
-    futures_util::future::try_join_all(files.into_iter().map(|(path, text)| async move {
-        let tmp = fsutil::write_tmp(&path, text.as_bytes()).await?;
-        Ok::<_, LogError>((tmp, path))
-    }))
-    .await
+    .into_bytes()
 }
 
 /// A `topic partition offset` checkpoint's offset; 0 when the file is absent.
@@ -263,8 +253,7 @@ pub async fn write_offset_checkpoint(
     partition: i32,
     offset: i64,
 ) -> Result<()> {
-    let row = vec![topic.to_string(), partition.to_string(), offset.to_string()];
-    checkpoint::write(path, &[row]).await
+    fsutil::write_file_atomic(path, &encode_offset_checkpoint(topic, partition, offset)).await
 }
 
 /// Recovers the partition in `dir` (see the module docs). The last segment comes

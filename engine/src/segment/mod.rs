@@ -386,16 +386,12 @@ impl Segment {
     /// segment stays active with its failed appender, so the failure is not
     /// forgotten (a later call must not find a "closed" segment whose data
     /// never reached the file).
-    pub async fn close_active(&mut self) -> Result<()> {
-        self.close_active_unsynced().await?;
-        fsutil::sync_dir(&self.dir).await
-    }
-
-    /// `close_active` without the directory sync that makes its renames
-    /// durable, which the caller owes (a roll shares one with the new segment
-    /// and the recovery point). The data's flush and fdatasync and the
-    /// indexes' writes run at once: each is a sync of its own file, and the
-    /// renames that publish the indexes come after all of them.
+    ///
+    /// The data's flush and fdatasync and the indexes' writes run at once
+    /// (each a sync of its own file); the renames that publish the indexes
+    /// come after all of them, and the directory sync that makes them durable
+    /// is the caller's (a roll shares one with the new segment and the
+    /// recovery point).
     pub async fn close_active_unsynced(&mut self) -> Result<()> {
         self.close_active_with(true).await
     }
@@ -414,28 +410,24 @@ impl Segment {
         };
         // Idempotent: a close that failed and is tried again adds no entry.
         self.state.seal(self.base_offset);
-        let files = [
-            (INDEX_SUFFIX, self.state.offset_index.encode()),
-            (TIME_INDEX_SUFFIX, self.state.time_index.encode()),
-        ]
-        .into_iter()
-        .filter(|_| indexes)
-        .map(|(suffix, bytes)| {
-            let path = segment_path(&self.dir, self.base_offset, suffix);
-            async move {
-                let tmp = fsutil::write_tmp(&path, &bytes).await?;
-                Ok::<_, LogError>((tmp, path))
-            }
-        });
-        let (finished, written) = futures_util::future::join(
-            appender.finish(),
-            futures_util::future::try_join_all(files),
-        )
-        .await;
+        let files = if indexes {
+            vec![
+                (
+                    segment_path(&self.dir, self.base_offset, INDEX_SUFFIX),
+                    self.state.offset_index.encode(),
+                ),
+                (
+                    segment_path(&self.dir, self.base_offset, TIME_INDEX_SUFFIX),
+                    self.state.time_index.encode(),
+                ),
+            ]
+        } else {
+            Vec::new()
+        };
+        let (finished, written) =
+            futures_util::future::join(appender.finish(), fsutil::write_tmps(files)).await;
         finished?;
-        for (tmp, path) in written? {
-            fsutil::rename(&tmp, &path).await?;
-        }
+        fsutil::rename_all(written?).await?;
         self.appender = None;
         if indexes {
             self.write_txn_index_unsynced().await?;
