@@ -1719,6 +1719,15 @@ impl PartitionLog {
             }
             return Ok(false);
         };
+        // The cleaner checkpoint's file says "the cleaner has worked on this
+        // log" (`skiff-tools verify` then allows the gaps and short batches
+        // compaction leaves), so it exists before the first swap commits: a
+        // crash or an abandoned pass between a swap and `finish_cleaning`
+        // leaves compacted segments whatever the checkpoint's offset.
+        if !self.dir.join(CLEANER_CHECKPOINT_FILE).exists() {
+            self.write_checkpoint(CLEANER_CHECKPOINT_FILE, self.first_dirty_offset)
+                .await?;
+        }
         let swap = new
             .as_ref()
             .map(|n| swap_path(&self.dir, n.base_offset, group_end));

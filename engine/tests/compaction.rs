@@ -336,6 +336,44 @@ fn recovery_finishes_an_interrupted_swap_and_drops_a_partial_cleaning() {
     });
 }
 
+/// A kill between a swap and `finish_cleaning` (or a pass abandoned after its
+/// first swap) leaves compacted segments behind the old checkpoint offset: the
+/// checkpoint's file must exist by then, since it is what tells `skiff-tools
+/// verify` the log may hold compaction's gaps and short batches (the tools'
+/// compaction crash test saw it missing).
+#[test]
+fn the_cleaner_checkpoint_exists_before_the_first_swap_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let partition = open_partition(&path, compact_config(), 0).await;
+        let ops: Vec<Op> = (0..200u32)
+            .map(|i| ((i % 10) as u8, Some(vec![i as u8; 40])))
+            .collect();
+        append_ops(&partition, &ops, &[10], &[Compression::None], 1_000).await;
+        let checkpoint = path.join(skiff_engine::checkpoint::CLEANER_CHECKPOINT_FILE);
+        assert!(!checkpoint.exists(), "no cleaning yet");
+        let plan = partition.clean_plan(1_000).await.unwrap().expect("a plan");
+        let first = &plan.segments[0];
+        // The swap of a pass that never finishes: the first segment goes whole.
+        let old = [(first.base_offset, first.size)];
+        drop(plan);
+        assert!(partition.replace_segments(&old, None).await.unwrap());
+        assert!(checkpoint.exists(), "swapped without a cleaner checkpoint");
+        assert_eq!(partition.first_dirty_offset().await.unwrap(), 0);
+        partition.close().await.unwrap();
+        drop(partition);
+        // Reopened, nothing counts as cleaned past the new log start.
+        let partition = open_partition(&path, compact_config(), 0).await;
+        assert!(checkpoint.exists());
+        assert_eq!(
+            partition.first_dirty_offset().await.unwrap(),
+            partition.log_start_offset().await.unwrap()
+        );
+        partition.close().await.unwrap();
+    });
+}
+
 #[test]
 fn a_corrupt_batch_stops_the_cleaner_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
