@@ -38,6 +38,12 @@ pub struct Args {
     /// MiB sent over loopback TCP (0 skips it).
     #[arg(long, default_value_t = 2048)]
     pub loopback_mib: u64,
+    /// Instead of the disk's limit, the write as the engine commits: an
+    /// fdatasync after every this many MiB (--block-kib, default 1024, and
+    /// --queue-depth, default 4, within each group), into fresh space and
+    /// then over the same blocks.
+    #[arg(long)]
+    pub synced_every_mib: Option<u64>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -126,6 +132,37 @@ pub fn sweep(
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let scratch = scratch_dir(args.dir.as_deref())?;
+    if let Some(group_mib) = args.synced_every_mib {
+        let (block_kib, queue_depth) = (
+            args.block_kib.unwrap_or(1024),
+            args.queue_depth.unwrap_or(4),
+        );
+        let (fresh, over) = disk_synced(
+            scratch.path(),
+            args.streams,
+            args.size_mib,
+            block_kib,
+            queue_depth,
+            group_mib.max(1),
+        )?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "fresh_write_mb_s": fresh, "overwrite_mb_s": over,
+                    "block_kib": block_kib, "queue_depth": queue_depth,
+                    "fdatasync_every_mib": group_mib.max(1), "streams": args.streams,
+                })
+            );
+        } else {
+            println!(
+                "disk  O_DIRECT write, fdatasync every {} MiB ({} stream(s), {block_kib} KiB blocks, queue depth {queue_depth}): fresh space {fresh:>8.1} MB/s, over written blocks {over:>8.1} MB/s",
+                group_mib.max(1),
+                args.streams
+            );
+        }
+        return Ok(());
+    }
     let measured = match (args.block_kib, args.queue_depth) {
         (None, None) => sweep(
             scratch.path(),
@@ -259,6 +296,116 @@ pub fn disk_overwrite(
     Ok(disk_pass(dir, streams, size_mib, block_kib, queue_depth, true)?.write_mb_s)
 }
 
+/// The disk written the way the engine commits: `group_mib` MiB at a time
+/// (`block_kib` blocks, `queue_depth` in flight), then an fdatasync before the
+/// next group, as a partition's group commit waits for its writes and syncs
+/// before it acknowledges. Each stream writes its file twice: into fresh
+/// (fallocated) space, then over those written blocks. Returns both write
+/// MB/s: (fresh, over written blocks). What the raw burst (one fdatasync at
+/// its end) never pays: each fdatasync into fresh space also commits the
+/// metadata of the extents the writes converted.
+pub fn disk_synced(
+    dir: &Path,
+    streams: usize,
+    size_mib: u64,
+    block_kib: usize,
+    queue_depth: usize,
+    group_mib: u64,
+) -> anyhow::Result<(f64, f64)> {
+    let block = block_kib.max(4) * 1024;
+    let blocks = (size_mib * 1024 * 1024).div_ceil(block as u64);
+    let group_blocks = ((group_mib << 20) / block as u64).max(1);
+    let mut handles = Vec::new();
+    for s in 0..streams.max(1) {
+        let path = dir.join(format!("baseline-synced-{s}.dat"));
+        handles.push(
+            LocalExecutorBuilder::new(Placement::Unbound)
+                .io_memory(io_memory_bytes(block, queue_depth))
+                .spawn(move || async move {
+                    let file = open(&path).await?;
+                    let measured =
+                        write_synced_twice(&file, blocks, block, queue_depth, group_blocks).await;
+                    let closed = file.close().await.map_err(std::io::Error::from);
+                    let _ = std::fs::remove_file(&path);
+                    let measured = measured?;
+                    closed?;
+                    Ok::<_, anyhow::Error>(measured)
+                })
+                .map_err(std::io::Error::from)
+                .context("spawning executor")?,
+        );
+    }
+    let (mut fresh_secs, mut over_secs): (f64, f64) = (0.0, 0.0);
+    for h in handles {
+        let (fresh, over) = h
+            .join()
+            .map_err(|e| anyhow::anyhow!("executor failed: {e}"))??;
+        fresh_secs = fresh_secs.max(fresh);
+        over_secs = over_secs.max(over);
+    }
+    let total = blocks * block as u64 * streams.max(1) as u64;
+    Ok((mb_s(total, fresh_secs), mb_s(total, over_secs)))
+}
+
+/// Seconds for `disk_synced`'s two passes over one file.
+async fn write_synced_twice(
+    file: &DmaFile,
+    blocks: u64,
+    block: usize,
+    queue_depth: usize,
+    group_blocks: u64,
+) -> anyhow::Result<(f64, f64)> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+    file.truncate(0).await.ok();
+    file.pre_allocate(blocks * block as u64, false).await.ok();
+    let bufs = random_buffers(file, block, queue_depth.max(1), blocks);
+    let slots = bufs.len();
+    let write_all = || async {
+        let mut first = 0;
+        while first < blocks {
+            let end = (first + group_blocks).min(blocks);
+            stream::iter(first..end)
+                .map(|i| {
+                    let buf = bufs[(i % slots as u64) as usize].clone();
+                    file.write_rc_at(buf, i * block as u64)
+                })
+                .buffer_unordered(slots)
+                .try_for_each(|_| async { Ok(()) })
+                .await
+                .map_err(std::io::Error::from)?;
+            file.fdatasync().await.map_err(std::io::Error::from)?;
+            first = end;
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let t = Instant::now();
+    write_all().await?;
+    let fresh = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    write_all().await?;
+    Ok((fresh, t.elapsed().as_secs_f64()))
+}
+
+/// One buffer of random bytes per write in flight, reused: the figure is the
+/// disk's, not the allocator's or memset's. Random, as fio writes: a virtual
+/// disk whose host compresses or deduplicates would take constant bytes
+/// faster than any real data.
+fn random_buffers(
+    file: &DmaFile,
+    block: usize,
+    slots: usize,
+    seed: u64,
+) -> Vec<std::rc::Rc<glommio::io::DmaBuffer>> {
+    let mut rng = fastrand::Rng::with_seed(0x5eed ^ seed);
+    (0..slots)
+        .map(|_| {
+            let mut buf = file.alloc_dma_buffer(block);
+            rng.fill(buf.as_bytes_mut());
+            std::rc::Rc::new(buf)
+        })
+        .collect()
+}
+
 fn disk_pass(
     dir: &Path,
     streams: usize,
@@ -356,19 +503,8 @@ async fn write_then_read(
     use futures_util::stream::{self, StreamExt, TryStreamExt};
     file.truncate(0).await.ok();
     file.pre_allocate(blocks * block as u64, false).await.ok();
-    // One filled buffer per write in flight, reused: the figure is the
-    // disk's, not the allocator's or memset's. Random bytes, as fio writes:
-    // a virtual disk whose host compresses or deduplicates would take
-    // constant bytes faster than any real data.
     let slots = queue_depth.max(1);
-    let mut rng = fastrand::Rng::with_seed(0x5eed ^ blocks);
-    let bufs: Vec<std::rc::Rc<glommio::io::DmaBuffer>> = (0..slots)
-        .map(|_| {
-            let mut buf = file.alloc_dma_buffer(block);
-            rng.fill(buf.as_bytes_mut());
-            std::rc::Rc::new(buf)
-        })
-        .collect();
+    let bufs = random_buffers(file, block, slots, blocks);
     let write_all = || async {
         stream::iter(0..blocks)
             .map(|i| {

@@ -130,9 +130,10 @@ impl Plan {
         let disk = (points * self.disk_mib_per_stream * self.disk_streams as u64 / 500).max(1);
         [
             disk + self.loopback_mib / 2000 + 1,
-            // Each round: the disk's write and read, fio's, the engine's.
+            // Each round: the disk's write and read, written as the engine
+            // commits, fio's, the engine's.
             self.confirm_rounds as u64
-                * (5 * self.disk_mib_per_stream * self.disk_streams as u64 / 500
+                * (8 * self.disk_mib_per_stream * self.disk_streams as u64 / 500
                     + (self.engine_mib_per_partition * 2 * 2 / 500)
                     + 3),
             2,
@@ -320,6 +321,19 @@ fn run_steps(
             bw.block_kib,
             bw.queue_depth,
         )?);
+        // The disk written as the engine commits (1 MiB writes, 4 in
+        // flight, an fdatasync every 4 MiB: the engine run's appends and
+        // group commits), into fresh space and over written blocks.
+        let (synced_fresh, synced_over) = baseline::disk_synced(
+            scratch,
+            plan.disk_streams,
+            plan.disk_mib_per_stream,
+            SYNCED_BLOCK_KIB,
+            SYNCED_QUEUE_DEPTH,
+            SYNCED_GROUP_MIB,
+        )?;
+        rounds.disk_synced_fresh.push(synced_fresh);
+        rounds.disk_synced_overwrite.push(synced_over);
         let r = if (br.block_kib, br.queue_depth) == (bw.block_kib, bw.queue_depth) {
             w
         } else {
@@ -740,6 +754,15 @@ fn run_steps(
             "disk_write_mb_s": disk.write_mb_s,
             "disk_fresh_write_mb_s": stats::median(&rounds.disk_write),
             "disk_overwrite_mb_s": stats::median(&rounds.disk_overwrite),
+            // Written as the engine commits: not the limit, what every
+            // acknowledgement's fdatasync leaves of it.
+            "disk_synced": {
+                "block_kib": SYNCED_BLOCK_KIB,
+                "queue_depth": SYNCED_QUEUE_DEPTH,
+                "fdatasync_every_mib": SYNCED_GROUP_MIB,
+                "fresh_write_mb_s": stats::median(&rounds.disk_synced_fresh),
+                "overwrite_mb_s": stats::median(&rounds.disk_synced_overwrite),
+            },
             "disk_read_mb_s": disk.read_mb_s,
             "disk_sweep": sweep,
             // Each figure of every round of the disk (at the sweep's best
@@ -792,6 +815,9 @@ fn run_steps(
         "ratios": {
             "engine_vs_disk": engine.append_mb_s / disk.write_mb_s,
             "engine_steady_vs_disk": engine.steady_append_mb_s / disk.write_mb_s,
+            "engine_vs_disk_synced": engine.append_mb_s / stats::median(&rounds.disk_synced_fresh),
+            "engine_steady_vs_disk_synced": engine.steady_append_mb_s
+                / stats::median(&rounds.disk_synced_overwrite),
             "engine_read_vs_disk": engine.read_cold_mb_s / disk.read_mb_s,
             "produce_vs_limit": headline.mb_s / limit,
             "produce_steady_vs_limit": steady.mb_s / limit,
@@ -853,6 +879,10 @@ struct Rounds {
     disk_write: Vec<f64>,
     /// The same write over blocks written once before (`disk_overwrite`).
     disk_overwrite: Vec<f64>,
+    /// Written as the engine commits (`baseline::disk_synced`): into fresh
+    /// space, then over those blocks.
+    disk_synced_fresh: Vec<f64>,
+    disk_synced_overwrite: Vec<f64>,
     disk_read: Vec<f64>,
     fio_write: Vec<f64>,
     fio_read: Vec<f64>,
@@ -861,6 +891,12 @@ struct Rounds {
     /// The engine's append at steady state (retention on, files recycled).
     engine_steady_append: Vec<f64>,
 }
+
+/// The raw write with the engine's commit pattern (`baseline::disk_synced`):
+/// the engine run's 1 MiB appends, 4 in flight, a group commit per 4 MiB.
+const SYNCED_BLOCK_KIB: usize = 1024;
+const SYNCED_QUEUE_DEPTH: usize = 4;
+const SYNCED_GROUP_MIB: u64 = 4;
 
 /// The engine's figures over the rounds (medians).
 struct EngineMedians {
