@@ -5,11 +5,12 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use glommio::io::{DmaFile, OpenOptions};
+use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::crosscheck::{self, Check};
@@ -322,14 +323,10 @@ pub fn disk_synced(
             LocalExecutorBuilder::new(Placement::Unbound)
                 .io_memory(io_memory_bytes(block, queue_depth))
                 .spawn(move || async move {
-                    let file = open(&path).await?;
-                    let measured =
-                        write_synced_twice(&file, blocks, block, queue_depth, group_blocks).await;
-                    let closed = file.close().await.map_err(std::io::Error::from);
-                    let _ = std::fs::remove_file(&path);
-                    let measured = measured?;
-                    closed?;
-                    Ok::<_, anyhow::Error>(measured)
+                    on_scratch_file(&path, async |file| {
+                        write_synced_twice(file, blocks, block, queue_depth, group_blocks).await
+                    })
+                    .await
                 })
                 .map_err(std::io::Error::from)
                 .context("spawning executor")?,
@@ -355,55 +352,80 @@ async fn write_synced_twice(
     queue_depth: usize,
     group_blocks: u64,
 ) -> anyhow::Result<(f64, f64)> {
-    use futures_util::stream::{self, StreamExt, TryStreamExt};
-    file.truncate(0).await.ok();
-    file.pre_allocate(blocks * block as u64, false).await.ok();
-    let bufs = random_buffers(file, block, queue_depth.max(1), blocks);
-    let slots = bufs.len();
-    let write_all = || async {
-        let mut first = 0;
-        while first < blocks {
-            let end = (first + group_blocks).min(blocks);
-            stream::iter(first..end)
-                .map(|i| {
-                    let buf = bufs[(i % slots as u64) as usize].clone();
-                    file.write_rc_at(buf, i * block as u64)
-                })
-                .buffer_unordered(slots)
-                .try_for_each(|_| async { Ok(()) })
-                .await
-                .map_err(std::io::Error::from)?;
-            file.fdatasync().await.map_err(std::io::Error::from)?;
-            first = end;
-        }
-        Ok::<_, std::io::Error>(())
-    };
+    let bufs = prepare(file, blocks, block, queue_depth).await;
     let t = Instant::now();
-    write_all().await?;
+    write_pass(file, &bufs, blocks, block, group_blocks).await?;
     let fresh = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    write_all().await?;
+    write_pass(file, &bufs, blocks, block, group_blocks).await?;
     Ok((fresh, t.elapsed().as_secs_f64()))
 }
 
-/// One buffer of random bytes per write in flight, reused: the figure is the
-/// disk's, not the allocator's or memset's. Random, as fio writes: a virtual
-/// disk whose host compresses or deduplicates would take constant bytes
-/// faster than any real data.
-fn random_buffers(
+/// Empties `file` and fallocates room for `blocks`; returns one buffer of
+/// random bytes per write in flight, reused: the figure is the disk's, not
+/// the allocator's or memset's. Random, as fio writes: a virtual disk whose
+/// host compresses or deduplicates would take constant bytes faster than any
+/// real data.
+async fn prepare(
     file: &DmaFile,
+    blocks: u64,
     block: usize,
-    slots: usize,
-    seed: u64,
-) -> Vec<std::rc::Rc<glommio::io::DmaBuffer>> {
-    let mut rng = fastrand::Rng::with_seed(0x5eed ^ seed);
-    (0..slots)
+    queue_depth: usize,
+) -> Vec<Rc<DmaBuffer>> {
+    file.truncate(0).await.ok();
+    file.pre_allocate(blocks * block as u64, false).await.ok();
+    let mut rng = fastrand::Rng::with_seed(0x5eed ^ blocks);
+    (0..queue_depth.max(1))
         .map(|_| {
             let mut buf = file.alloc_dma_buffer(block);
             rng.fill(buf.as_bytes_mut());
-            std::rc::Rc::new(buf)
+            Rc::new(buf)
         })
         .collect()
+}
+
+/// Writes blocks `0..blocks` in order, one per buffer in flight, with an
+/// fdatasync after every `group_blocks` (the last group's included).
+async fn write_pass(
+    file: &DmaFile,
+    bufs: &[Rc<DmaBuffer>],
+    blocks: u64,
+    block: usize,
+    group_blocks: u64,
+) -> std::io::Result<()> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+    let slots = bufs.len();
+    let mut first = 0;
+    while first < blocks {
+        let end = first.saturating_add(group_blocks.max(1)).min(blocks);
+        stream::iter(first..end)
+            .map(|i| file.write_rc_at(bufs[(i % slots as u64) as usize].clone(), i * block as u64))
+            .buffer_unordered(slots)
+            .try_for_each(|_| async { Ok(()) })
+            .await
+            .map_err(std::io::Error::from)?;
+        file.fdatasync().await.map_err(std::io::Error::from)?;
+        first = end;
+    }
+    Ok(())
+}
+
+/// Opens a scratch file at `path`, measures with it, then closes and removes
+/// it. Closed before the executor ends: a dropped DmaFile's close waits for
+/// the executor's next I/O cycle, which never comes, and the leaked
+/// descriptor holds the removed file's blocks until the process exits (a
+/// full suite's sweep and rounds filled a 41 GB disk that way).
+async fn on_scratch_file<T>(
+    path: &Path,
+    measure: impl AsyncFnOnce(&DmaFile) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let file = open(path).await?;
+    let measured = measure(&file).await;
+    let closed = file.close().await.map_err(std::io::Error::from);
+    let _ = std::fs::remove_file(path);
+    let measured = measured?;
+    closed?;
+    Ok(measured)
 }
 
 fn disk_pass(
@@ -477,17 +499,10 @@ async fn write_read(
     queue_depth: usize,
     overwrite: bool,
 ) -> anyhow::Result<(f64, f64)> {
-    let file = open(path).await?;
-    let measured = write_then_read(&file, blocks, block, queue_depth, overwrite).await;
-    // Closed before the executor ends: a dropped DmaFile's close waits for the
-    // executor's next I/O cycle, which never comes, and the leaked descriptor
-    // holds the removed file's blocks until the process exits (a full suite's
-    // sweep and rounds filled a 41 GB disk that way).
-    let closed = file.close().await.map_err(std::io::Error::from);
-    let _ = std::fs::remove_file(path);
-    let measured = measured?;
-    closed?;
-    Ok(measured)
+    on_scratch_file(path, async |file| {
+        write_then_read(file, blocks, block, queue_depth, overwrite).await
+    })
+    .await
 }
 
 /// Seconds to write `blocks` blocks (then one fdatasync) and to read them back,
@@ -501,27 +516,13 @@ async fn write_then_read(
     overwrite: bool,
 ) -> anyhow::Result<(f64, f64)> {
     use futures_util::stream::{self, StreamExt, TryStreamExt};
-    file.truncate(0).await.ok();
-    file.pre_allocate(blocks * block as u64, false).await.ok();
-    let slots = queue_depth.max(1);
-    let bufs = random_buffers(file, block, slots, blocks);
-    let write_all = || async {
-        stream::iter(0..blocks)
-            .map(|i| {
-                let buf = bufs[(i % slots as u64) as usize].clone();
-                file.write_rc_at(buf, i * block as u64)
-            })
-            .buffer_unordered(slots)
-            .try_for_each(|_| async { Ok(()) })
-            .await
-            .map_err(std::io::Error::from)?;
-        file.fdatasync().await.map_err(std::io::Error::from)
-    };
+    let bufs = prepare(file, blocks, block, queue_depth).await;
+    let slots = bufs.len();
     if overwrite {
-        write_all().await?;
+        write_pass(file, &bufs, blocks, block, blocks).await?;
     }
     let t = Instant::now();
-    write_all().await?;
+    write_pass(file, &bufs, blocks, block, blocks).await?;
     let write_secs = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
