@@ -316,32 +316,55 @@ pub fn disk_synced(
     let block = block_kib.max(4) * 1024;
     let blocks = (size_mib * 1024 * 1024).div_ceil(block as u64);
     let group_blocks = ((group_mib << 20) / block as u64).max(1);
+    let (fresh_secs, over_secs) = per_stream(
+        dir,
+        "synced",
+        streams,
+        block,
+        queue_depth,
+        async move |file| write_synced_twice(file, blocks, block, queue_depth, group_blocks).await,
+    )?;
+    let total = blocks * block as u64 * streams.max(1) as u64;
+    Ok((mb_s(total, fresh_secs), mb_s(total, over_secs)))
+}
+
+/// Runs `measure` in `streams` executors at once, each on a scratch file of
+/// its own (`on_scratch_file`); returns the slowest stream's two timings.
+/// Registered I/O memory for every buffer in flight, as the engine's shards
+/// have: without it glommio pins each buffer's pages per I/O and the figure
+/// is the allocator's, not the disk's.
+fn per_stream<F>(
+    dir: &Path,
+    name: &str,
+    streams: usize,
+    block: usize,
+    queue_depth: usize,
+    measure: F,
+) -> anyhow::Result<(f64, f64)>
+where
+    F: AsyncFn(&DmaFile) -> anyhow::Result<(f64, f64)> + Clone + Send + 'static,
+{
     let mut handles = Vec::new();
     for s in 0..streams.max(1) {
-        let path = dir.join(format!("baseline-synced-{s}.dat"));
+        let path = dir.join(format!("baseline-{name}-{s}.dat"));
+        let measure = measure.clone();
         handles.push(
             LocalExecutorBuilder::new(Placement::Unbound)
                 .io_memory(io_memory_bytes(block, queue_depth))
-                .spawn(move || async move {
-                    on_scratch_file(&path, async |file| {
-                        write_synced_twice(file, blocks, block, queue_depth, group_blocks).await
-                    })
-                    .await
-                })
+                .spawn(move || async move { on_scratch_file(&path, measure).await })
                 .map_err(std::io::Error::from)
                 .context("spawning executor")?,
         );
     }
-    let (mut fresh_secs, mut over_secs): (f64, f64) = (0.0, 0.0);
+    let (mut a, mut b): (f64, f64) = (0.0, 0.0);
     for h in handles {
-        let (fresh, over) = h
+        let (x, y) = h
             .join()
             .map_err(|e| anyhow::anyhow!("executor failed: {e}"))??;
-        fresh_secs = fresh_secs.max(fresh);
-        over_secs = over_secs.max(over);
+        a = a.max(x);
+        b = b.max(y);
     }
-    let total = blocks * block as u64 * streams.max(1) as u64;
-    Ok((mb_s(total, fresh_secs), mb_s(total, over_secs)))
+    Ok((a, b))
 }
 
 /// Seconds for `disk_synced`'s two passes over one file.
@@ -438,33 +461,14 @@ fn disk_pass(
 ) -> anyhow::Result<DiskFigures> {
     let block = block_kib * 1024;
     let blocks = (size_mib * 1024 * 1024).div_ceil(block as u64);
-    let start = Instant::now();
-    let mut handles = Vec::new();
-    for s in 0..streams.max(1) {
-        let path = dir.join(format!("baseline-{s}.dat"));
-        handles.push(
-            // Registered I/O memory for every buffer in flight, as the
-            // engine's shards have: without it glommio pins each buffer's
-            // pages per I/O and the figure is the allocator's, not the disk's.
-            LocalExecutorBuilder::new(Placement::Unbound)
-                .io_memory(io_memory_bytes(block, queue_depth))
-                .spawn(move || async move {
-                    write_read(&path, blocks, block, queue_depth, overwrite).await
-                })
-                .map_err(std::io::Error::from)
-                .context("spawning executor")?,
-        );
-    }
-    let mut write_secs: f64 = 0.0;
-    let mut read_secs: f64 = 0.0;
-    for h in handles {
-        let (w, r) = h
-            .join()
-            .map_err(|e| anyhow::anyhow!("executor failed: {e}"))??;
-        write_secs = write_secs.max(w);
-        read_secs = read_secs.max(r);
-    }
-    let _ = start;
+    let (write_secs, read_secs) = per_stream(
+        dir,
+        "burst",
+        streams,
+        block,
+        queue_depth,
+        async move |file| write_then_read(file, blocks, block, queue_depth, overwrite).await,
+    )?;
     let total = blocks * block as u64 * streams.max(1) as u64;
     Ok(DiskFigures {
         write_mb_s: mb_s(total, write_secs),
@@ -490,19 +494,6 @@ async fn open(path: &Path) -> anyhow::Result<DmaFile> {
         .await
         .map_err(std::io::Error::from)
         .with_context(|| format!("opening {}", path.display()))
-}
-
-async fn write_read(
-    path: &Path,
-    blocks: u64,
-    block: usize,
-    queue_depth: usize,
-    overwrite: bool,
-) -> anyhow::Result<(f64, f64)> {
-    on_scratch_file(path, async |file| {
-        write_then_read(file, blocks, block, queue_depth, overwrite).await
-    })
-    .await
 }
 
 /// Seconds to write `blocks` blocks (then one fdatasync) and to read them back,
