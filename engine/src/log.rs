@@ -1878,10 +1878,13 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Gives back the active segment's append chunk when everything appended
-    /// is written (a partition gone quiet): the bytes released.
-    pub fn release_idle_memory(&mut self) -> usize {
-        self.active().release_idle()
+    /// DMA memory the active segment holds for appends: at most one block
+    /// once everything appended is written out (every commit does).
+    pub fn append_buffer_bytes(&self) -> usize {
+        self.segments
+            .values()
+            .next_back()
+            .map_or(0, Segment::buffered_bytes)
     }
 
     /// Deletes the log and its directory.

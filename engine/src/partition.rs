@@ -43,7 +43,9 @@ pub struct Partition {
     written_offset: Cell<i64>,
     /// Mirror of the log's end offset, readable without the lock.
     log_end_offset: Cell<i64>,
-    flushing: Cell<bool>,
+    /// The group commits in flight (see `commit_to`).
+    commits: CommitsInFlight,
+    /// Notified when a commit leaves its write phase or ends.
     flush_done: Signal,
     /// Notified after every append and flush: long-polling fetches wait on it.
     changed: Signal,
@@ -62,8 +64,6 @@ pub struct Partition {
     /// records a cut took fails instead of waiting for offsets refilled by
     /// other records (`commit_to`).
     cuts: RefCell<VecDeque<(u64, i64)>>,
-    /// The log end at the previous idle check (`release_if_idle`).
-    idle_mark: Cell<i64>,
     /// Mirror of `PartitionLog::has_transactions` (it never goes back to
     /// false): a log that never held a transaction answers the LSO and the
     /// aborted transactions without taking the lock, on every fetch.
@@ -107,7 +107,7 @@ impl Partition {
             flushed_offset: Cell::new(flushed),
             written_offset: Cell::new(flushed),
             log_end_offset: Cell::new(end),
-            flushing: Cell::new(false),
+            commits: CommitsInFlight::default(),
             flush_done: Signal::default(),
             changed: Signal::default(),
             replicated_hw: Cell::new(None),
@@ -116,7 +116,6 @@ impl Partition {
             stats: stats::local(),
             truncations: Cell::new(0),
             cuts: RefCell::new(VecDeque::new()),
-            idle_mark: Cell::new(-1),
             has_transactions: Cell::new(has_transactions),
         }
     }
@@ -514,8 +513,12 @@ impl Partition {
     }
 
     /// Waits until every offset below `offset` is written out (`Commit::Write`)
-    /// or also fdatasync'd (`Commit::Sync`), joining a running commit or
-    /// starting one. One commit runs at a time; a sync covers a write.
+    /// or also fdatasync'd (`Commit::Sync`), joining a commit in flight that
+    /// covers it or starting one. Commits are pipelined: one at a time in its
+    /// write phase (submitting the partial chunk, awaiting the writes), and
+    /// the next may start while earlier ones wait for their fdatasync (up to
+    /// `MAX_SYNCING`), so records appended during a sync need not wait for it
+    /// before their own writes and sync begin. A sync covers a write.
     /// `since`: the truncation count when the records were appended.
     async fn commit_to(&self, offset: i64, commit: Commit, since: u64) -> Result<()> {
         loop {
@@ -535,15 +538,15 @@ impl Partition {
             if done >= offset {
                 return Ok(());
             }
-            if self.flushing.get() {
+            if !self.commits.may_start(offset) {
                 self.flush_done.wait().await;
                 continue;
             }
-            // Whatever ends this flush (done, failed, or this future dropped
+            // Whatever ends this commit (done, failed, or this future dropped
             // half-way) ends it for the waiters too: they retry or see the error.
-            let flushing = FlushRunning::start(self);
-            let result = self.flush_once(commit).await;
-            drop(flushing);
+            let mut running = CommitRunning::start(self);
+            let result = self.flush_once(commit, &mut running).await;
+            drop(running);
             result?;
         }
     }
@@ -553,13 +556,18 @@ impl Partition {
     /// filling the next chunk (and its writes go out) while this one
     /// completes. Holding the lock through the writes drained the disk's
     /// queue at every flush.
-    async fn flush_once(&self, commit: Commit) -> Result<()> {
+    /// Everything below the commit's target was written by the writes it
+    /// awaits or by earlier commits' (done before this one's write phase
+    /// began), so its fdatasync covers the target even when an earlier
+    /// commit's sync is still in flight; `mark_flushed` only moves forward.
+    async fn flush_once(&self, commit: Commit, running: &mut CommitRunning<'_>) -> Result<()> {
         let truncations = self.truncations.get();
         let (file, target, writes) = {
             let mut log = self.write().await?;
             let (target, writes) = log.start_write_out().await?;
             (log.active_file(), target, writes)
         };
+        running.covers(target);
         for w in writes {
             if let Err(e) = w.wait().await {
                 // The appender reaps the failed write itself, so the log goes
@@ -583,6 +591,7 @@ impl Partition {
         if commit == Commit::Write {
             return Ok(());
         }
+        running.syncing();
         let started = Instant::now();
         let synced = file.fdatasync().await;
         self.stats.record_fsync(started.elapsed(), synced.is_ok());
@@ -693,17 +702,6 @@ impl Partition {
         Ok(())
     }
 
-    /// Once per checkpoint period: a partition whose log end has not moved
-    /// since the previous call gives back its append chunk
-    /// (`PartitionLog::release_idle_memory`). Returns the bytes released.
-    pub async fn release_if_idle(&self) -> Result<usize> {
-        let end = self.log_end_offset.get();
-        if self.idle_mark.replace(end) != end {
-            return Ok(0);
-        }
-        Ok(self.write().await?.release_idle_memory())
-    }
-
     /// The replicated high watermark the log had on disk when it opened.
     pub fn checkpointed_high_watermark(&self) -> Option<i64> {
         self.checkpointed_hw
@@ -777,23 +775,81 @@ enum Commit {
     Sync,
 }
 
-/// The running group commit of a partition: `flushing` is set while it lives;
-/// dropping it (after the flush, or with a flush future cancelled mid-way)
-/// clears it and wakes every waiter, so none waits on a flush nobody runs.
-struct FlushRunning<'a>(&'a Partition);
+/// fdatasyncs of one partition's commits in flight at once, at most.
+const MAX_SYNCING: u32 = 2;
 
-impl<'a> FlushRunning<'a> {
-    fn start(partition: &'a Partition) -> Self {
-        partition.flushing.set(true);
-        FlushRunning(partition)
+/// A partition's group commits in flight.
+#[derive(Default)]
+struct CommitsInFlight {
+    /// A commit is in its write phase (at most one).
+    writing: Cell<bool>,
+    /// Commits past their writes, waiting for their fdatasync.
+    syncing: Cell<u32>,
+    /// The highest target of a commit in flight that has one (its writes
+    /// submitted); meaningful while any commit is in flight.
+    covers: Cell<i64>,
+}
+
+impl CommitsInFlight {
+    fn live(&self) -> bool {
+        self.writing.get() || self.syncing.get() > 0
+    }
+
+    /// Whether a waiter for `offset` starts a commit now: none in flight
+    /// covers it, none is in its write phase (it may cover it: its target is
+    /// known once its writes are submitted), and a sync slot is free.
+    fn may_start(&self, offset: i64) -> bool {
+        let covered = self.live() && self.covers.get() >= offset;
+        !covered && !self.writing.get() && self.syncing.get() < MAX_SYNCING
     }
 }
 
-impl Drop for FlushRunning<'_> {
+/// One running group commit: registered in `CommitsInFlight` while it lives;
+/// dropping it (after the commit, or with its future cancelled mid-way)
+/// removes it and wakes every waiter, so none waits on a commit nobody runs.
+struct CommitRunning<'a> {
+    partition: &'a Partition,
+    syncing: bool,
+}
+
+impl<'a> CommitRunning<'a> {
+    fn start(partition: &'a Partition) -> Self {
+        let commits = &partition.commits;
+        if !commits.live() {
+            commits.covers.set(i64::MIN);
+        }
+        commits.writing.set(true);
+        CommitRunning {
+            partition,
+            syncing: false,
+        }
+    }
+
+    fn covers(&self, target: i64) {
+        let covers = &self.partition.commits.covers;
+        covers.set(covers.get().max(target));
+    }
+
+    /// The writes are done: the next commit may start while this one syncs.
+    fn syncing(&mut self) {
+        let commits = &self.partition.commits;
+        commits.writing.set(false);
+        commits.syncing.set(commits.syncing.get() + 1);
+        self.syncing = true;
+        self.partition.flush_done.notify_all();
+    }
+}
+
+impl Drop for CommitRunning<'_> {
     fn drop(&mut self) {
-        self.0.flushing.set(false);
-        self.0.flush_done.notify_all();
-        self.0.changed.notify_all();
+        let commits = &self.partition.commits;
+        if self.syncing {
+            commits.syncing.set(commits.syncing.get() - 1);
+        } else {
+            commits.writing.set(false);
+        }
+        self.partition.flush_done.notify_all();
+        self.partition.changed.notify_all();
     }
 }
 

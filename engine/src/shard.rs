@@ -896,10 +896,6 @@ async fn background_loop(shard: Rc<Shard>) {
                 if let Err(e) = p.checkpoint().await {
                     tracing::error!(error = %e, "recovery point checkpoint failed");
                 }
-                // Quiet for a whole period: its append chunk goes back.
-                if let Ok(released) = p.release_if_idle().await {
-                    stats.record_idle_release(released);
-                }
             }
         }
         if checkpoint {

@@ -120,8 +120,6 @@ pub struct ShardStats {
     /// Segments and bytes removed by retention (`retention.ms`/`retention.bytes`).
     pub retention_deleted_segments: Cell<u64>,
     pub retention_deleted_bytes: Cell<u64>,
-    /// Append chunk bytes given back by partitions gone quiet.
-    pub idle_released_bytes: Cell<u64>,
     /// Rolls whose new segment reused a file retention retired.
     pub segments_recycled: Cell<u64>,
 }
@@ -145,10 +143,6 @@ impl ShardStats {
         add(&self.segments_recycled, 1);
     }
 
-    pub fn record_idle_release(&self, bytes: usize) {
-        add(&self.idle_released_bytes, bytes as u64);
-    }
-
     pub fn record_fsync(&self, elapsed: Duration, ok: bool) {
         self.fsync.observe(elapsed);
         if !ok {
@@ -170,7 +164,6 @@ impl ShardStats {
             cleaner_written_bytes: self.cleaner_written_bytes.get(),
             retention_deleted_segments: self.retention_deleted_segments.get(),
             retention_deleted_bytes: self.retention_deleted_bytes.get(),
-            idle_released_bytes: self.idle_released_bytes.get(),
             segments_recycled: self.segments_recycled.get(),
         }
     }
@@ -187,7 +180,6 @@ pub struct ShardStatsSnapshot {
     pub cleaner_written_bytes: u64,
     pub retention_deleted_segments: u64,
     pub retention_deleted_bytes: u64,
-    pub idle_released_bytes: u64,
     pub segments_recycled: u64,
 }
 
@@ -201,7 +193,6 @@ impl ShardStatsSnapshot {
         self.cleaner_written_bytes += other.cleaner_written_bytes;
         self.retention_deleted_segments += other.retention_deleted_segments;
         self.retention_deleted_bytes += other.retention_deleted_bytes;
-        self.idle_released_bytes += other.idle_released_bytes;
         self.segments_recycled += other.segments_recycled;
     }
 }

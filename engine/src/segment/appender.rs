@@ -5,10 +5,19 @@
 //! background task, up to `max_inflight_writes` at once, while the next chunk fills.
 //! `write_out` (every flush) writes the partly filled chunk too, padded with
 //! zeros to the next block, so everything appended is readable from the file; it
-//! hands the chunk itself to the write and starts a new one holding the partial
-//! last block, which the next write rewrites with more data. Writes never overlap
-//! while in flight: a chunk that begins with a block an earlier write still in
-//! flight covers waits for that write first (`submit`).
+//! hands the chunk itself to the write and starts a one-block chunk holding the
+//! partial last block, which the next write rewrites with more data; the chunk
+//! after it is full size again and starts on a fresh block. Writes never overlap
+//! while in flight: a write of a block an earlier write still in flight covers
+//! is chained after it (`submit`: its task awaits that write, then writes), so
+//! neither the append nor the partition's lock waits for the disk there.
+//!
+//! The one-block rewrite keeps every big write off the block the commit
+//! before it wrote: on ext4 a direct write spanning a written block and
+//! preallocated (unwritten) ones is not a pure overwrite, so it needs the
+//! inode's exclusive lock, and io_uring hands it to a worker thread (one
+//! such write per commit before this); the block alone is an overwrite and
+//! the fresh blocks are all unwritten, so both go straight from the ring.
 //!
 //! A group commit does not hold the partition's lock while writes complete:
 //! `start_write_out` only submits the partly filled chunk and hands back the
@@ -256,24 +265,38 @@ impl Appender {
         self.buf_pos += capacity as u64;
         self.buf_len = 0;
         self.buf_written = 0;
-        // A chunk filled: the partition writes enough for a bigger one.
-        self.chunk_bytes = (self.chunk_bytes * 2).min(self.max_chunk_bytes);
+        // A chunk filled: the partition writes enough for a bigger one (not
+        // the one-block chunk after a write_out).
+        if capacity >= self.chunk_bytes {
+            self.chunk_bytes = (self.chunk_bytes * 2).min(self.max_chunk_bytes);
+        }
         self.submit(buf, pos).await
     }
 
     async fn submit(&mut self, buf: DmaBuffer, pos: u64) -> Result<()> {
         let len = buf.len();
         self.reserve(pos + len as u64).await?;
-        // Writes never overlap while in flight: a chunk that begins with the
-        // partial block an earlier write_out wrote waits for that write (the
-        // newest; writes complete in order here, so the older ones too).
-        while self.inflight.len() >= self.max_inflight_writes
-            || self.inflight.back().is_some_and(|w| w.end > pos)
-        {
+        while self.inflight.len() >= self.max_inflight_writes {
             self.complete_oldest().await?;
         }
+        // Writes never overlap while in flight: a chunk that begins with the
+        // partial block an earlier write_out wrote goes after that write (the
+        // newest: positions only grow), without waiting for it here.
+        let after = self
+            .inflight
+            .back()
+            .filter(|w| w.end > pos)
+            .map(|w| w.done.clone());
         let file = self.file.clone();
         let task = glommio::spawn_local(async move {
+            if let Some(before) = after {
+                if let Err(e) = before.await {
+                    // The appender reports that write's failure when it reaps it.
+                    return Err(Rc::from(format!(
+                        "not written: an earlier write failed: {e}"
+                    )));
+                }
+            }
             file.write_at(buf, pos)
                 .await
                 .map_err(|e| Rc::from(std::io::Error::from(e).to_string()))
@@ -398,7 +421,7 @@ impl Appender {
     }
 
     /// `write_out`'s write: the chunk itself goes to the file (its partial
-    /// last block padded with zeros), not a copy of it, and a new chunk
+    /// last block padded with zeros), not a copy of it, and a one-block chunk
     /// starts with that partial block, which the next write rewrites. So a
     /// flush copies at most one block, however much was appended since the
     /// last one (group commit flushes every partition after every produce).
@@ -407,7 +430,7 @@ impl Appender {
         let tail = self.align_down(self.buf_len as u64) as usize;
         // The next chunk: the partial last block (if any), still to be filled.
         let next = (tail < self.buf_len).then(|| {
-            let mut next = self.file.alloc_dma_buffer(self.chunk_bytes);
+            let mut next = self.file.alloc_dma_buffer(self.align as usize);
             next.as_bytes_mut()[..self.buf_len - tail]
                 .copy_from_slice(&buf.as_bytes()[tail..self.buf_len]);
             next
@@ -455,35 +478,10 @@ impl Appender {
         self.sync().await
     }
 
-    /// Gives back an idle appender's chunk: once everything appended is
-    /// written, the chunk (up to `append_chunk_bytes`) is replaced by one
-    /// block holding the partial last block, or by nothing, and the sizes
-    /// start small again. A partition that was busy once and then went quiet
-    /// keeps a few KiB, not its largest chunk. Returns the bytes released;
-    /// nothing while writes are in flight or data is not written out.
-    pub fn release_idle(&mut self) -> usize {
-        // Writes a flusher already awaited are reaped here (no waiting); a
-        // failed one stays for the next append or flush to report.
-        self.reap_written();
-        if self.failed.is_some() || !self.inflight.is_empty() || self.buf_written != self.buf_len {
-            return 0;
-        }
-        let Some(buf) = self.buf.take() else {
-            return 0;
-        };
-        let released = buf.len();
-        let start = self.align_down(self.buf_len as u64) as usize;
-        if start < self.buf_len {
-            let mut tail = self.file.alloc_dma_buffer(self.align as usize);
-            tail.as_bytes_mut()[..self.buf_len - start]
-                .copy_from_slice(&buf.as_bytes()[start..self.buf_len]);
-            self.buf = Some(tail);
-        }
-        self.buf_pos += start as u64;
-        self.buf_len -= start;
-        self.buf_written = self.buf_len;
-        self.chunk_bytes = MIN_CHUNK_BYTES.min(self.max_chunk_bytes);
-        released.saturating_sub(self.buf.as_ref().map_or(0, DmaBuffer::len))
+    /// Bytes of DMA memory the appender holds for appends (its chunk): at
+    /// most one block once everything appended is written out.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buf.as_ref().map_or(0, DmaBuffer::len)
     }
 
     /// Cuts the file at `end` (which must be at or below the current end) and
@@ -525,7 +523,9 @@ impl Appender {
             let got = read.len();
             return Err(self.fail("read", format!("tail block short: {got} < {head} bytes")));
         }
-        let mut buf = self.file.alloc_dma_buffer(self.chunk_bytes);
+        // A one-block chunk, as after a write_out: the big writes start on
+        // blocks nothing wrote yet.
+        let mut buf = self.file.alloc_dma_buffer(self.align as usize);
         buf.as_bytes_mut()[..head].copy_from_slice(&read[..head]);
         self.buf = Some(buf);
         self.buf_pos = block;

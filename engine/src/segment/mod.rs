@@ -370,9 +370,9 @@ impl Segment {
         }
     }
 
-    /// An idle active segment's chunk given back (`Appender::release_idle`).
-    pub fn release_idle(&mut self) -> usize {
-        self.appender.as_mut().map_or(0, Appender::release_idle)
+    /// DMA memory the active segment holds for appends (`Appender::buffered_bytes`).
+    pub fn buffered_bytes(&self) -> usize {
+        self.appender.as_ref().map_or(0, Appender::buffered_bytes)
     }
 
     pub fn poison(&mut self, reason: &str) {

@@ -426,12 +426,6 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         "Bytes deleted by retention.ms / retention.bytes.",
         s.engine.retention_deleted_bytes,
     );
-    w.single(
-        "skiff_log_idle_chunk_released_bytes_total",
-        Kind::Counter,
-        "Append chunk memory given back by partitions quiet for a checkpoint period.",
-        s.engine.idle_released_bytes,
-    );
 
     w.single(
         "skiff_partitions",
