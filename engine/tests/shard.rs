@@ -248,3 +248,67 @@ fn a_new_partition_records_its_topic_id() {
     .unwrap();
     rt.shutdown().unwrap();
 }
+
+/// Calls across cores whose callers come and go: both shards call each
+/// other at once, each call from a task of its own that ends as soon as the
+/// answer is in, a third of them dropped by their caller after a short,
+/// varying while (a connection gone, a fetch answered elsewhere). Every
+/// answer is delivered on the caller's core (`Shard::run_on`), and every
+/// call that was not dropped gets its own.
+#[test]
+fn calls_across_cores_deliver_their_results_on_the_callers_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::start(config(dir.path())).unwrap();
+    const CALLS: u64 = 20_000;
+    let calls: Vec<_> = (0..2usize)
+        .map(|me| {
+            rt.submit(me, move |shard| async move {
+                let other = 1 - me;
+                let mut answered = 0u64;
+                let mut batch = Vec::new();
+                for i in 0..CALLS {
+                    let shard = shard.clone();
+                    batch.push(glommio::spawn_local(async move {
+                        let call = shard.invoke_on(other, move |callee| async move {
+                            if i % 2 == 0 {
+                                glommio::yield_if_needed().await;
+                            }
+                            (callee.id(), i * 31)
+                        });
+                        if i % 3 == 0 {
+                            let wait = std::time::Duration::from_micros(i * 7 % 200);
+                            let timer = glommio::timer::sleep(wait);
+                            futures_util::pin_mut!(call);
+                            futures_util::pin_mut!(timer);
+                            match futures_util::future::select(call, timer).await {
+                                futures_util::future::Either::Left((r, _)) => {
+                                    assert_eq!(r.unwrap(), (other, i * 31));
+                                    1
+                                }
+                                futures_util::future::Either::Right(_) => 0,
+                            }
+                        } else {
+                            assert_eq!(call.await.unwrap(), (other, i * 31));
+                            1
+                        }
+                    }));
+                    if batch.len() == 64 {
+                        for task in batch.drain(..) {
+                            answered += task.await;
+                        }
+                    }
+                }
+                for task in batch {
+                    answered += task.await;
+                }
+                answered
+            })
+            .unwrap()
+        })
+        .collect();
+    for call in calls {
+        let answered = skiff_engine::shard::block_on(call).unwrap();
+        assert!(answered >= CALLS * 2 / 3, "{answered} calls answered");
+    }
+    rt.shutdown().unwrap();
+}

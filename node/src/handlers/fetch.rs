@@ -544,12 +544,13 @@ async fn wait_for_data(
             .or_default()
             .push((tp, offset));
     }
-    // Dropped when this function returns: each remote wait then ends.
+    // Dropped when this function returns, each on its wait's core: that
+    // wait then ends.
     let mut cancels = Vec::with_capacity(by_owner.len());
     let mut waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = Vec::new();
     for (owner, items) in by_owner {
         let (cancel, cancelled) = oneshot::channel::<()>();
-        cancels.push(cancel);
+        cancels.push((owner, cancel));
         waits.push(Box::pin(async move {
             let _ = shard
                 .invoke_on(owner, move |shard| async move {
@@ -567,5 +568,11 @@ async fn wait_for_data(
         glommio::timer::sleep(timeout).await;
     }));
     let _ = select_all(waits).await;
-    drop(cancels);
+    // Dropped where the wait runs (`Shard::run_on`): dropping a sender wakes
+    // its receiver's task, which must not happen from another core's thread.
+    for (owner, cancel) in cancels {
+        let shard = shard.clone();
+        glommio::spawn_local(async move { shard.run_on(owner, move || drop(cancel)).await })
+            .detach();
+    }
 }

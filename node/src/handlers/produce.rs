@@ -404,6 +404,7 @@ async fn append_on_owner(
     verified: Option<crate::producer::TxnGuard>,
 ) -> Result<AppendedPending, SequenceOrLog> {
     let owner = shard.table().shard_of(tp);
+    let origin = shard.id();
     let tp2 = tp.clone();
     shard
         .invoke_on(owner, move |shard| async move {
@@ -435,6 +436,7 @@ async fn append_on_owner(
             let (tx, durable) = oneshot::channel();
             let waiter = partition.clone();
             let tp3 = tp2.clone();
+            let owner = shard.clone();
             glommio::spawn_local(async move {
                 let result = match waiter.await_durable_to(last_offset + 1, appended_at).await {
                     Ok(()) => {
@@ -453,7 +455,13 @@ async fn append_on_owner(
                         message: format!("written to the log, but not made durable: {e}"),
                     }),
                 };
-                let _ = tx.send(result);
+                // Sent on the connection's core (`Shard::run_on`): its task
+                // is never woken from this thread.
+                owner
+                    .run_on(origin, move || {
+                        let _ = tx.send(result);
+                    })
+                    .await;
             })
             .detach();
             Ok::<_, SequenceOrLog>(AppendedPending {
