@@ -436,7 +436,7 @@ async fn append_on_owner(
             let (tx, durable) = oneshot::channel();
             let waiter = partition.clone();
             let tp3 = tp2.clone();
-            let owner = shard.clone();
+            let here = shard.clone();
             glommio::spawn_local(async move {
                 let result = match waiter.await_durable_to(last_offset + 1, appended_at).await {
                     Ok(()) => {
@@ -457,11 +457,10 @@ async fn append_on_owner(
                 };
                 // Sent on the connection's core (`Shard::run_on`): its task
                 // is never woken from this thread.
-                owner
-                    .run_on(origin, move || {
-                        let _ = tx.send(result);
-                    })
-                    .await;
+                here.run_on(origin, move || {
+                    let _ = tx.send(result);
+                })
+                .await;
             })
             .detach();
             Ok::<_, SequenceOrLog>(AppendedPending {
