@@ -22,6 +22,13 @@
 //! leaves the files to recovery at the next open. Only reopening the log
 //! (recovery) brings it back.
 //!
+//! A change to the files (an append with its roll, a write-out, a flush, a
+//! truncation, a retention pass, a cleaner's swap) must run to its end: one
+//! dropped part way (its caller gave up on the future) leaves the segment,
+//! its indexes and the log's offsets out of step. A guard on each such call
+//! (`Interrupted`) takes the log offline the moment one is dropped, as a
+//! failed write would, and recovery at the next open puts the files right.
+//!
 //! Corruption: every batch read from a segment file (not from the batch
 //! cache, which holds what was written) has its header checked (it parses,
 //! its offsets follow the batches before it and stay inside the segment) and
@@ -33,9 +40,11 @@
 //! (`truncate_to` semantics) and the log serves again, for a replica that
 //! fetches the rest from another one.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 
@@ -169,6 +178,44 @@ pub struct PartitionLog {
     /// Rolls since the last retention pass: how many files the next pass
     /// keeps (at least one).
     rolls_since_retention: usize,
+    /// Set when a change to the files was dropped part way (module docs).
+    interrupted: Rc<Interrupted>,
+}
+
+/// What took the log offline when a change to its files was dropped before
+/// its end (see the module docs); shared with the guard of the change in
+/// progress, which sets it from its `Drop`.
+#[derive(Debug)]
+struct Interrupted {
+    dir: PathBuf,
+    reason: Cell<Option<&'static str>>,
+}
+
+/// Armed for one change to the log's files; dropped armed, it takes the log
+/// offline. `done` disarms it.
+#[must_use]
+struct ChangeGuard {
+    log: Rc<Interrupted>,
+    reason: &'static str,
+    armed: bool,
+}
+
+impl ChangeGuard {
+    fn done(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ChangeGuard {
+    fn drop(&mut self) {
+        if self.armed && self.log.reason.get().is_none() {
+            tracing::error!(
+                dir = %self.log.dir.display(), reason = self.reason,
+                "partition log goes offline: nothing more is written until it is reopened"
+            );
+            self.log.reason.set(Some(self.reason));
+        }
+    }
 }
 
 /// A retired segment file waiting to be reused (`<bound>.log.free`).
@@ -308,6 +355,10 @@ impl PartitionLog {
                 })
                 .collect(),
             rolls_since_retention: 0,
+            interrupted: Rc::new(Interrupted {
+                dir: dir.to_path_buf(),
+                reason: Cell::new(None),
+            }),
         };
         log.rebuild_txns(recovered.first_scanned, recovered.txn_batches)
             .await?;
@@ -372,6 +423,9 @@ impl PartitionLog {
     /// Why the log is offline for a failed write, roll or fdatasync (only a
     /// reopen brings it back), or None.
     fn write_failure(&self) -> Option<&str> {
+        if let Some(reason) = self.interrupted.reason.get() {
+            return Some(reason);
+        }
         self.offline.as_deref().or_else(|| {
             self.segments
                 .values()
@@ -446,6 +500,17 @@ impl PartitionLog {
     /// cleaner point, high watermark) crash-safely.
     async fn write_checkpoint(&self, file: &str, offset: i64) -> Result<()> {
         write_offset_checkpoint(&self.dir.join(file), &self.topic, self.partition, offset).await
+    }
+
+    /// Arms a `ChangeGuard` for a change to the files that must run to its
+    /// end (module docs); `reason` says which, for the log line and
+    /// `offline_reason`.
+    fn change(&self, reason: &'static str) -> ChangeGuard {
+        ChangeGuard {
+            log: self.interrupted.clone(),
+            reason,
+            armed: true,
+        }
     }
 
     fn active(&mut self) -> &mut Segment {
@@ -553,7 +618,9 @@ impl PartitionLog {
                 }
             }
         }
+        let change = self.change("an append was cancelled part way through its write");
         let result = self.write_batch(batch, header).await;
+        change.done();
         self.offline_on_error(result)
     }
 
@@ -690,7 +757,9 @@ impl PartitionLog {
     pub async fn flush(&mut self) -> Result<()> {
         self.check_online()?;
         let end = self.log_end_offset;
+        let change = self.change("a flush was cancelled part way");
         let result = self.active().flush().await;
+        change.done();
         self.offline_on_error(result)?;
         self.flushed_offset = end;
         Ok(())
@@ -704,7 +773,9 @@ impl PartitionLog {
         // without making anything durable.
         self.check_online()?;
         let end = self.log_end_offset;
+        let change = self.change("a write-out was cancelled part way");
         let result = self.active().write_out().await;
+        change.done();
         self.offline_on_error(result)?;
         Ok(end)
     }
@@ -720,7 +791,9 @@ impl PartitionLog {
         // without making anything durable.
         self.check_online()?;
         let end = self.log_end_offset;
+        let change = self.change("a write-out was cancelled part way");
         let result = self.active().start_write_out().await;
+        change.done();
         let writes = self.offline_on_error(result)?;
         Ok((end, writes))
     }
@@ -1238,6 +1311,14 @@ impl PartitionLog {
     /// first batch of the segment cut that fails its checks (CRC, offsets
     /// going backwards, an unreadable header), so no bad batch stays.
     async fn truncate_inner(&mut self, offset: i64, verify: bool) -> Result<()> {
+        let change = self.change("a truncation was cancelled part way");
+        let result = self.truncate_files(offset, verify).await;
+        change.done();
+        result
+    }
+
+    /// The body of `truncate_inner`, under its guard.
+    async fn truncate_files(&mut self, offset: i64, verify: bool) -> Result<()> {
         let offset = offset.max(self.log_start_offset);
         // Snapshots of what is cut go first, durably: a crash half-way must not
         // leave one describing records the log no longer (or differently) has.
@@ -1369,6 +1450,14 @@ impl PartitionLog {
     /// checkpointed start and recovery removes it; `open` cuts the epoch cache
     /// to the recovered log, which leaves an empty log with no epochs.
     pub async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
+        let change = self.change("a truncation was cancelled part way");
+        let result = self.truncate_fully_and_start_at_to_its_end(offset).await;
+        change.done();
+        result
+    }
+
+    /// The body of `truncate_fully_and_start_at`, under its guard.
+    async fn truncate_fully_and_start_at_to_its_end(&mut self, offset: i64) -> Result<()> {
         let empty = self.log_start_offset == self.log_end_offset
             && self.segments.values().all(Segment::is_empty);
         if offset < 0 || (offset < self.log_end_offset && !empty) {
@@ -1471,6 +1560,20 @@ impl PartitionLog {
         now_ms: i64,
         high_watermark: i64,
     ) -> Result<RetentionOutcome> {
+        let change = self.change("a retention pass was cancelled part way");
+        let result = self
+            .apply_retention_to_its_end(now_ms, high_watermark)
+            .await;
+        change.done();
+        result
+    }
+
+    /// The body of `apply_retention`, under its guard.
+    async fn apply_retention_to_its_end(
+        &mut self,
+        now_ms: i64,
+        high_watermark: i64,
+    ) -> Result<RetentionOutcome> {
         let mut outcome = RetentionOutcome {
             log_start_offset: self.log_start_offset,
             ..RetentionOutcome::default()
@@ -1565,6 +1668,14 @@ impl PartitionLog {
     /// DeleteRecords: the log starts at `offset` (at most `high_watermark`), and
     /// segments wholly below it are removed. Returns the new log start offset.
     pub async fn delete_records(&mut self, offset: i64, high_watermark: i64) -> Result<i64> {
+        let change = self.change("a DeleteRecords was cancelled part way");
+        let result = self.delete_records_to_its_end(offset, high_watermark).await;
+        change.done();
+        result
+    }
+
+    /// The body of `delete_records`, under its guard.
+    async fn delete_records_to_its_end(&mut self, offset: i64, high_watermark: i64) -> Result<i64> {
         self.check_online()?;
         if offset < 0 || offset > high_watermark {
             return Err(LogError::OffsetOutOfRange {
@@ -1695,6 +1806,18 @@ impl PartitionLog {
     /// files go, index files first; the swap file becomes `<base>.log`; its indexes
     /// are written.
     pub async fn replace_segments(
+        &mut self,
+        old: &[(i64, u64)],
+        new: Option<CleanedSegment>,
+    ) -> Result<bool> {
+        let change = self.change("a cleaner's swap of segments was cancelled part way");
+        let result = self.replace_segments_to_its_end(old, new).await;
+        change.done();
+        result
+    }
+
+    /// The body of `replace_segments`, under its guard.
+    async fn replace_segments_to_its_end(
         &mut self,
         old: &[(i64, u64)],
         new: Option<CleanedSegment>,

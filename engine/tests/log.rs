@@ -1984,3 +1984,105 @@ fn pipelined_commits_acknowledge_only_flushed_records() {
         log.close().await.unwrap();
     });
 }
+
+/// Appends dropped part way (a caller that gives up on one) never leave the
+/// log inconsistent: either the log carries on, or it goes offline saying
+/// why, and the reopened log holds every acknowledged batch, at its offset,
+/// with no hole and no offset twice.
+#[test]
+fn appends_dropped_part_way_lose_nothing_acknowledged() {
+    let (mut went_offline, mut acked) = (0, 0);
+    for seed in 0..6 {
+        let (offline, n) = dropped_appends_round(seed);
+        went_offline += usize::from(offline);
+        acked += n;
+    }
+    assert!(
+        went_offline > 0,
+        "no round dropped an append part way through its write"
+    );
+    assert!(acked > 0, "nothing acknowledged in any round");
+}
+
+/// One round of `appends_dropped_part_way_lose_nothing_acknowledged`:
+/// whether the log went offline, and how many appends were acknowledged.
+fn dropped_appends_round(seed: u64) -> (bool, usize) {
+    use std::rc::Rc;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let log = open_uncached(&path, small_config()).await.unwrap();
+        let p = Rc::new(skiff_engine::Partition::new(log));
+        let rng = Rc::new(std::cell::RefCell::new(fastrand::Rng::with_seed(seed)));
+        let appenders: Vec<_> = (0..16u64)
+            .map(|appender| {
+                let p = p.clone();
+                let rng = rng.clone();
+                glommio::spawn_local(async move {
+                    let mut acked = Vec::new();
+                    let mut refused = None;
+                    for i in 0..60u64 {
+                        let b = batch(appender * 1000 + i, 2, 200 + 300 * (i % 10) as usize, 0);
+                        let (drop_it, after) = {
+                            let mut rng = rng.borrow_mut();
+                            (rng.u32(0..3) == 0, rng.u64(0..3_000))
+                        };
+                        let append = p.append(mutable(&b), LEADER);
+                        let result = if drop_it {
+                            let give_up =
+                                glommio::timer::sleep(std::time::Duration::from_micros(after));
+                            futures_util::pin_mut!(append);
+                            futures_util::pin_mut!(give_up);
+                            match futures_util::future::select(append, give_up).await {
+                                futures_util::future::Either::Left((r, _)) => Some(r),
+                                futures_util::future::Either::Right(_) => None,
+                            }
+                        } else {
+                            Some(append.await)
+                        };
+                        match result {
+                            Some(Ok(info)) => acked.push((info.base_offset, b)),
+                            Some(Err(LogError::Offline(reason))) => {
+                                refused = Some(reason);
+                                break;
+                            }
+                            Some(Err(e)) => panic!("append failed: {e}"),
+                            None => {}
+                        }
+                    }
+                    (acked, refused)
+                })
+            })
+            .collect();
+        let mut acked = Vec::new();
+        let mut refusals = Vec::new();
+        for appender in appenders {
+            let (a, refused) = appender.await;
+            acked.extend(a);
+            refusals.extend(refused);
+        }
+        for reason in &refusals {
+            assert!(reason.contains("cancelled"), "offline for: {reason}");
+        }
+        // A log that went offline leaves its files to recovery.
+        let _ = p.close().await;
+        let mut log = open_uncached(&path, small_config()).await.unwrap();
+        let all = read_all(&mut log, 0).await;
+        let mut next = 0;
+        let mut by_base = std::collections::HashMap::new();
+        for read in &all {
+            let h = BatchHeader::parse(read).unwrap();
+            assert_eq!(h.base_offset, next, "seed {seed}: no hole, no offset twice");
+            next = h.last_offset() + 1;
+            by_base.insert(h.base_offset, read);
+        }
+        for (base, sent) in &acked {
+            let read = by_base
+                .get(base)
+                .unwrap_or_else(|| panic!("seed {seed}: acknowledged batch at {base} lost"));
+            assert_eq!(read[16..], sent[16..], "seed {seed}: batch at {base}");
+        }
+        log.close().await.unwrap();
+        (!refusals.is_empty(), acked.len())
+    })
+}
