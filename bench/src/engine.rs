@@ -97,6 +97,12 @@ pub struct EngineFigures {
     pub raw: Option<baseline::DiskFigures>,
     pub partitions: usize,
     pub batch_bytes: usize,
+    /// Rolls of the run (warm-up included) and the bucket bounds their
+    /// median and 99th percentile fall in, in ms (`skiff_log_roll_duration_seconds`):
+    /// how long the partitions' appends waited on them.
+    pub rolls: u64,
+    pub roll_p50_ms: f64,
+    pub roll_p99_ms: f64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -118,6 +124,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "cores": args.cores, "partitions": partitions, "batch_bytes": figures.batch_bytes,
                 "durability": format!("{:?}", args.durability).to_lowercase(), "inflight": args.inflight,
                 "write_depth": args.write_depth, "chunk_kib": args.chunk_kib,
+                "rolls": figures.rolls, "roll_p50_ms": figures.roll_p50_ms, "roll_p99_ms": figures.roll_p99_ms,
             })
         );
         return Ok(());
@@ -141,6 +148,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
         None => println!("engine append {append:.1} MB/s, cold read {read:.1} MB/s"),
+    }
+    if figures.rolls > 0 {
+        println!(
+            "rolls {} (warm-up included), appends waited p50 <= {} ms, p99 <= {} ms on each",
+            figures.rolls, figures.roll_p50_ms, figures.roll_p99_ms
+        );
     }
     Ok(())
 }
@@ -216,32 +229,46 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
         let batch = batch.clone();
         let inflight = args.inflight.max(1);
         pending.push(runtime.submit(s, move |shard| async move {
-            // `count` batches to each partition, `inflight` appends at a time.
-            let spawn_appends = |count: usize| {
-                let mut tasks = Vec::new();
+            // `count` batches to each partition, `inflight` appends at a time:
+            // each task's batches.
+            let copies_for = |count: usize| {
+                let mut work = Vec::new();
                 for tp in &mine {
                     let per_task = count.div_ceil(inflight);
                     for t in 0..inflight {
                         let n = per_task.min(count.saturating_sub(t * per_task));
                         let copies: Vec<BytesMut> =
                             (0..n).map(|_| BytesMut::from(&batch[..])).collect();
-                        let (shard, tp) = (shard.clone(), tp.clone());
-                        tasks.push(glommio::spawn_local(async move {
+                        work.push((tp.clone(), copies));
+                    }
+                }
+                work
+            };
+            let spawn_appends = |work: Vec<(TopicPartition, Vec<BytesMut>)>| {
+                work.into_iter()
+                    .map(|(tp, copies)| {
+                        let shard = shard.clone();
+                        glommio::spawn_local(async move {
                             for b in copies {
                                 shard
                                     .append(&tp, b, AppendMode::Leader { leader_epoch: 0 })
                                     .await?;
                             }
                             Ok::<_, skiff_engine::LogError>(())
-                        }));
-                    }
-                }
-                tasks
+                        })
+                    })
+                    .collect::<Vec<_>>()
             };
-            for task in spawn_appends(warmup_batches) {
+            // Both sets of copies are made before any append: copying the
+            // timed batches (a GiB on the shard's thread) after the warm-up
+            // left the first timed roll stuck for about 340 ms on its
+            // ftruncate in every steady-state run, a quarter of the clock.
+            let warmup = copies_for(warmup_batches);
+            let timed = copies_for(batches_per_partition);
+            for task in spawn_appends(warmup) {
                 task.await?;
             }
-            let tasks = spawn_appends(batches_per_partition);
+            let tasks = spawn_appends(timed);
             let t = Instant::now();
             for task in tasks {
                 task.await?;
@@ -253,6 +280,10 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
     for p in pending {
         let elapsed = block_on(p)??;
         append_secs = append_secs.max(elapsed.as_secs_f64());
+    }
+    let mut engine_stats = skiff_engine::stats::ShardStatsSnapshot::default();
+    for s in 0..runtime.shards() {
+        engine_stats.merge(&runtime.block_on(s, |shard| async move { shard.stats() })?);
     }
     runtime.shutdown()?;
     let append = mb_s(appended_bytes, append_secs);
@@ -320,7 +351,24 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
         raw,
         partitions,
         batch_bytes: batch.len(),
+        rolls: engine_stats.roll.count(),
+        roll_p50_ms: bucket_bound_ms(&engine_stats.roll, 0.5),
+        roll_p99_ms: bucket_bound_ms(&engine_stats.roll, 0.99),
     })
+}
+
+/// The upper bound, in ms, of the histogram bucket holding quantile `q`
+/// (0 when empty; infinite past the last bound).
+fn bucket_bound_ms(h: &skiff_engine::stats::HistogramSnapshot, q: f64) -> f64 {
+    let count = h.count();
+    if count == 0 {
+        return 0.0;
+    }
+    let rank = ((count as f64) * q).ceil().max(1.0) as u64;
+    h.cumulative()
+        .into_iter()
+        .find(|(_, total)| *total >= rank)
+        .map_or(f64::INFINITY, |(le, _)| le * 1000.0)
 }
 
 /// A batch of about `bytes` bytes of `record_bytes`-byte records.

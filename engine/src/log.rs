@@ -634,7 +634,9 @@ impl PartitionLog {
             self.epochs.persist().await?;
         }
         if self.should_roll(&header) {
+            let started = std::time::Instant::now();
             self.roll(header.base_offset).await?;
+            crate::stats::local().record_roll(started.elapsed());
         }
         // Two attribute bits; only a control batch is decoded.
         let txn = if header.is_transactional() || header.is_control() {

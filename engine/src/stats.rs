@@ -112,6 +112,9 @@ pub struct ShardStats {
     /// Every group-committed fdatasync of a partition (`Partition::flush_to`).
     pub fsync: Histogram,
     pub fsync_errors: Cell<u64>,
+    /// Every roll of a partition's active segment (`PartitionLog::roll`):
+    /// the time the partition's appends waited on it.
+    pub roll: Histogram,
     /// Completed cleanings (one pass over one log each).
     pub cleaner_runs: Cell<u64>,
     pub cleaner_errors: Cell<u64>,
@@ -150,6 +153,10 @@ impl ShardStats {
         }
     }
 
+    pub fn record_roll(&self, elapsed: Duration) {
+        self.roll.observe(elapsed);
+    }
+
     pub fn record_cleaner_error(&self) {
         add(&self.cleaner_errors, 1);
     }
@@ -158,6 +165,7 @@ impl ShardStats {
         ShardStatsSnapshot {
             fsync: self.fsync.snapshot(),
             fsync_errors: self.fsync_errors.get(),
+            roll: self.roll.snapshot(),
             cleaner_runs: self.cleaner_runs.get(),
             cleaner_errors: self.cleaner_errors.get(),
             cleaner_read_bytes: self.cleaner_read_bytes.get(),
@@ -174,6 +182,7 @@ impl ShardStats {
 pub struct ShardStatsSnapshot {
     pub fsync: HistogramSnapshot,
     pub fsync_errors: u64,
+    pub roll: HistogramSnapshot,
     pub cleaner_runs: u64,
     pub cleaner_errors: u64,
     pub cleaner_read_bytes: u64,
@@ -187,6 +196,7 @@ impl ShardStatsSnapshot {
     pub fn merge(&mut self, other: &ShardStatsSnapshot) {
         self.fsync.merge(&other.fsync);
         self.fsync_errors += other.fsync_errors;
+        self.roll.merge(&other.roll);
         self.cleaner_runs += other.cleaner_runs;
         self.cleaner_errors += other.cleaner_errors;
         self.cleaner_read_bytes += other.cleaner_read_bytes;

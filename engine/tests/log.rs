@@ -34,6 +34,11 @@ fn append_read_roll_reopen() {
             sent.push((b, 1 + (i % 5) as i64));
         }
         assert!(log.segments().count() > 3, "small segment.bytes must roll");
+        // Every roll is timed (`skiff_log_roll_duration_seconds`): this
+        // executor's thread ran no other log.
+        let rolls = skiff_engine::stats::local().snapshot().roll;
+        assert_eq!(rolls.count(), log.segments().count() as u64 - 1);
+        assert!(rolls.sum_ns > 0);
         let leo = log.log_end_offset();
         let got = read_all(&mut log, 0).await;
         assert_eq!(got.len(), sent.len());

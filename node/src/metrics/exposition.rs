@@ -317,6 +317,13 @@ pub fn render(s: &Snapshot, node_id: i32) -> String {
         s.engine.fsync_errors,
     );
 
+    w.family(
+        "skiff_log_roll_duration_seconds",
+        Kind::Histogram,
+        "Rolls of partitions' active segments (the closed one flushed, trimmed, indexed and synced, the next one created): the time the partition's appends waited; _count is the number of rolls.",
+    );
+    w.histogram("skiff_log_roll_duration_seconds", &[], &s.engine.roll);
+
     type LogField = fn(&skiff_engine::LogStats) -> i64;
     let log_families: [(&str, &str, LogField); 5] = [
         ("skiff_log_segments", "Segments of a partition log.", |l| {
@@ -961,6 +968,7 @@ mod tests {
             ("skiff_fetch_sessions", "gauge"),
             ("skiff_fetch_sessions_evicted_total", "counter"),
             ("skiff_log_fsync_duration_seconds", "histogram"),
+            ("skiff_log_roll_duration_seconds", "histogram"),
             ("skiff_batch_cache_hits_total", "counter"),
             ("skiff_log_segments", "gauge"),
             ("skiff_log_size_bytes", "gauge"),
