@@ -120,7 +120,11 @@ def test_a_greedy_producer_is_held_near_its_quota_and_others_are_not(node_factor
 def test_a_consumer_over_its_quota_is_throttled(node_factory, topic_name):
     n = node_factory({"quota.window.num": "3", "quota.window.size.seconds": "1"})
     ck.create_topic(n.bootstrap, topic_name, 1)
-    p = ck.producer(n.bootstrap, {"linger.ms": 5})
+    # Batches of at most 20 KB: a fetch returns at least one whole batch
+    # whatever max.partition.fetch.bytes says (KIP-74), and librdkafka's
+    # default batch.size is 1 MB, so one batch the producer happened to fill
+    # (a loaded machine) went out in one fetch and overshot the budget by 1 MB.
+    p = ck.producer(n.bootstrap, {"linger.ms": 5, "batch.size": 20_000})
     for _ in range(400):  # 4 MB
         ck.produce_bounded(p, topic=topic_name, value=VALUE)
     ck.flush(p)
