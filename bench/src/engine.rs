@@ -352,23 +352,9 @@ pub fn measure(args: &Args) -> anyhow::Result<EngineFigures> {
         partitions,
         batch_bytes: batch.len(),
         rolls: engine_stats.roll.count(),
-        roll_p50_ms: bucket_bound_ms(&engine_stats.roll, 0.5),
-        roll_p99_ms: bucket_bound_ms(&engine_stats.roll, 0.99),
+        roll_p50_ms: engine_stats.roll.quantile_bound(0.5) * 1000.0,
+        roll_p99_ms: engine_stats.roll.quantile_bound(0.99) * 1000.0,
     })
-}
-
-/// The upper bound, in ms, of the histogram bucket holding quantile `q`
-/// (0 when empty; infinite past the last bound).
-fn bucket_bound_ms(h: &skiff_engine::stats::HistogramSnapshot, q: f64) -> f64 {
-    let count = h.count();
-    if count == 0 {
-        return 0.0;
-    }
-    let rank = ((count as f64) * q).ceil().max(1.0) as u64;
-    h.cumulative()
-        .into_iter()
-        .find(|(_, total)| *total >= rank)
-        .map_or(f64::INFINITY, |(le, _)| le * 1000.0)
 }
 
 /// A batch of about `bytes` bytes of `record_bytes`-byte records.

@@ -25,9 +25,10 @@
 //! A change to the files (an append with its roll, a write-out, a flush, a
 //! truncation, a retention pass, a cleaner's swap) must run to its end: one
 //! dropped part way (its caller gave up on the future) leaves the segment,
-//! its indexes and the log's offsets out of step. A guard on each such call
-//! (`Interrupted`) takes the log offline the moment one is dropped, as a
-//! failed write would, and recovery at the next open puts the files right.
+//! its indexes and the log's offsets out of step. Each runs under a
+//! `ChangeGuard` (`PartitionLog::guarded`) that takes the log offline the
+//! moment one is dropped, as a failed write would, and recovery at the next
+//! open puts the files right.
 //!
 //! Corruption: every batch read from a segment file (not from the batch
 //! cache, which holds what was written) has its header checked (it parses,
@@ -502,15 +503,26 @@ impl PartitionLog {
         write_offset_checkpoint(&self.dir.join(file), &self.topic, self.partition, offset).await
     }
 
-    /// Arms a `ChangeGuard` for a change to the files that must run to its
-    /// end (module docs); `reason` says which, for the log line and
+    /// Runs `change`, a change to the files that must run to its end
+    /// (module docs), under a `ChangeGuard`: dropped part way, it takes the
+    /// log offline; `reason` says which change, for the log line and
     /// `offline_reason`.
-    fn change(&self, reason: &'static str) -> ChangeGuard {
-        ChangeGuard {
+    async fn guarded<'a, T, Fut>(
+        &'a mut self,
+        reason: &'static str,
+        change: impl FnOnce(&'a mut Self) -> Fut,
+    ) -> T
+    where
+        Fut: std::future::Future<Output = T> + 'a,
+    {
+        let guard = ChangeGuard {
             log: self.interrupted.clone(),
             reason,
             armed: true,
-        }
+        };
+        let out = change(self).await;
+        guard.done();
+        out
     }
 
     fn active(&mut self) -> &mut Segment {
@@ -618,9 +630,12 @@ impl PartitionLog {
                 }
             }
         }
-        let change = self.change("an append was cancelled part way through its write");
-        let result = self.write_batch(batch, header).await;
-        change.done();
+        let result = self
+            .guarded(
+                "an append was cancelled part way through its write",
+                |log| log.write_batch(batch, header),
+            )
+            .await;
         self.offline_on_error(result)
     }
 
@@ -759,9 +774,9 @@ impl PartitionLog {
     pub async fn flush(&mut self) -> Result<()> {
         self.check_online()?;
         let end = self.log_end_offset;
-        let change = self.change("a flush was cancelled part way");
-        let result = self.active().flush().await;
-        change.done();
+        let result = self
+            .guarded("a flush was cancelled part way", |log| log.active().flush())
+            .await;
         self.offline_on_error(result)?;
         self.flushed_offset = end;
         Ok(())
@@ -775,9 +790,11 @@ impl PartitionLog {
         // without making anything durable.
         self.check_online()?;
         let end = self.log_end_offset;
-        let change = self.change("a write-out was cancelled part way");
-        let result = self.active().write_out().await;
-        change.done();
+        let result = self
+            .guarded("a write-out was cancelled part way", |log| {
+                log.active().write_out()
+            })
+            .await;
         self.offline_on_error(result)?;
         Ok(end)
     }
@@ -793,9 +810,11 @@ impl PartitionLog {
         // without making anything durable.
         self.check_online()?;
         let end = self.log_end_offset;
-        let change = self.change("a write-out was cancelled part way");
-        let result = self.active().start_write_out().await;
-        change.done();
+        let result = self
+            .guarded("a write-out was cancelled part way", |log| {
+                log.active().start_write_out()
+            })
+            .await;
         let writes = self.offline_on_error(result)?;
         Ok((end, writes))
     }
@@ -1313,10 +1332,10 @@ impl PartitionLog {
     /// first batch of the segment cut that fails its checks (CRC, offsets
     /// going backwards, an unreadable header), so no bad batch stays.
     async fn truncate_inner(&mut self, offset: i64, verify: bool) -> Result<()> {
-        let change = self.change("a truncation was cancelled part way");
-        let result = self.truncate_files(offset, verify).await;
-        change.done();
-        result
+        self.guarded("a truncation was cancelled part way", |log| {
+            log.truncate_files(offset, verify)
+        })
+        .await
     }
 
     /// The body of `truncate_inner`, under its guard.
@@ -1452,10 +1471,10 @@ impl PartitionLog {
     /// checkpointed start and recovery removes it; `open` cuts the epoch cache
     /// to the recovered log, which leaves an empty log with no epochs.
     pub async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
-        let change = self.change("a truncation was cancelled part way");
-        let result = self.truncate_fully_and_start_at_to_its_end(offset).await;
-        change.done();
-        result
+        self.guarded("a truncation was cancelled part way", |log| {
+            log.truncate_fully_and_start_at_to_its_end(offset)
+        })
+        .await
     }
 
     /// The body of `truncate_fully_and_start_at`, under its guard.
@@ -1562,12 +1581,10 @@ impl PartitionLog {
         now_ms: i64,
         high_watermark: i64,
     ) -> Result<RetentionOutcome> {
-        let change = self.change("a retention pass was cancelled part way");
-        let result = self
-            .apply_retention_to_its_end(now_ms, high_watermark)
-            .await;
-        change.done();
-        result
+        self.guarded("a retention pass was cancelled part way", |log| {
+            log.apply_retention_to_its_end(now_ms, high_watermark)
+        })
+        .await
     }
 
     /// The body of `apply_retention`, under its guard.
@@ -1670,10 +1687,10 @@ impl PartitionLog {
     /// DeleteRecords: the log starts at `offset` (at most `high_watermark`), and
     /// segments wholly below it are removed. Returns the new log start offset.
     pub async fn delete_records(&mut self, offset: i64, high_watermark: i64) -> Result<i64> {
-        let change = self.change("a DeleteRecords was cancelled part way");
-        let result = self.delete_records_to_its_end(offset, high_watermark).await;
-        change.done();
-        result
+        self.guarded("a DeleteRecords was cancelled part way", |log| {
+            log.delete_records_to_its_end(offset, high_watermark)
+        })
+        .await
     }
 
     /// The body of `delete_records`, under its guard.
@@ -1812,10 +1829,11 @@ impl PartitionLog {
         old: &[(i64, u64)],
         new: Option<CleanedSegment>,
     ) -> Result<bool> {
-        let change = self.change("a cleaner's swap of segments was cancelled part way");
-        let result = self.replace_segments_to_its_end(old, new).await;
-        change.done();
-        result
+        self.guarded(
+            "a cleaner's swap of segments was cancelled part way",
+            |log| log.replace_segments_to_its_end(old, new),
+        )
+        .await
     }
 
     /// The body of `replace_segments`, under its guard.

@@ -72,6 +72,21 @@ impl HistogramSnapshot {
         self.buckets.iter().sum()
     }
 
+    /// The upper bound, in seconds, of the bucket holding quantile `q` (0
+    /// to 1): the observation there took at most this long. 0 when empty,
+    /// infinite past the last bound.
+    pub fn quantile_bound(&self, q: f64) -> f64 {
+        let count = self.count();
+        if count == 0 {
+            return 0.0;
+        }
+        let rank = ((count as f64) * q).ceil().max(1.0) as u64;
+        self.cumulative()
+            .into_iter()
+            .find(|(_, total)| *total >= rank)
+            .map_or(f64::INFINITY, |(le, _)| le)
+    }
+
     pub fn sum_seconds(&self) -> f64 {
         self.sum_ns as f64 / 1e9
     }
@@ -235,6 +250,10 @@ mod tests {
         assert_eq!(cumulative[0], (0.00005, 1));
         assert_eq!(cumulative[1], (0.0001, 2));
         assert_eq!(cumulative.last(), Some(&(f64::INFINITY, 3)));
+        assert_eq!(s.quantile_bound(0.3), 0.00005);
+        assert_eq!(s.quantile_bound(0.5), 0.0001);
+        assert_eq!(s.quantile_bound(0.99), f64::INFINITY);
+        assert_eq!(HistogramSnapshot::default().quantile_bound(0.5), 0.0);
         assert_eq!(s.sum_ns, 50_000 + 51_000 + 31_000_000_000);
     }
 

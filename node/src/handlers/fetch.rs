@@ -571,6 +571,10 @@ async fn wait_for_data(
     // Dropped where the wait runs (`Shard::run_on`): dropping a sender wakes
     // its receiver's task, which must not happen from another core's thread.
     for (owner, cancel) in cancels {
+        if owner == shard.id() {
+            drop(cancel);
+            continue;
+        }
         let shard = shard.clone();
         glommio::spawn_local(async move { shard.run_on(owner, move || drop(cancel)).await })
             .detach();
