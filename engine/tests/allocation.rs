@@ -115,6 +115,35 @@ fn a_roll_trims_the_closed_segment_and_the_next_keeps_the_grown_step() {
     });
 }
 
+/// No reservation reaches past the segment's size limit: a segment rolls
+/// before its data would, so space reserved beyond it was only ever trimmed
+/// at the roll (a discard) and allocated again by the next segment.
+#[test]
+fn reservations_stop_at_the_segment_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let segment_bytes = 6 << 20;
+        let mut log = open(&path, config(segment_bytes)).await.unwrap();
+        let mut i = 0u64;
+        while log.segment_count() < 2 {
+            log.append(mutable(&batch(i, 16, 1_000, 1_000 + i as i64)), LEADER)
+                .await
+                .unwrap();
+            i += 1;
+            if log.segment_count() == 1 {
+                log.flush().await.unwrap();
+                let got = allocated(&segment(&path, 0));
+                // The limit, plus a block or two of ext4's extent tree.
+                assert!(
+                    got <= segment_bytes + 8 * KIB,
+                    "{got} bytes allocated to a segment limited to {segment_bytes}"
+                );
+            }
+        }
+    });
+}
+
 /// A commit gives back the append chunk a busy partition grew: once
 /// everything appended is written out the partition holds at most one block
 /// (its partial last one), however big its chunk had grown; appends go on

@@ -19,6 +19,7 @@ fn sizing(max_inflight_writes: usize) -> Sizing {
         max_chunk_bytes: 8192,
         max_inflight_writes,
         max_reserve_bytes: 64 * 1024,
+        reserve_limit: u64::MAX,
         start: Growth {
             chunk_bytes: 4096,
             reserve_bytes: 4096,

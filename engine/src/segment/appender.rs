@@ -27,7 +27,9 @@
 //! Disk space is reserved ahead of the write position (`fallocate` without
 //! KEEP_SIZE), so the file is longer than its data while the segment is active
 //! and the bytes after the data read as zeros. `finish` trims the file to its
-//! data when the segment is rolled or closed.
+//! data when the segment is rolled or closed. No reservation reaches past the
+//! segment's size limit (`Sizing::reserve_limit`) unless a write does, so a
+//! roll trims at most the last batch's slack, not a whole step.
 //!
 //! Both sizes follow the data ([`Growth`]): a chunk starts at `MIN_CHUNK_BYTES`
 //! and doubles each time one fills, up to `append_chunk_bytes`; a reservation
@@ -103,6 +105,12 @@ pub struct Sizing {
     pub max_inflight_writes: usize,
     /// The largest reservation (`preallocate_step_bytes`); 0: no fallocate.
     pub max_reserve_bytes: u64,
+    /// No reservation reaches past this file size unless a write needs it:
+    /// the segment's size limit (`segment.bytes`), which a segment rolls
+    /// before. Reserved space past the data is trimmed at the roll: a step
+    /// reserved past the limit (up to `max_reserve_bytes`) was freed there
+    /// (a discard) and allocated again by the next segment.
+    pub reserve_limit: u64,
     pub start: Growth,
 }
 
@@ -117,6 +125,7 @@ pub struct Appender {
     /// The size of the next reservation (grows to `max_reserve_bytes`).
     reserve_bytes: u64,
     max_reserve_bytes: u64,
+    reserve_limit: u64,
     /// The chunk being filled; allocated on the first append after a dispatch.
     /// Its length is the chunk size when it was allocated.
     buf: Option<DmaBuffer>,
@@ -175,6 +184,7 @@ impl Appender {
             max_inflight_writes: sizing.max_inflight_writes.max(1),
             reserve_bytes,
             max_reserve_bytes: sizing.max_reserve_bytes,
+            reserve_limit: sizing.reserve_limit,
             buf: None,
             buf_pos: end - end % align,
             buf_len: 0,
@@ -535,12 +545,21 @@ impl Appender {
     }
 
     /// Reserves file space through `upto` and one reservation step past the
-    /// space already reserved, whichever is further; the next step doubles.
+    /// space already reserved (not past `reserve_limit`), whichever is
+    /// further; the next step doubles.
     async fn reserve(&mut self, upto: u64) -> Result<()> {
         if self.max_reserve_bytes == 0 || upto <= self.preallocated {
             return Ok(());
         }
-        let target = self.align_up(upto.max(self.preallocated + self.reserve_bytes));
+        // A write already past the limit (one batch larger than a segment)
+        // reserves whole steps again, not a block at a time.
+        let limit = if upto > self.reserve_limit {
+            u64::MAX
+        } else {
+            self.reserve_limit
+        };
+        let step_end = (self.preallocated + self.reserve_bytes).min(limit);
+        let target = self.align_up(upto.max(step_end));
         if let Err(e) = self.file.pre_allocate(target, false).await {
             // Not every filesystem supports fallocate; writes extend the file anyway.
             tracing::debug!(path = %self.path.display(), error = %e, "preallocation unavailable");

@@ -259,6 +259,7 @@ impl Segment {
             max_chunk_bytes: config.append_chunk_bytes,
             max_inflight_writes: config.max_inflight_writes,
             max_reserve_bytes: config.preallocate_step_bytes,
+            reserve_limit: config.segment_bytes,
             start: growth,
         };
         let appender =
