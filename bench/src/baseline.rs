@@ -25,12 +25,12 @@ pub struct Args {
     /// MiB written per stream.
     #[arg(long, default_value_t = 1024)]
     pub size_mib: u64,
-    /// Write/read size in KiB (the engine's append chunk is 1024). With
+    /// Write/read size in KiB (the engine's append chunk is 512). With
     /// --queue-depth, measures that one setting; without either, the best over
     /// a sweep of block sizes (256, 1024, 4096 KiB) and queue depths (1 to 32).
     #[arg(long)]
     pub block_kib: Option<usize>,
-    /// I/Os in flight per stream (the engine's max_inflight_writes is 4).
+    /// I/Os in flight per stream (the engine's max_inflight_writes is 8).
     #[arg(long)]
     pub queue_depth: Option<usize>,
     /// Concurrent streams, one executor and one file each.

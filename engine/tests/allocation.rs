@@ -24,7 +24,7 @@ fn segment(dir: &Path, base: i64) -> std::path::PathBuf {
     dir.join(format!("{base:020}.log"))
 }
 
-/// The defaults: 1 MiB chunks, 32 MiB reservations at most.
+/// The defaults: 512 KiB chunks, 32 MiB reservations at most.
 fn config(segment_bytes: u64) -> LogConfig {
     LogConfig {
         segment_bytes,
