@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::{batch, mutable, open, run};
-use skiff_engine::{AppendMode, LogConfig};
+use skiff_engine::{AppendMode, LogConfig, PartitionLog};
 
 const LEADER: AppendMode = AppendMode::Leader { leader_epoch: 0 };
 const KIB: u64 = 1024;
@@ -22,6 +22,14 @@ fn allocated(path: &Path) -> u64 {
 
 fn segment(dir: &Path, base: i64) -> std::path::PathBuf {
     dir.join(format!("{base:020}.log"))
+}
+
+/// Appends the `i`th batch of 16 records of 1,000 bytes and counts it.
+async fn append_next(log: &mut PartitionLog, i: &mut u64) {
+    log.append(mutable(&batch(*i, 16, 1_000, 1_000 + *i as i64)), LEADER)
+        .await
+        .unwrap();
+    *i += 1;
 }
 
 /// The defaults: 512 KiB chunks, 32 MiB reservations at most.
@@ -88,10 +96,7 @@ fn a_roll_trims_the_closed_segment_and_the_next_keeps_the_grown_step() {
         let mut log = open(&path, config(8 << 20)).await.unwrap();
         let mut i = 0u64;
         while log.segment_count() < 2 {
-            log.append(mutable(&batch(i, 16, 1_000, 1_000 + i as i64)), LEADER)
-                .await
-                .unwrap();
-            i += 1;
+            append_next(&mut log, &mut i).await;
         }
         log.flush().await.unwrap();
         let bases: Vec<i64> = log.segments().map(|s| s.base_offset()).collect();
@@ -127,10 +132,7 @@ fn reservations_stop_at_the_segment_size() {
         let mut log = open(&path, config(segment_bytes)).await.unwrap();
         let mut i = 0u64;
         while log.segment_count() < 2 {
-            log.append(mutable(&batch(i, 16, 1_000, 1_000 + i as i64)), LEADER)
-                .await
-                .unwrap();
-            i += 1;
+            append_next(&mut log, &mut i).await;
             if log.segment_count() == 1 {
                 log.flush().await.unwrap();
                 let got = allocated(&segment(&path, 0));
