@@ -604,7 +604,7 @@ impl Pass<'_> {
                 max_inflight_writes: config.max_inflight_writes,
                 // The cleaner's output is written once and trimmed: no fallocate.
                 max_reserve_bytes: 0,
-                reserve_limit: 0,
+                reserve_limit: u64::MAX,
                 start: Growth {
                     chunk_bytes: config.append_chunk_bytes,
                     reserve_bytes: 0,
